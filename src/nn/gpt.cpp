@@ -153,13 +153,8 @@ Tensor unfused_activation(Activation a, const Tensor& x) {
       return geglu(x);
     case Activation::SwiGlu:
       return swiglu(x);
-    case Activation::Relu2: {
-      // Squared ReLU (So et al. 2021, Primer; Nemotron-4's MLP), relu(x)^2
-      // as Megatron-LM computes it: a clamp below at 0 and a product. (The
-      // clamp's bounds are finite: FLT_MAX is past every half and float.)
-      const Tensor r = clamp(x, 0.0, std::numeric_limits<float>::max());
-      return mul(r, r);
-    }
+    case Activation::Relu2:  // (So et al. 2021, Primer; Nemotron-4's MLP)
+      return relu2(x);
     case Activation::Gelu:
       break;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -225,6 +226,27 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
     Tensor dy = contiguous(g[0]);
     Tensor dx = empty_like(xc);
     backend_for(xc).clamp_backward(xc, dy, lo, hi, dx);
+    return {dx};
+  });
+  return y;
+}
+
+Tensor relu2(const Tensor& x) {
+  detail::check_floating(x, "relu2", "x");
+  // (The clamp's top is finite, and past every half and float.)
+  constexpr double kTop = std::numeric_limits<float>::max();
+  Tensor xc = contiguous(x).detach();
+  Tensor y = empty_like(xc);
+  Backend& b = backend_for(xc);
+  b.clamp(xc, 0.0, kTop, y);
+  b.binary(BinaryOp::Mul, y, y, y);
+  record("relu2", {x}, {y}, [xc](const TensorList& g) -> TensorList {
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty_like(xc);
+    Backend& be = backend_for(xc);
+    be.clamp(xc, 0.0, kTop, dx);
+    be.binary(BinaryOp::Mul, dx, dy, dx);
+    be.affine(dx, 2.0, 0.0, dx);
     return {dx};
   });
   return y;

@@ -1272,18 +1272,15 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   bool any_moe = false, any_dense = false;
   for (int64_t i = 0; i < m.n_layer; ++i) (m.moe_layer(i) ? any_moe : any_dense) = true;
   const double k_moe = m.routed_per_token();
-  // model.activation relu2 also keeps its clamp's output (the product's
-  // input): F more.
-  const double relu2_kept = m.activation == nn::Activation::Relu2 ? 1.0 : 0.0;
+  // (model.activation relu2 keeps its input alone, as GELU does: ops'
+  // relu2.)
   const double moe_acts =
-      any_moe ? (k_moe * static_cast<double>(m.expert_fc_width() +
-                                             (1.0 + relu2_kept) * m.expert_ffn()) +
-                 static_cast<double>(m.shared_fc_width() +
-                                     (1.0 + relu2_kept) * m.moe.shared_ffn_hidden_size)) *
+      any_moe ? (k_moe * static_cast<double>(m.expert_fc_width() + m.expert_ffn()) +
+                 static_cast<double>(m.shared_fc_width() + m.moe.shared_ffn_hidden_size)) *
                     2.0 / h
               : 0;
   const double mlp_acts =
-      std::max(any_dense ? 2.0 * (fc_w + (1.0 + relu2_kept) * ffn_w) / h : 0.0, moe_acts);
+      std::max(any_dense ? 2.0 * (fc_w + ffn_w) / h : 0.0, moe_acts);
   const double unsplit_moe = any_moe ? 4.0 * k_moe : 0.0;
   // model.mla keeps its latents (q_a_proj's and kv_a_proj's outputs and
   // their normalised copies, whole on every TP rank: they see the gathered

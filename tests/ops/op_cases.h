@@ -438,6 +438,13 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({6, 7}, d, 4, 2.0)};
                },
                [](const std::vector<Tensor>& x) { return clamp(x[0], -0.75, 1.25); }});
+  // Squared ReLU: inputs on both sides of 0 (its derivative, 2 max(x, 0),
+  // is continuous there).
+  c.push_back({"relu2",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({6, 7}, d, 5, 2.0)};
+               },
+               [](const std::vector<Tensor>& x) { return relu2(x[0]); }});
   // Rotary embedding: the rows' own positions (head dim 4), a key/value-cache
   // step's offset far along (large angles, head dim 6), and packed documents'
   // positions on the device (head dim 8, another theta).

@@ -8,6 +8,7 @@
 
 #include "ops/op_cases.h"
 #include "support/gradcheck.h"
+#include "triad/core/allocator.h"
 #include "triad/ops.h"
 
 namespace triad {
@@ -121,6 +122,24 @@ TEST(CrossEntropy, ATargetOutsideTheVocabularyIsNamed) {
   // The ignore index is not a target.
   EXPECT_NO_THROW(
       cross_entropy(logits, from_vector(std::vector<int64_t>{-100, 6}, {2}, DType::I64)));
+}
+
+// Squared ReLU keeps its input alone for backward (as PyTorch's relu and
+// pow keep one tensor between them): after the forward only its output is
+// new, where a clamp and a product recorded apart would hold the clamp's
+// output too.
+TEST(Relu2, KeepsItsInputAloneForBackward) {
+  Tensor x = randn({64, 96}, 3, 1);
+  x.set_requires_grad(true);
+  Allocator& host = cpu_allocator();
+  const int64_t before = host.stats().allocated;
+  Tensor y = relu2(x);
+  EXPECT_EQ(host.stats().allocated - before, y.numel() * 4);
+  Tensor r = clamp(x, 0.0, 1e30);
+  Tensor apart = mul(r, r);
+  r = Tensor();
+  EXPECT_EQ(host.stats().allocated - before, 3 * y.numel() * 4);  // y, the product, the clamp's
+  EXPECT_EQ(to_double_vector(apart), to_double_vector(y));
 }
 
 }  // namespace

@@ -48,6 +48,12 @@ Tensor soft_cap(const Tensor& x, double cap);
 // included, as PyTorch's clamp) and is 0 elsewhere.
 Tensor clamp(const Tensor& x, double lo, double hi);
 
+// Squared ReLU (Primer's; Nemotron-4's MLP, model.activation relu2):
+// max(x, 0)^2, as Megatron-LM computes it, a clamp at 0 and a product. It
+// keeps x alone for backward, dx = 2 max(x, 0) dy (a clamp, a product and
+// a doubling), not the clamp's output beside it.
+Tensor relu2(const Tensor& x);
+
 // Causal multi-head self-attention with scale 1/sqrt(head_dim).
 // qkv (B, T, 3*C) = [q | k | v], each C = n_head * head_dim -> (B, T, C).
 // Grouped-query attention: heads {n_head, n_kv_head} with qkv (B, T,
