@@ -627,6 +627,14 @@ void write_starcoder2_config(const nn::GptConfig& c, nlohmann::ordered_json& j) 
   j["attention_dropout"] = 0.0;
 }
 
+// Nemotron's ungated MLP's hidden_act (its class's and Arcee's): relu2, or
+// a GELU form by Hugging Face's name.
+const char* ungated_act_name(const nn::GptConfig& c) {
+  return c.activation == nn::Activation::Relu2     ? "relu2"
+         : c.activation == nn::Activation::GeluErf ? "gelu"
+                                                   : "gelu_pytorch_tanh";
+}
+
 // NemotronConfig's keys: norm_eps, partial_rotary_factor the share of each
 // head that turns, head_dim, hidden_act relu2 (or a GELU), attention_bias
 // (q, k, v and o_proj) and mlp_bias (up_proj and down_proj).
@@ -634,9 +642,7 @@ void write_nemotron_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
   write_dimensions(c, "NemotronForCausalLM", "nemotron", j);
   j["num_key_value_heads"] = c.kv_heads();
   j["head_dim"] = c.head_dim();
-  j["hidden_act"] = c.activation == nn::Activation::Relu2     ? "relu2"
-                    : c.activation == nn::Activation::GeluErf ? "gelu"
-                                                              : "gelu_pytorch_tanh";
+  j["hidden_act"] = ungated_act_name(c);
   j["max_position_embeddings"] = c.seq_len;
   j["norm_eps"] = c.layer_norm_eps;
   j["rope_theta"] = c.rope_theta;
@@ -1409,9 +1415,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
     } else if (type == "arcee") {
-      j["hidden_act"] = c.activation == nn::Activation::Relu2     ? "relu2"
-                        : c.activation == nn::Activation::GeluErf ? "gelu"
-                                                                  : "gelu_pytorch_tanh";
+      j["hidden_act"] = ungated_act_name(c);
     } else {
       j["hidden_act"] = "silu";
     }
