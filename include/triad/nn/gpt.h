@@ -170,8 +170,8 @@ struct GptConfig {
   // scratch draws every weight but the norms' and the biases from
   // normal(0, init_std), the residual projections (c_proj) from
   // normal(0, init_std / sqrt(2 n_layer)), GPT-2's and Megatron-LM's
-  // scaled init. Large models start smaller (Nemotron-4's 0.0134,
-  // Megatron-Turing's 0.006).
+  // scaled init. Large models start smaller (Nemotron-4's 0.0134; the
+  // 0.006 of Megatron-LM's large-model example scripts).
   double init_std = 0.02;
   // Granite's two scalars (config keys model.residual_multiplier and
   // model.logit_scale). Each sublayer's output (after its post-norm, if
