@@ -693,14 +693,19 @@ def save_model(model, path):
 
 def llama_projections(model, b, p):
     """Block b's q, k, v and o projections and its dense MLP's gate, up and
-    down under LLaMA's names at prefix p, each (out, in)."""
+    down under LLaMA's names at prefix p, each (out, in); an ungated MLP
+    (Nemotron's, Arcee's) as up and down alone."""
     C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D  # q's width, k's and v's
     q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
-    gate, up = b.mlp.c_fc.weight.split(model.swiglu_ffn, 0)
-    return {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-            p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
-            p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
-            p + "mlp.down_proj.weight": b.mlp.c_proj.weight}
+    t = {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+         p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+         p + "mlp.down_proj.weight": b.mlp.c_proj.weight}
+    if model.swiglu_ffn is None:
+        t[p + "mlp.up_proj.weight"] = b.mlp.c_fc.weight
+    else:
+        gate, up = b.mlp.c_fc.weight.split(model.swiglu_ffn, 0)
+        t.update({p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up})
+    return t
 
 
 def save_hf_llama(model, path):
@@ -958,17 +963,6 @@ def save_hf_starcoder2(model, directory):
         json.dump(config, f)
 
 
-def ungated_block_projections(model, b, p):
-    """Block b's q, k, v and o projections under LLaMA's names at prefix p
-    and its ungated MLP as Nemotron's up_proj and down_proj, each (out, in)."""
-    Q, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
-    q, k, v = b.attn.c_attn.weight.split([Q, KV, KV], 0)
-    return {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-            p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
-            p + "mlp.up_proj.weight": b.mlp.c_fc.weight,
-            p + "mlp.down_proj.weight": b.mlp.c_proj.weight}
-
-
 def save_hf_nemotron(model, directory):
     """A Nemotron-style model (the sequential block, LayerNorm1P, a
     squared-ReLU MLP of 4C, part of each head turned, grouped key/value
@@ -980,7 +974,7 @@ def save_hf_nemotron(model, directory):
          "model.norm.bias": model.ln_f.bias, "lm_head.weight": model.lm_head.weight}
     for i, b in enumerate(model.h):
         p = f"model.layers.{i}."
-        t.update(ungated_block_projections(model, b, p))
+        t.update(llama_projections(model, b, p))
         for kind in ("weight", "bias"):
             t[p + "input_layernorm." + kind] = getattr(b.ln_1, kind)
             t[p + "post_attention_layernorm." + kind] = getattr(b.ln_2, kind)
@@ -1003,14 +997,7 @@ def save_hf_arcee(model, directory):
     of 4C) as an ArceeForCausalLM directory: LLaMA's names, the MLP's as
     up_proj and down_proj."""
     os.makedirs(directory, exist_ok=True)
-    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
-         "lm_head.weight": model.lm_head.weight}
-    for i, b in enumerate(model.h):
-        p = f"model.layers.{i}."
-        t.update(ungated_block_projections(model, b, p))
-        t.update({p + "input_layernorm.weight": b.ln_1.weight,
-                  p + "post_attention_layernorm.weight": b.ln_2.weight})
-    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    save_hf_llama(model, os.path.join(directory, "model.safetensors"))
     write_llama_config(model, directory, "ArceeForCausalLM", "arcee",
                        intermediate_size=4 * CFG["d_model"], hidden_act="relu2",
                        rope_scaling=None, attention_bias=False, mlp_bias=False)
