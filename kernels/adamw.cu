@@ -19,8 +19,10 @@ __device__ __forceinline__ float round_to(float v) {
   return static_cast<float>(load(&r, 0));
 }
 
-template <class T>
-__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, float decay, float b1,
+// T: the parameter's and gradient's type; M: the moments' (T, or bf16
+// beside an f32 parameter).
+template <class T, class M>
+__global__ void adamw_kernel(T* p, const T* g, M* m, M* v, int64_t n, float decay, float b1,
                              float b2, float step_size, float bc2_sqrt, float eps, float gscale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -54,8 +56,8 @@ constexpr int kMultiPack = 4;
 struct MultiArgs {
   void* param[kAdamWTensorsPerLaunch];
   const float* grad[kAdamWTensorsPerLaunch];
-  float* m[kAdamWTensorsPerLaunch];
-  float* v[kAdamWTensorsPerLaunch];
+  void* m[kAdamWTensorsPerLaunch];
+  void* v[kAdamWTensorsPerLaunch];
   float* master[kAdamWTensorsPerLaunch];
   float decay[kAdamWTensorsPerLaunch];
   float gscale[kAdamWTensorsPerLaunch];
@@ -78,14 +80,14 @@ __device__ __forceinline__ void for_each_in_chunk(int64_t begin, int64_t end, F&
   }
 }
 
-template <int V, class P, bool kMaster>
+template <int V, class P, class M, bool kMaster>
 __device__ __forceinline__ void adamw_chunk(const MultiArgs& a, int t, int64_t begin, int64_t end,
                                             float b1, float b2, float step_size, float bc2_sqrt,
                                             float eps) {
   P* p = static_cast<P*>(a.param[t]);
   const float* g = a.grad[t];
-  float* m = a.m[t];
-  float* v = a.v[t];
+  M* m = static_cast<M*>(a.m[t]);
+  M* v = static_cast<M*>(a.v[t]);
   float* w = a.master[t];
   const float decay = a.decay[t];
   const float gscale = a.gscale[t];
@@ -114,7 +116,7 @@ __device__ __forceinline__ void adamw_chunk(const MultiArgs& a, int t, int64_t b
   });
 }
 
-template <class P, bool kMaster>
+template <class P, class M, bool kMaster>
 __global__ void __launch_bounds__(kMultiThreads)
     adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_size, float bc2_sqrt,
                        float eps) {
@@ -122,18 +124,32 @@ __global__ void __launch_bounds__(kMultiThreads)
   const int64_t begin = int64_t(a.block_chunk[blockIdx.x]) * kMultiChunk;
   const int64_t end = min(a.n[t], begin + kMultiChunk);
   if (a.packed[t]) {
-    adamw_chunk<kMultiPack, P, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
+    adamw_chunk<kMultiPack, P, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
   } else {
-    adamw_chunk<1, P, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
+    adamw_chunk<1, P, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
+  }
+}
+
+// The moments' types a launch may hold: f32, or bf16 (every parameter type).
+template <class F>
+void with_moment_type(ScalarType moment_type, F&& f) {
+  if (moment_type == ScalarType::BF16) {
+    f(__nv_bfloat16{});
+  } else {
+    f(float{});
   }
 }
 
 }  // namespace
 
-Status check_adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
-                         const AdamWArgs& a) {
+Status check_adamw_multi(ScalarType param_type, ScalarType moment_type,
+                         const std::vector<AdamWTensor>& tensors, const AdamWArgs& a) {
   const Status base = check_adamw(param_type, 0, a);
   if (!base.ok) return base;
+  if (moment_type != ScalarType::F32 && moment_type != ScalarType::BF16) {
+    return Status::fail(std::string("moment type ") + scalar_name(moment_type) +
+                        " is not supported (f32 or bf16)");
+  }
   const bool half = param_type != ScalarType::F32;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const AdamWTensor& t = tensors[i];
@@ -152,9 +168,9 @@ Status check_adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& 
   return Status::fine();
 }
 
-void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors, const AdamWArgs& a,
-                 cudaStream_t stream) {
-  require(check_adamw_multi(param_type, tensors, a), "adamw_multi");
+void adamw_multi(ScalarType param_type, ScalarType moment_type,
+                 const std::vector<AdamWTensor>& tensors, const AdamWArgs& a, cudaStream_t stream) {
+  require(check_adamw_multi(param_type, moment_type, tensors, a), "adamw_multi");
   const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
   const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
   const float step_size = static_cast<float>(a.lr / bc1);
@@ -162,19 +178,22 @@ void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
   const float b1 = static_cast<float>(a.beta1), b2 = static_cast<float>(a.beta2);
   const float eps = static_cast<float>(a.eps);
   auto launch = [&](const MultiArgs& args, int blocks) {
-    switch (param_type) {
-      case ScalarType::BF16:
-        adamw_multi_kernel<__nv_bfloat16, true>
-            <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
-        break;
-      case ScalarType::F16:
-        adamw_multi_kernel<__half, true>
-            <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
-        break;
-      default:
-        adamw_multi_kernel<float, false>
-            <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
-    }
+    with_moment_type(moment_type, [&](auto moment) {
+      using M = decltype(moment);
+      switch (param_type) {
+        case ScalarType::BF16:
+          adamw_multi_kernel<__nv_bfloat16, M, true>
+              <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+          break;
+        case ScalarType::F16:
+          adamw_multi_kernel<__half, M, true>
+              <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+          break;
+        default:
+          adamw_multi_kernel<float, M, false>
+              <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+      }
+    });
     check_launch("adamw_multi");
   };
   std::vector<int64_t> sizes;
@@ -329,22 +348,37 @@ Status check_adamw(ScalarType type, int64_t n, const AdamWArgs& a) {
   return Status::fine();
 }
 
-void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, int64_t n,
-           const AdamWArgs& a, cudaStream_t stream) {
+Status check_adamw_moments(ScalarType type, ScalarType moment_type) {
+  if (moment_type == type || (type == ScalarType::F32 && moment_type == ScalarType::BF16))
+    return Status::fine();
+  return Status::fail(std::string("moments of type ") + scalar_name(moment_type) +
+                      " beside a parameter of type " + scalar_name(type) +
+                      " are not supported (the parameter's type, or bf16 beside f32)");
+}
+
+void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, ScalarType moment_type,
+           int64_t n, const AdamWArgs& a, cudaStream_t stream) {
   require(check_adamw(type, n, a), "adamw");
+  require(check_adamw_moments(type, moment_type), "adamw");
   if (n == 0) return;
   const float decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
   const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
   const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
   const float step_size = static_cast<float>(a.lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  dispatch_nn(type, "adamw", [&](auto t) {
+  auto run = [&](auto t, auto moment) {
     using T = decltype(t);
-    adamw_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<T*>(param), static_cast<const T*>(grad), static_cast<T*>(m), static_cast<T*>(v),
+    using M = decltype(moment);
+    adamw_kernel<T, M><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<T*>(param), static_cast<const T*>(grad), static_cast<M*>(m), static_cast<M*>(v),
         n, decay, static_cast<float>(a.beta1), static_cast<float>(a.beta2), step_size, bc2_sqrt,
         static_cast<float>(a.eps), static_cast<float>(a.grad_scale));
-  });
+  };
+  if (moment_type != type) {
+    run(float{}, __nv_bfloat16{});  // (bf16 moments beside an f32 parameter)
+  } else {
+    dispatch_nn(type, "adamw", [&](auto t) { run(t, t); });
+  }
   check_launch("adamw");
 }
 

@@ -2,7 +2,10 @@
 
 // Fused AdamW over a flat buffer (adamw.cu): param, grad, m, v (n) in one
 // type (f32, or bf16/f16), updated in f32 with the same sequence of
-// roundings as the CPU reference (torch.optim.AdamW, foreach=False).
+// roundings as the CPU reference (torch.optim.AdamW, foreach=False). The
+// moments may instead be bf16 beside an f32 parameter and gradient
+// (`moment_type`, train.moment_precision: bf16): read into f32, updated and
+// used in f32 as f32 moments would be, stored rounded to bf16.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -25,21 +28,25 @@ struct AdamWArgs {
 };
 
 Status check_adamw(ScalarType type, int64_t n, const AdamWArgs& args);
-void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, int64_t n,
-           const AdamWArgs& args, cudaStream_t stream);
+// The moments' type beside a parameter of `type`: the same type, or bf16
+// beside f32.
+Status check_adamw_moments(ScalarType type, ScalarType moment_type);
+void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, ScalarType moment_type,
+           int64_t n, const AdamWArgs& args, cudaStream_t stream);
 
 // Many parameters in a few launches (a multi-tensor step): each launch takes
 // up to kAdamWTensorsPerLaunch parameters, each block one chunk of one of
-// them. Gradients and moments are f32. An f32 parameter is updated in place
-// (master null); a bf16/f16 parameter has f32 master weights, which are
-// updated and then rounded into it in the same pass. args.weight_decay is
-// replaced by each tensor's own, and so is args.grad_scale. Same arithmetic
-// as adamw().
+// them. Gradients are f32, the moments f32 or bf16 (`moment_type`, every
+// tensor's alike: read into f32, stored rounded). An f32 parameter is
+// updated in place (master null); a bf16/f16 parameter has f32 master
+// weights, which are updated and then rounded into it in the same pass.
+// args.weight_decay is replaced by each tensor's own, and so is
+// args.grad_scale. Same arithmetic as adamw().
 struct AdamWTensor {
   void* param = nullptr;
   const float* grad = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
+  void* m = nullptr;
+  void* v = nullptr;
   float* master = nullptr;
   int64_t n = 0;
   double weight_decay = 0;
@@ -62,10 +69,11 @@ struct AdamWLaunch {
 };
 std::vector<AdamWLaunch> plan_adamw_multi(const std::vector<int64_t>& sizes, int max_tensors,
                                           int max_blocks, int64_t chunk);
-Status check_adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
-                         const AdamWArgs& args);
-void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
-                 const AdamWArgs& args, cudaStream_t stream);
+Status check_adamw_multi(ScalarType param_type, ScalarType moment_type,
+                         const std::vector<AdamWTensor>& tensors, const AdamWArgs& args);
+void adamw_multi(ScalarType param_type, ScalarType moment_type,
+                 const std::vector<AdamWTensor>& tensors, const AdamWArgs& args,
+                 cudaStream_t stream);
 
 // The global gradient norm's square (adamw.cu): the sum of x^2 over every
 // element of many tensors of `type` (f32, bf16 or f16), each square and sum

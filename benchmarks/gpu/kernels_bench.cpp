@@ -390,6 +390,14 @@ int main(int argc, char** argv) {
     // Reads grad, master, m, v (f32); writes master, m, v (f32) and param (bf16).
     report("adamw_many_bf16_masters_" + std::to_string(total),
            time_ms([&] { be.adamw_many(entries, hp); }, iters), total * (7.0 * 4 + h), 0);
+    // The same with bf16 moments (train.moment_precision: bf16): m and v
+    // read and written in 2 bytes each.
+    for (auto& e : entries) {
+      e.m = triad::cast(e.m, bf);
+      e.v = triad::cast(e.v, bf);
+    }
+    report("adamw_many_bf16_masters_bf16_moments_" + std::to_string(total),
+           time_ms([&] { be.adamw_many(entries, hp); }, iters), total * (3.0 * 4 + 4.0 * h + h), 0);
     Tensor norm = triad::to_device(triad::zeros({1}, DType::F64), gpu);
     report("grad_norm_sum_of_squares_" + std::to_string(total),
            time_ms([&] { be.sum_of_squares(grads, norm); }, iters), total * 4.0, 0);

@@ -9,6 +9,13 @@
 
 namespace triad::optim {
 
+void check_moment_dtype(DType dtype, const std::string& who) {
+  if (dtype != DType::F32 && dtype != DType::BF16) {
+    throw ValueError(who + ": moments of dtype " + dtype_name(dtype) +
+                     " are not supported (f32 or bf16)");
+  }
+}
+
 AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOptions options)
     : options_(options) {
   if (!(options.lr >= 0))
@@ -19,16 +26,27 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
   }
   if (!(options.eps > 0)) throw ValueError("AdamW: eps must be > 0");
   if (!(options.weight_decay >= 0)) throw ValueError("AdamW: weight_decay must be >= 0");
+  check_moment_dtype(options.moment_dtype, "AdamW");
   for (auto& [name, p] : named_params) {
     if (!p.is_contiguous()) throw ValueError("AdamW: parameter '" + name + "' is not contiguous");
     const bool half = p.dtype() == DType::BF16 || p.dtype() == DType::F16;
     if (half) {
       Tensor master = empty(p.shape(), DType::F32, p.device());
       copy_(master, p);
-      state_.push_back({name, p, zeros(p.shape(), DType::F32, p.device()),
-                        zeros(p.shape(), DType::F32, p.device()), p.dim() >= 2, master});
+      state_.push_back({name, p, zeros(p.shape(), options.moment_dtype, p.device()),
+                        zeros(p.shape(), options.moment_dtype, p.device()), p.dim() >= 2, master});
     } else {
-      state_.push_back({name, p, zeros_like(p), zeros_like(p), p.dim() >= 2, Tensor()});
+      // Moments of the parameter's own type (f32, f64), or bf16 beside f32.
+      const bool bf16 = options.moment_dtype == DType::BF16;
+      if (bf16 && p.dtype() != DType::F32) {
+        throw ValueError(
+            "AdamW: bf16 moments need f32 parameters (or bf16/f16 ones with f32 "
+            "masters); '" +
+            name + "' is " + dtype_name(p.dtype()));
+      }
+      const DType moments = bf16 ? DType::BF16 : p.dtype();
+      state_.push_back({name, p, zeros(p.shape(), moments, p.device()),
+                        zeros(p.shape(), moments, p.device()), p.dim() >= 2, Tensor()});
     }
   }
 }

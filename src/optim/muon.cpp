@@ -9,6 +9,7 @@
 #include "triad/ops/linalg.h"
 #include "triad/ops/reduce.h"
 #include "triad/ops/shape_ops.h"
+#include "triad/optim/adamw.h"
 
 namespace triad::optim {
 
@@ -82,6 +83,19 @@ Tensor muon_update(const Tensor& u, const std::vector<int64_t>& row_blocks,
   return parts.size() == 1 ? parts[0] : concat(parts, 0);
 }
 
+Tensor advance_momentum(Tensor& momentum, const Tensor& g, double mu) {
+  if (momentum.dtype() != DType::BF16) {
+    scale_(momentum, mu);
+    add_(momentum, g);
+    return momentum;
+  }
+  Tensor m = cast(momentum, DType::F32);
+  scale_(m, mu);
+  add_(m, g);
+  copy_(momentum, m);
+  return m;
+}
+
 Muon::Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions options,
            MuonUpdater updater)
     : options_(options), updater_(std::move(updater)) {
@@ -92,6 +106,8 @@ Muon::Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions opti
     throw ValueError("Muon: ns_steps " + std::to_string(options.ns_steps) + " must be >= 1");
   }
   if (!(options.weight_decay >= 0)) throw ValueError("Muon: weight_decay must be >= 0");
+  check_moment_dtype(options.moment_dtype, "Muon");
+  const bool bf16 = options.moment_dtype == DType::BF16;
   for (auto& [matrix, p] : matrices) {
     if (p.dim() != 2) {
       throw ShapeError("Muon: parameter '" + matrix.name + "' is " + p.str() +
@@ -105,8 +121,14 @@ Muon::Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions opti
       master = empty(p.shape(), DType::F32, p.device());
       copy_(master, p);
     }
-    state_.push_back({std::move(matrix), p,
-                      zeros(p.shape(), half ? DType::F32 : p.dtype(), p.device()), master});
+    if (bf16 && !half && p.dtype() != DType::F32) {
+      throw ValueError(
+          "Muon: a bf16 momentum needs f32 parameters (or bf16/f16 ones with f32 "
+          "masters); '" +
+          matrix.name + "' is " + dtype_name(p.dtype()));
+    }
+    const DType momentum = bf16 ? DType::BF16 : half ? DType::F32 : p.dtype();
+    state_.push_back({std::move(matrix), p, zeros(p.shape(), momentum, p.device()), master});
   }
 }
 
@@ -127,10 +149,10 @@ void Muon::step(double lr, double grad_scale) {
     // A half gradient is scaled in its own type, then widened (as AdamW's).
     const Tensor grad = s.param.grad();
     Tensor g = grad_scale != 1.0 ? scale(grad, grad_scale) : grad;
-    if (g.dtype() != s.momentum.dtype()) g = cast(g, s.momentum.dtype());
-    scale_(s.momentum, mu);
-    add_(s.momentum, g);
-    return options_.nesterov ? add(g, scale(s.momentum, mu)) : s.momentum;
+    const DType compute = s.momentum.dtype() == DType::BF16 ? DType::F32 : s.momentum.dtype();
+    if (g.dtype() != compute) g = cast(g, compute);
+    const Tensor m = advance_momentum(s.momentum, g, mu);
+    return options_.nesterov ? add(g, scale(m, mu)) : m;
   };
   const auto apply = [&](size_t i, const Tensor& update) {
     State& s = *stepping.at(i);

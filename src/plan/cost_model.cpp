@@ -664,7 +664,8 @@ std::string ParallelConfig::str() const {
                   zb_max_in_flight > 0
               ? " max-in-flight=" + std::to_string(zb_max_in_flight)
               : std::string()) +
-         (attention == Attention::Flash ? " attention=flash" : "") + stages + (muon ? " muon" : "");
+         (attention == Attention::Flash ? " attention=flash" : "") + stages +
+         (muon ? " muon" : "") + (bf16_moments ? " moments=bf16" : "");
 }
 
 double ptdp_model_flops(const nn::GptConfig& m, int global_batch, double recomputed) {
@@ -1192,11 +1193,14 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     embedding_sync = ring_time(table * 4.0, 1.0, 2, c.inter_bandwidth_per_gpu(), c.inter_latency,
                                c.collective_efficiency);
   }
-  // Optimizer: AdamW streams fp32 master, moments and gradients, writes fp16 params.
+  // Optimizer: AdamW streams fp32 master, moments and gradients, writes fp16 params:
+  // 30 bytes a parameter, 22 with bf16 moments (each read and written in 2).
   // (ZeRO-1 shards the experts' over their dp / ep replicas.)
   const double optimized =
       p.zero1 ? dense_trained / reducing + expert_trained / (reducing / p.ep) : trained;
-  e.optimizer_time = optimized * 30.0 / (c.memory_bandwidth * c.memory_efficiency);
+  const double moment_bytes = p.bf16_moments ? 2.0 : 4.0;
+  e.optimizer_time =
+      optimized * (14.0 + 4.0 * moment_bytes) / (c.memory_bandwidth * c.memory_efficiency);
   if (p.muon) {
     // Newton-Schulz in bf16, or in f32 without TF32: about a sixteenth of
     // the bf16 tensor-core peak (A100: 19.5 of 312 TFLOP/s; H100 SXM: 67 of
@@ -1232,8 +1236,9 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // ---- memory per GPU (Korthikanti et al. 2022 for activations)
   e.weights_bytes = params * 2.0;
   e.gradient_bytes = trained * 4.0;
-  // f32 master and AdamW's two moments; Muon's matrices one moment.
-  e.optimizer_bytes = optimized * (12.0 - 4.0 * muon_share);
+  // f32 master and AdamW's two moments (f32, or bf16: train.moment_precision);
+  // Muon's matrices one moment.
+  e.optimizer_bytes = optimized * (4.0 + moment_bytes * (2.0 - muon_share));
   // (A chunk of each sequence under context parallelism; the attention's
   // own, below, a cp-th of the heads over the whole sequence.)
   const double sbh = s / p.cp * b * h;
@@ -1279,8 +1284,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
                  static_cast<double>(m.shared_fc_width() + m.moe.shared_ffn_hidden_size)) *
                     2.0 / h
               : 0;
-  const double mlp_acts =
-      std::max(any_dense ? 2.0 * (fc_w + ffn_w) / h : 0.0, moe_acts);
+  const double mlp_acts = std::max(any_dense ? 2.0 * (fc_w + ffn_w) / h : 0.0, moe_acts);
   const double unsplit_moe = any_moe ? 4.0 * k_moe : 0.0;
   // model.mla keeps its latents (q_a_proj's and kv_a_proj's outputs and
   // their normalised copies, whole on every TP rank: they see the gathered

@@ -923,6 +923,10 @@ DType TrainSection::param_dtype() const {
   return DType::F32;
 }
 
+DType TrainSection::moment_dtype() const {
+  return moment_precision == "bf16" ? DType::BF16 : DType::F32;
+}
+
 DType TrainSection::muon_ns_dtype() const {
   if (!muon_ns_precision.empty()) return muon_ns_precision == "bf16" ? DType::BF16 : DType::F32;
   return precision == "fp32" ? DType::F32 : DType::BF16;
@@ -1184,6 +1188,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16") {
             throw ConfigError(k + " '" + t.precision + "' must be one of fp32, bf16, fp16");
           }
+        }}},
+      {"moment_precision",
+       {false,
+        [&](auto& v, auto& k) {
+          t.moment_precision = get_string(v, k);
+          if (t.moment_precision != "fp32" && t.moment_precision != "bf16")
+            throw ConfigError(k + " '" + t.moment_precision + "' must be fp32 or bf16");
         }}},
       {"loss_average",
        {false,
@@ -1793,6 +1804,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "max_skipped_steps" << YAML::Value << t.max_skipped_steps;
   e << YAML::Key << "exit_after_minutes" << YAML::Value << t.exit_after_minutes;
   e << YAML::Key << "precision" << YAML::Value << t.precision;
+  if (t.moment_precision != "fp32")
+    e << YAML::Key << "moment_precision" << YAML::Value << t.moment_precision;
   e << YAML::Key << "loss_average" << YAML::Value << t.loss_average;
   e << YAML::Key << "loss_scale_init" << YAML::Value << t.loss_scale_init;
   e << YAML::Key << "loss_scale_window" << YAML::Value << t.loss_scale_window;

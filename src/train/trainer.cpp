@@ -98,7 +98,8 @@ std::string format_duration(double seconds) {
 }
 
 // Refuses, before anything is built, a model whose training state cannot fit:
-// its weights, gradients and AdamW's moments (and f32 master weights under
+// its weights, gradients and AdamW's moments (f32, or bf16 under
+// train.moment_precision; and f32 master weights under
 // half precision; ZeRO-1 shards the optimizer's part over the dp data-parallel
 // ranks, dp * cp under context parallelism) average over
 // the tp * pp ranks holding one copy, and `ranks_here` such ranks share the
@@ -107,7 +108,8 @@ std::string format_duration(double seconds) {
 // the same trainer, moments included, and is checked the same way.)
 void check_training_state_fits(const Config& config, int dp, Device device, int ranks_here) {
   const bool half = config.train.param_dtype() != DType::F32;
-  const double optimizer = (half ? 12.0 : 8.0) / (config.parallel.zero == 1 ? dp : 1);
+  const double moments = config.train.moment_dtype() == DType::BF16 ? 4.0 : 8.0;
+  const double optimizer = ((half ? 4.0 : 0.0) + moments) / (config.parallel.zero == 1 ? dp : 1);
   const double per_parameter = (half ? 2.0 : 4.0) + 4.0 + optimizer;
   const double ranks = static_cast<double>(config.parallel.tp) * config.parallel.pp;
   // (Expert parallelism shares the experts out among ep ranks.)
@@ -147,7 +149,11 @@ void check_training_state_fits(const Config& config, int dp, Device device, int 
                     " ranks) for weights, gradients and optimizer state, more than " + where + " " +
                     g(have / 1e9) +
                     " GB of memory (tp and pp split it; parallel.zero: 1 shards the "
-                    "optimizer's part over dp)");
+                    "optimizer's part over dp" +
+                    (config.train.moment_dtype() == DType::F32
+                         ? std::string("; train.moment_precision: bf16 halves its moments")
+                         : std::string()) +
+                    ")");
 }
 
 // Writes a model whose LoRA adapters are merged into their weights (W +
@@ -474,6 +480,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   o.beta2 = config_.train.beta2;
   o.eps = config_.train.eps;
   o.weight_decay = config_.train.weight_decay;
+  o.moment_dtype = config_.train.moment_dtype();
   if (mesh_ && data_parallel_ranks() > 1) {
     // Gradients still changed after backward are reduced last: the tied
     // embedding (summed across stages) and sequence-parallel partial sums.
@@ -613,6 +620,7 @@ optim::MuonOptions Trainer::muon_options() const {
   mo.scale = optim::muon_scale_from_string(t.muon_scale);
   mo.weight_decay = t.weight_decay;
   mo.ns_dtype = t.muon_ns_dtype();
+  mo.moment_dtype = t.moment_dtype();
   return mo;
 }
 
@@ -759,6 +767,9 @@ std::map<std::string, std::string> Trainer::layout() const {
   // same): a run that changes it resumes as under another layout, the new
   // optimizer's state starting from zero.
   if (config_.train.optimizer != "adamw") out["optimizer"] = config_.train.optimizer;
+  // The moments' storage when not f32 (earlier checkpoints read the same):
+  // a run that changes it resumes as under another layout, its moments cast.
+  if (config_.train.moment_precision != "fp32") out["moments"] = config_.train.moment_precision;
   // LoRA's adapters and their scale (a checkpoint read as a model merges
   // them with it). Without them no key: earlier checkpoints' layouts read
   // the same.
@@ -945,8 +956,8 @@ int64_t Trainer::load_checkpoint() {
     io::check_checkpoint_layout(*info, {{"model", mine.at("model")}});
     const auto metadata = load_resharded(*info);
     std::string from;
-    for (const char* key :
-         {"world", "tp", "pp", "dp", "ep", "cp", "vpp", "zero", "sequence_parallel", "precision"}) {
+    for (const char* key : {"world", "tp", "pp", "dp", "ep", "cp", "vpp", "zero",
+                            "sequence_parallel", "precision", "moments"}) {
       auto it = info->layout.find(key);
       if (it != info->layout.end())
         from += std::string(from.empty() ? "" : ", ") + key + " " + it->second;
@@ -1148,6 +1159,16 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   for (const auto& [name, p] : params) names.insert(name);
   const RankPlacement mine = placement();
   auto put = [&](Tensor& into, const Tensor& from, const std::string& what) {
+    // Moments written in f32 or bf16 (train.moment_precision) come to this
+    // run's (f32 -> bf16 rounds once, bf16 -> f32 is exact).
+    const bool moment = what.rfind("adam_m/", 0) == 0 || what.rfind("adam_v/", 0) == 0 ||
+                        what.rfind("muon_momentum/", 0) == 0;
+    const auto storable = [](DType d) { return d == DType::F32 || d == DType::BF16; };
+    if (moment && from.shape() == into.shape() && from.dtype() != into.dtype() &&
+        storable(from.dtype()) && storable(into.dtype())) {
+      copy_(into, cast(from, into.dtype()));
+      return;
+    }
     if (from.shape() != into.shape() || from.dtype() != into.dtype()) {
       throw IoError("checkpoint '" + info.step_dir + "': '" + what + "' comes to " + from.str() +
                     ", this run has " + into.str());

@@ -1917,6 +1917,28 @@ TEST(CudaRuntime, AdamWMatchesTheCpuUpdate) {
     expect_close(to_double_vector(md), to_double_vector(cast(m32, d)), rtol, 1e-6, "m");
     expect_close(to_double_vector(vd), to_double_vector(cast(v32, d)), rtol, 1e-6, "v");
   }
+  // bf16 moments beside an f32 parameter (train.moment_precision): the
+  // CPU's step on the same values, the moments within one rounding step.
+  Tensor p = randn({1001}, 2, 1, 1.0), g = randn({1001}, 2, 2, 1.0);
+  Tensor m = randn({1001}, 2, 3, 0.1, DType::BF16),
+         v = cast(rand_uniform({1001}, 2, 4, 0, 0.1), DType::BF16);
+  AdamWStep hp;
+  hp.lr = 1e-2;
+  hp.weight_decay = 0.1;
+  hp.step = 3;
+  hp.grad_scale = 0.5;
+  Tensor pd = to_device(p, kGpu), gd = to_device(g, kGpu), md = to_device(m, kGpu),
+         vd = to_device(v, kGpu);
+  Tensor pc = clone(p), mc = clone(m), vc = clone(v);
+  backend_for(DeviceType::CPU).adamw(pc, g, mc, vc, hp);
+  backend_for(DeviceType::CUDA).adamw(pd, gd, md, vd, hp);
+  EXPECT_EQ(md.dtype(), DType::BF16);
+  expect_close(to_double_vector(pd), to_double_vector(pc), 1e-5, 1e-6, "param (bf16 moments)");
+  expect_close(to_double_vector(md), to_double_vector(mc), 1.0 / 128, 1e-6, "m (bf16)");
+  expect_close(to_double_vector(vd), to_double_vector(vc), 1.0 / 128, 1e-6, "v (bf16)");
+  // Moments of another type beside f32 are refused by name.
+  Tensor m16 = to_device(cast(m, DType::F16), kGpu), v16 = to_device(cast(v, DType::F16), kGpu);
+  EXPECT_THROW(backend_for(DeviceType::CUDA).adamw(pd, gd, m16, v16, hp), ValueError);
 }
 
 TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
@@ -1929,8 +1951,12 @@ TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
     s += std::to_string(i);
     return s;
   };
-  for (DType d : {DType::F32, DType::BF16}) {
-    SCOPED_TRACE(dtype_name(d));
+  // Each with f32 moments and with bf16 ones (train.moment_precision).
+  for (const auto& [d, moments] : {std::pair{DType::F32, DType::F32},
+                                   {DType::BF16, DType::F32},
+                                   {DType::F32, DType::BF16},
+                                   {DType::BF16, DType::BF16}}) {
+    SCOPED_TRACE(std::string(dtype_name(d)) + " moments " + dtype_name(moments));
     std::vector<std::pair<std::string, Tensor>> cpu, gpu;
     for (int i = 0; i < 20; ++i) {
       const Shape shape = i == 3 ? Shape{300, 250} : i % 2 ? Shape{17, 9} : Shape{33};
@@ -1940,7 +1966,9 @@ TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
     }
     optim::AdamWOptions o;
     o.weight_decay = 0.1;
+    o.moment_dtype = moments;
     optim::AdamW opt_cpu(cpu, o), opt_gpu(gpu, o);
+    ASSERT_EQ(opt_gpu.state()[0].m.dtype(), moments);
     for (int step = 0; step < 3; ++step) {
       for (size_t i = 0; i < cpu.size(); ++i) {
         // Half leaves accumulate f32 gradients.
@@ -1956,8 +1984,12 @@ TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
     for (size_t i = 0; i < cpu.size(); ++i) {
       expect_close(to_double_vector(gpu[i].second), to_double_vector(cpu[i].second), t.rtol, 1e-6,
                    label("param ", i));
+      // bf16 moments: within one rounding step of the CPU's.
+      const double mtol = moments == DType::F32 ? 1e-5 : 1.0 / 128;
       expect_close(to_double_vector(opt_gpu.state()[i].m), to_double_vector(opt_cpu.state()[i].m),
-                   1e-5, 1e-6, label("m ", i));
+                   mtol, 1e-6, label("m ", i));
+      expect_close(to_double_vector(opt_gpu.state()[i].v), to_double_vector(opt_cpu.state()[i].v),
+                   mtol, 1e-6, label("v ", i));
     }
   }
 }
@@ -2389,16 +2421,20 @@ TEST(CudaTraining, ZeroOneStepMatchesAdamWInAFewLaunches) {
   ASSERT_EQ(world->size(), 1);
   dist::ProcessGroupPtr nccl = dist::make_nccl_group(world, 0);
   const auto [ids, tg] = token_batch(2, 16);
-  auto step_launches = [&](int layers, DType dtype) {
-    SCOPED_TRACE(std::to_string(layers) + " layers, " + dtype_name(dtype));
+  auto step_launches = [&](int layers, DType dtype, DType moments) {
+    SCOPED_TRACE(std::to_string(layers) + " layers, " + dtype_name(dtype) + ", moments " +
+                 dtype_name(moments));
     const nn::GptConfig cfg{
         .n_layer = layers, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16};
     nn::Gpt sharded(cfg, 7, dtype), plain(cfg, 7, dtype);
     sharded.to(kGpu);
     plain.to(kGpu);
     dp::GradientReducer reducer(sharded.named_parameters(), nccl, 1e9, true);
-    dp::ZeroAdamW zero(reducer, {});
-    optim::AdamW adamw(plain.named_parameters(), {});
+    optim::AdamWOptions o;
+    o.moment_dtype = moments;
+    dp::ZeroAdamW zero(reducer, o);
+    EXPECT_EQ(zero.m().dtype(), moments);
+    optim::AdamW adamw(plain.named_parameters(), o);
     for (nn::Gpt* m : {&sharded, &plain})
       autograd::backward({m->loss(to_device(ids, kGpu), to_device(tg, kGpu))});
     reducer.finish();
@@ -2420,8 +2456,9 @@ TEST(CudaTraining, ZeroOneStepMatchesAdamWInAFewLaunches) {
                    a[i].first);
     return launches;
   };
-  for (DType dtype : {DType::F32, DType::BF16}) {
-    const int64_t one = step_launches(1, dtype), three = step_launches(3, dtype);
+  for (const auto& [dtype, moments] :
+       {std::pair{DType::F32, DType::F32}, {DType::BF16, DType::F32}, {DType::BF16, DType::BF16}}) {
+    const int64_t one = step_launches(1, dtype, moments), three = step_launches(3, dtype, moments);
     if (kOnSimulator) {
       // Two more layers are 24 more parameters: under two launches' worth
       // of multi-tensor chunks.

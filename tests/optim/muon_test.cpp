@@ -210,6 +210,46 @@ TEST(Muon, HalfParametersStepThroughF32Masters) {
   EXPECT_EQ(to_double_vector(w16), to_double_vector(cast(w32, DType::BF16)));
 }
 
+// train.moment_precision bf16: the momentum is f32 Muon's as stored, then
+// stored rounded to bf16; the update uses it as computed. Nesterov's and
+// the plain momentum alike.
+TEST(Muon, ABf16MomentumIsTheF32OneRoundedAfterEachStep) {
+  for (const bool nesterov : {true, false}) {
+    SCOPED_TRACE(nesterov ? "nesterov" : "plain");
+    Tensor a = randn({6, 4}, 51, 0).detach(), b = clone(a).detach();
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    MuonMatrix m;
+    m.name = "w";
+    MuonOptions o;
+    o.nesterov = nesterov;
+    MuonOptions bf = o;
+    bf.moment_dtype = DType::BF16;
+    Muon rounded({{m, a}}, bf), reference({{m, b}}, o);
+    EXPECT_EQ(rounded.state()[0].momentum.dtype(), DType::BF16);
+    for (int step = 0; step < 3; ++step) {
+      const Tensor g = randn({6, 4}, 52, static_cast<uint64_t>(step));
+      a.set_grad(g);
+      b.set_grad(g);
+      rounded.step(0.02, 0.5);
+      reference.step(0.02, 0.5);
+      Tensor& r = reference.state()[0].momentum;
+      copy_(r, cast(cast(r, DType::BF16), DType::F32));
+      EXPECT_EQ(to_double_vector(rounded.state()[0].momentum), to_double_vector(r)) << step;
+      EXPECT_EQ(to_double_vector(a), to_double_vector(b)) << step;
+    }
+  }
+  // A bf16 momentum needs f32 parameters (or half ones with masters).
+  Tensor d = zeros({2, 2}, DType::F64);
+  MuonMatrix m;
+  m.name = "d";
+  MuonOptions bf;
+  bf.moment_dtype = DType::BF16;
+  EXPECT_THROW(Muon({{m, d}}, bf), ValueError);
+  bf.moment_dtype = DType::F16;
+  EXPECT_THROW(Muon({{m, zeros({2, 2})}}, bf), ValueError);
+}
+
 TEST(Muon, RejectsBadOptionsAndShapes) {
   Tensor w = zeros({2, 2});
   w.set_requires_grad(true);

@@ -127,6 +127,95 @@ TEST(AdamW, AGradScaleEqualsScalingTheGradientsFirst) {
   }
 }
 
+// train.moment_precision bf16: each step is f32 AdamW's on the moments as
+// stored, which it then stores rounded to bf16; f32 parameters in place,
+// and half ones through f32 masters, with clipping's scale folded in.
+TEST(AdamW, Bf16MomentsAreF32MomentsRoundedAfterEachStep) {
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto params = [&] {
+      std::vector<std::pair<std::string, Tensor>> p{{"w", cast(randn({5, 7}, 3, 0, 1.0), dtype)},
+                                                    {"b", cast(randn({9}, 3, 1, 1.0), dtype)}};
+      for (auto& [name, t] : p) t = t.detach(), t.set_requires_grad(true);
+      return p;
+    };
+    auto narrow = params(), wide = params();
+    AdamWOptions o;
+    o.weight_decay = 0.1;
+    AdamWOptions bf = o;
+    bf.moment_dtype = DType::BF16;
+    AdamW rounded(narrow, bf), reference(wide, o);
+    for (const auto& st : rounded.state()) {
+      EXPECT_EQ(st.m.dtype(), DType::BF16);
+      EXPECT_EQ(st.v.dtype(), DType::BF16);
+      EXPECT_EQ(st.master.defined(), dtype != DType::F32);
+    }
+    double apart = 0;
+    for (int step = 0; step < 4; ++step) {
+      for (size_t i = 0; i < narrow.size(); ++i) {
+        const Tensor g = randn(narrow[i].second.shape(), 5, 10 * step + i, 0.3);
+        narrow[i].second.set_grad(dtype == DType::F32 ? clone(g) : cast(g, DType::F32));
+        wide[i].second.set_grad(dtype == DType::F32 ? clone(g) : cast(g, DType::F32));
+      }
+      rounded.step(1e-2, 0.75);
+      reference.step(1e-2, 0.75);
+      for (size_t i = 0; i < narrow.size(); ++i) {
+        auto& r = reference.state()[i];
+        // What the reference's step computed, as bf16 stores it.
+        copy_(r.m, cast(cast(r.m, DType::BF16), DType::F32));
+        copy_(r.v, cast(cast(r.v, DType::BF16), DType::F32));
+        EXPECT_EQ(to_double_vector(rounded.state()[i].m), to_double_vector(r.m)) << step;
+        EXPECT_EQ(to_double_vector(rounded.state()[i].v), to_double_vector(r.v)) << step;
+        EXPECT_EQ(to_double_vector(narrow[i].second), to_double_vector(wide[i].second)) << step;
+        if (dtype != DType::F32) {
+          EXPECT_EQ(to_double_vector(rounded.state()[i].master), to_double_vector(r.master));
+        }
+      }
+    }
+    // Without the rounding the steps would differ: f32 moments part from them.
+    auto free = params();
+    AdamW unrounded(free, o);
+    for (int step = 0; step < 4; ++step) {
+      for (size_t i = 0; i < free.size(); ++i) {
+        const Tensor g = randn(free[i].second.shape(), 5, 10 * step + i, 0.3);
+        free[i].second.set_grad(dtype == DType::F32 ? clone(g) : cast(g, DType::F32));
+      }
+      unrounded.step(1e-2, 0.75);
+    }
+    for (size_t i = 0; i < free.size(); ++i) {
+      const auto a = to_double_vector(unrounded.state()[i].m);
+      const auto b = to_double_vector(rounded.state()[i].m);
+      for (size_t k = 0; k < a.size(); ++k) apart = std::max(apart, std::abs(a[k] - b[k]));
+    }
+    EXPECT_GT(apart, 0.0);
+  }
+}
+
+TEST(AdamW, MomentsAreF32OrBf16) {
+  Tensor w = zeros({2, 2});
+  w.set_requires_grad(true);
+  AdamWOptions o;
+  o.moment_dtype = DType::F16;
+  try {
+    AdamW({{"w", w}}, o);
+    FAIL() << "f16 moments were accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("moments of dtype f16 are not supported (f32 or bf16)"),
+              std::string::npos)
+        << e.what();
+  }
+  // bf16 moments beside f64 parameters: refused by name.
+  Tensor d = zeros({2, 2}, DType::F64);
+  d.set_requires_grad(true);
+  o.moment_dtype = DType::BF16;
+  try {
+    AdamW({{"d", d}}, o);
+    FAIL() << "bf16 moments beside f64 were accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("'d' is f64"), std::string::npos) << e.what();
+  }
+}
+
 TEST(AdamW, RejectsBadHyperParameters) {
   Tensor w = zeros({2, 2});
   w.set_requires_grad(true);

@@ -291,6 +291,44 @@ TEST(CostModel, PricesMuon) {
   EXPECT_NE(muon.config.str().find(" muon"), std::string::npos);
 }
 
+// train.moment_precision bf16: AdamW's two moments and Muon's momentum in 2
+// bytes each beside the f32 master (8 bytes a parameter, not 12; ZeRO-1
+// shards them as ever), and a step streaming 22 bytes a parameter, not 30.
+TEST(CostModel, PricesBf16Moments) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(8, 16, 1536);
+  for (const bool zero : {false, true}) {
+    for (const bool muon : {false, true}) {
+      SCOPED_TRACE(std::string(zero ? "zero1" : "") + (muon ? " muon" : ""));
+      ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+      p.zero1 = zero;
+      p.muon = muon;
+      ParallelConfig b = p;
+      b.bf16_moments = true;
+      const Estimate f32 = estimate(m, c, 32, 64, p), bf16 = estimate(m, c, 32, 64, b);
+      double hidden = 0, all = 0;
+      for (const auto& [name, shape] : nn::gpt_parameter_shapes(m)) {
+        all += static_cast<double>(numel(shape));
+        if (nn::is_hidden_matrix(name, shape)) hidden += static_cast<double>(numel(shape));
+      }
+      const double share = muon ? hidden / all : 0.0;
+      EXPECT_NEAR(bf16.optimizer_bytes / f32.optimizer_bytes,
+                  (4.0 + 2.0 * (2.0 - share)) / (4.0 + 4.0 * (2.0 - share)), 1e-9);
+      EXPECT_NEAR(f32.memory_bytes - bf16.memory_bytes, f32.optimizer_bytes - bf16.optimizer_bytes,
+                  1e-6 * f32.memory_bytes);
+      EXPECT_LT(bf16.optimizer_time, f32.optimizer_time);
+      EXPECT_DOUBLE_EQ(bf16.pipeline_time, f32.pipeline_time);
+      EXPECT_NE(bf16.config.str().find(" moments=bf16"), std::string::npos);
+      EXPECT_EQ(f32.config.str().find("moments"), std::string::npos);
+    }
+  }
+  // AdamW's streamed bytes: 22 for 30.
+  ParallelConfig p = layout(2, 1, 16, 2, Recompute::None), b = p;
+  b.bf16_moments = true;
+  const Estimate f32 = estimate(m, c, 32, 64, p), bf16 = estimate(m, c, 32, 64, b);
+  EXPECT_NEAR(bf16.optimizer_time / f32.optimizer_time, 22.0 / 30.0, 1e-9);
+}
+
 // model.lora.dropout keeps each adapted layer's dropped-out input for
 // backward: 2h (the column-parallel layers' whole inputs) plus (h + 4h) / tp
 // (the row-parallel ones' split inputs) per token and held layer, 2 bytes

@@ -56,6 +56,12 @@ TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
   EXPECT_FALSE(planned_run(config("{tp: 2, pp: 2, dp: 16, pipeline_scatter_gather: false}"))
                    .layout.scatter_gather);
   EXPECT_EQ(p.attention, Attention::Flash);
+  EXPECT_FALSE(p.bf16_moments);
+  {
+    train::Config bm = config("{dp: 8, zero: 1}");
+    bm.train.moment_precision = "bf16";
+    EXPECT_TRUE(planned_run(bm).layout.bf16_moments);
+  }
   EXPECT_TRUE(run.note.empty()) << run.note;
   // It prices without complaint on a real cluster file.
   const ClusterSpec c = load_cluster(TRIAD_SOURCE_DIR "/configs/clusters/hgx_h200.yaml");

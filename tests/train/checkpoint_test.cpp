@@ -170,6 +170,86 @@ TEST(Checkpoint, AMuonRunResumesBitwiseAndCanChangeOptimizer) {
   EXPECT_NE(rest[1].loss, whole[3].loss);
 }
 
+// train.moment_precision bf16: the checkpoint holds the moments (AdamW's,
+// Muon's momentum) as bf16, the run resumes bit for bit, and a checkpoint
+// written with either storage resumes under the other (its moments cast).
+TEST(Checkpoint, Bf16MomentsResumeBitwiseAndCarryOverToF32Moments) {
+  for (const std::string optimizer : {"adamw", "muon"}) {
+    for (const std::string precision : {"fp32", "bf16"}) {
+      SCOPED_TRACE(optimizer + " " + precision);
+      TempDir dir;
+      auto with = [&](const std::string& moments, int64_t interval, const std::string& resume) {
+        Config c = config(dir, 5, interval, resume);
+        c.train.optimizer = optimizer;
+        c.train.precision = precision;
+        c.train.moment_precision = moments;
+        return c;
+      };
+      std::vector<StepMetrics> whole;
+      {
+        Trainer t(with("bf16", 2, "never"));
+        whole = t.run();
+      }
+      const io::CheckpointInfo info = io::open_checkpoint(dir.file("ckpt/step_2"));
+      EXPECT_EQ(info.layout.at("moments"), "bf16");
+      const io::RankState st = io::read_rank_state(info, 0);
+      int moments = 0;
+      for (const auto& [key, t] : st.tensors) {
+        if (key.rfind("adam_m/", 0) == 0 || key.rfind("adam_v/", 0) == 0 ||
+            key.rfind("muon_momentum/", 0) == 0) {
+          EXPECT_EQ(t.dtype(), DType::BF16) << key;
+          ++moments;
+        } else if (key.rfind("master/", 0) == 0) {
+          EXPECT_EQ(t.dtype(), DType::F32) << key;
+        }
+      }
+      EXPECT_GT(moments, 0);
+      EXPECT_TRUE(st.tensors.count(optimizer == "muon" ? "muon_momentum/h.0.attn.c_proj.weight"
+                                                       : "adam_m/h.0.attn.c_proj.weight"));
+      point_latest_to(dir, 2);
+      {
+        Trainer again(with("bf16", 0, "auto"));
+        const auto rest = again.run();
+        ASSERT_EQ(rest.size(), 3u);
+        for (size_t i = 0; i < rest.size(); ++i) {
+          EXPECT_EQ(rest[i].loss, whole[2 + i].loss) << "step " << rest[i].step;  // bitwise
+          EXPECT_EQ(rest[i].grad_norm, whole[2 + i].grad_norm);
+        }
+      }
+      // Under f32 moments: the checkpoint's moments widened exactly, so the
+      // first step's update is the bf16 run's (which updates with its
+      // moments unrounded) and so is the next loss; after it the moments
+      // are no longer rounded, and the runs part.
+      point_latest_to(dir, 2);
+      Trainer wide(with("fp32", 0, "auto"));
+      const auto rest = wide.run();
+      ASSERT_EQ(rest.size(), 3u);
+      EXPECT_EQ(rest[0].loss, whole[2].loss);
+      EXPECT_EQ(rest[1].loss, whole[3].loss);
+      EXPECT_EQ(rest[1].grad_norm, whole[3].grad_norm);
+      EXPECT_NE(rest[2].loss, whole[4].loss);
+      EXPECT_NEAR(rest[2].loss, whole[4].loss, 1e-3 * whole[4].loss);
+    }
+  }
+  // An f32-moment checkpoint resumed with bf16 moments: the moments round
+  // once, and the run goes on near the f32 one.
+  TempDir dir;
+  std::vector<StepMetrics> whole;
+  {
+    Trainer t(config(dir, 4, 2, "never"));
+    whole = t.run();
+  }
+  point_latest_to(dir, 2);
+  Config narrow = config(dir, 4, 0, "auto");
+  narrow.train.moment_precision = "bf16";
+  Trainer t(narrow);
+  const auto rest = t.run();
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0].loss, whole[2].loss);
+  EXPECT_NE(rest[1].loss, whole[3].loss);
+  EXPECT_NEAR(rest[1].loss, whole[3].loss, 1e-3 * whole[3].loss);
+}
+
 // model.lora: a run resumes bit for bit (the checkpoint keeps the adapters
 // apart), and a run without adapters started from that checkpoint
 // (init.from) starts from its weights with the adapters merged in.

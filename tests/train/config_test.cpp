@@ -217,6 +217,15 @@ TEST(Config, MuonOptimizerKeys) {
                       "train.muon_ns_precision 'fp16' must be fp32 or bf16");
   expect_config_error(kValid, {"train.optimizer=sgd"},
                       "train.optimizer 'sgd' must be adamw or muon");
+  // train.moment_precision: fp32 unless asked, round trips, and is named
+  // when it is something else.
+  EXPECT_EQ(parse_config(kValid).train.moment_dtype(), DType::F32);
+  EXPECT_EQ(to_yaml(parse_config(kValid)).find("moment_precision"), std::string::npos);
+  const Config bm = parse_config(to_yaml(parse_config(kValid, {"train.moment_precision=bf16"})));
+  EXPECT_EQ(bm.train.moment_precision, "bf16");
+  EXPECT_EQ(bm.train.moment_dtype(), DType::BF16);
+  expect_config_error(kValid, {"train.moment_precision=fp16"},
+                      "train.moment_precision 'fp16' must be fp32 or bf16");
   expect_config_error(kValid, {"train.muon_momentum=0.9"},
                       "train.muon_momentum applies to train.optimizer 'muon', not 'adamw'");
   expect_config_error(kValid, {"train.optimizer=muon", "train.muon_scale=unit"},

@@ -335,13 +335,16 @@ class Backend {
   virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
                        Tensor& y) = 0;
 
-  // One AdamW update of param in place; m and v are f32 moments.
+  // One AdamW update of param in place; m and v are its moments, of its
+  // type, or bf16 beside an f32 parameter (train.moment_precision: bf16:
+  // read into f32, updated and used in f32, stored rounded to bf16).
   virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                      const AdamWStep& hp) = 0;
 
   // One AdamW update of many parameters (the optimizer's whole step). With
   // `master` defined (f32 master weights of a half parameter) the master is
-  // updated and then rounded into `param`; `grad`, `m`, `v` are f32 then.
+  // updated and then rounded into `param`; `grad` is f32 then, `m` and `v`
+  // f32 or bf16.
   // hp.weight_decay and hp.grad_scale are replaced by each entry's own. The
   // default runs adamw() (and the rounding copy) per entry, the reference;
   // the CUDA backend updates them all in a few multi-tensor launches.

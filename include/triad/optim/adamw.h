@@ -15,16 +15,26 @@ struct AdamWOptions {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  // The moments' storage: f32, or bf16 (DeepSeek-V3's, Megatron-LM's
+  // --exp-avg-dtype/--exp-avg-sq-dtype bf16): each step reads them into f32,
+  // updates and uses them in f32, and stores them rounded, so they take half
+  // the memory. Masters stay f32.
+  DType moment_dtype = DType::F32;
 };
+
+// Throws a ValueError naming `who` unless `dtype` is a moment storage the
+// optimizers hold: f32 or bf16.
+void check_moment_dtype(DType dtype, const std::string& who);
 
 // AdamW with PyTorch's semantics (decoupled weight decay, bias correction).
 // Weight decay applies to parameters of 2+ dimensions (linear weights,
 // embeddings), never to biases or LayerNorm parameters.
 //
 // Mixed precision: for a bf16/f16 parameter the optimizer keeps an f32
-// master copy and f32 moments; the update runs on the master with the f32
-// gradient (half parameters accumulate f32 gradients) and the parameter
-// receives the master rounded once. f32 parameters are updated in place.
+// master copy and moments of options.moment_dtype; the update runs on the
+// master with the f32 gradient (half parameters accumulate f32 gradients)
+// and the parameter receives the master rounded once. f32 parameters are
+// updated in place.
 class AdamW {
  public:
   AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOptions options);
@@ -40,7 +50,7 @@ class AdamW {
   struct State {
     std::string name;
     Tensor param;
-    Tensor m, v;  // first and second moments (f32 for half parameters)
+    Tensor m, v;  // first and second moments (options.moment_dtype)
     bool decay;
     Tensor master;  // f32 master weights of a half parameter; undefined otherwise
   };

@@ -31,6 +31,9 @@ struct MuonOptions {
   MuonScale scale = MuonScale::AdamWRms;
   double weight_decay = 0.1;    // decoupled, as AdamW's: p <- p (1 - lr wd)
   DType ns_dtype = DType::F32;  // the Newton-Schulz GEMMs' (orthogonalize's compute)
+  // The momentum's storage: f32, or bf16 (advance_momentum: read into f32,
+  // updated and used in f32, stored rounded).
+  DType moment_dtype = DType::F32;
 };
 
 // The Newton-Schulz iteration Muon uses (Jordan et al. 2024): X = G / |G|_F,
@@ -55,6 +58,11 @@ Tensor muon_update(const Tensor& u, const std::vector<int64_t>& row_blocks,
 // piece of either with the matching piece of the update): decoupled weight
 // decay, then target -= lr * update.
 void apply_muon_update(Tensor& target, const Tensor& update, double lr, double weight_decay);
+
+// The momentum's step, momentum <- mu momentum + g: in the momentum's own
+// type, or for a bf16 momentum in f32 (g f32), stored rounded. Returns the
+// new momentum as computed (unrounded), which the update then uses.
+Tensor advance_momentum(Tensor& momentum, const Tensor& g, double mu);
 
 // A matrix Muon updates.
 struct MuonMatrix {
@@ -99,7 +107,7 @@ class Muon {
   struct State {
     MuonMatrix matrix;
     Tensor param;
-    Tensor momentum;  // f32 for half parameters
+    Tensor momentum;  // options.moment_dtype (f32 for half parameters by default)
     Tensor master;    // f32 master weights of a half parameter; undefined otherwise
   };
   std::vector<State>& state() { return state_; }

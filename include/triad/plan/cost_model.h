@@ -94,9 +94,14 @@ struct ParallelConfig {
   // (train.muon_ns_precision fp32), in f32.
   bool muon = false;
   bool muon_ns_fp32 = false;
+  // train.moment_precision bf16: the optimizer's moments (AdamW's two,
+  // Muon's momentum) in 2 bytes each, not 4; the step streams 8 bytes a
+  // parameter fewer.
+  bool bf16_moments = false;
 
   // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b", and
-  // " stages=[3,4,4,1]" for an uneven split, " muon" under Muon.
+  // " stages=[3,4,4,1]" for an uneven split, " muon" under Muon,
+  // " moments=bf16" under bf16 moments.
   std::string str() const;
 };
 

@@ -53,6 +53,11 @@ struct TrainSection {
   // precision, f32 gradients, master weights and optimizer state; fp16 adds
   // dynamic loss scaling.
   std::string precision = "fp32";
+  // fp32 | bf16: how the optimizer stores its moments (AdamW's two, Muon's
+  // momentum). bf16 halves their memory; each step reads them into f32,
+  // updates and uses them in f32 and stores them rounded. Masters stay f32.
+  std::string moment_precision = "fp32";
+  DType moment_dtype() const;
   // How a step's loss averages its tokens' losses: "microbatches" (the mean
   // of each microbatch's mean over its unmasked targets) or "tokens" (the
   // mean over every unmasked target of the step, whatever microbatch holds

@@ -318,10 +318,15 @@ void HalfAdapter::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                         const AdamWStep& hp) {
   // Half-precision parameters keep f32 masters in the mixed-precision
   // optimizer; updating half values in place would lose the small steps.
-  if (is_half(param) || is_half(m) || is_half(v)) {
-    throw NotSupportedError(
-        std::string("adamw: dtype ") + dtype_name(param.dtype()) +
-        " is not supported on device cpu (keep f32 master weights and moments)");
+  // The moments may be bf16 (train.moment_precision: bf16): read into f32,
+  // updated and used as f32 moments, then stored rounded.
+  const bool bf16_moments = m.dtype() == DType::BF16 && v.dtype() == DType::BF16;
+  if (is_half(param) || ((is_half(m) || is_half(v)) && !bf16_moments)) {
+    throw NotSupportedError(std::string("adamw: dtype ") +
+                            dtype_name(is_half(param) ? param.dtype() : m.dtype()) +
+                            (is_half(param) ? "" : " moments") +
+                            " is not supported on device cpu (keep f32 master weights; moments "
+                            "f32, or bf16 both)");
   }
   if (is_half(grad) && hp.grad_scale != 1.0) {
     // The scaled gradient rounded to its own type first, as scaling it would.
@@ -333,7 +338,9 @@ void HalfAdapter::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
     return;
   }
   Widen w(inner_);
-  inner_.adamw(param, w.in(grad), m, v, hp);
+  Tensor m32 = w.inout(m), v32 = w.inout(v);
+  inner_.adamw(param, w.in(grad), m32, v32, hp);
+  w.finish();
 }
 
 }  // namespace triad::detail

@@ -1490,11 +1490,16 @@ k::AdamWArgs adamw_args(const AdamWStep& hp) {
 void CudaBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                         const AdamWStep& hp) {
   require_nn("adamw", param.dtype());
+  // The moments: the parameter's type, or bf16 beside an f32 parameter
+  // (train.moment_precision: bf16).
+  const DType moments = m.dtype();
+  const bool bf16_moments = param.dtype() == DType::F32 && moments == DType::BF16;
   for (const Tensor* t : {&grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)}) {
-    if (t->dtype() != param.dtype() || t->numel() != param.numel()) {
+    const DType want = t == &grad || !bf16_moments ? param.dtype() : DType::BF16;
+    if (t->dtype() != want || t->numel() != param.numel()) {
       throw ValueError(std::string("adamw: gradient and moments must match the parameter (") +
                        dtype_name(param.dtype()) + ", " + std::to_string(param.numel()) +
-                       " elements), got " + dtype_name(t->dtype()) + ", " +
+                       " elements; bf16 moments beside f32), got " + dtype_name(t->dtype()) + ", " +
                        std::to_string(t->numel()));
     }
   }
@@ -1503,22 +1508,24 @@ void CudaBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   const k::AdamWArgs a = adamw_args(hp);
   launch(s.index, s.stream, "adamw", [&] {
     k::adamw(param.raw_data(), grad.raw_data(), m.raw_data(), v.raw_data(), scalar(param.dtype()),
-             param.numel(), a, s.stream);
+             scalar(moments), param.numel(), a, s.stream);
   });
 }
 
 void CudaBackend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
   // f32 parameters, and bf16/f16 ones with f32 masters, with f32 gradients
-  // and moments, go through the multi-tensor kernel, one launch sequence
-  // per parameter type; anything else takes adamw() one at a time.
-  std::map<DType, std::vector<k::AdamWTensor>> groups;
+  // and f32 or bf16 moments, go through the multi-tensor kernel, one launch
+  // sequence per parameter and moment type; anything else takes adamw() one
+  // at a time.
+  std::map<std::pair<DType, DType>, std::vector<k::AdamWTensor>> groups;
   std::vector<AdamWEntry> rest;
   int device = -1;
   for (AdamWEntry& e : entries) {
     const int64_t n = e.param.numel();
-    const bool f32_state = e.grad.dtype() == DType::F32 && e.m.dtype() == DType::F32 &&
-                           e.v.dtype() == DType::F32 && e.grad.numel() == n && e.m.numel() == n &&
-                           e.v.numel() == n;
+    const DType moments = e.m.dtype();
+    const bool f32_state =
+        e.grad.dtype() == DType::F32 && (moments == DType::F32 || moments == DType::BF16) &&
+        e.v.dtype() == moments && e.grad.numel() == n && e.m.numel() == n && e.v.numel() == n;
     const bool plain = !e.master.defined() && e.param.dtype() == DType::F32;
     const bool half = e.master.defined() && is_half(e.param.dtype()) &&
                       e.master.dtype() == DType::F32 && e.master.numel() == n;
@@ -1531,21 +1538,22 @@ void CudaBackend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& 
     k::AdamWTensor t;
     t.param = e.param.raw_data();
     t.grad = e.grad.data<float>();
-    t.m = e.m.data<float>();
-    t.v = e.v.data<float>();
+    t.m = e.m.raw_data();
+    t.v = e.v.raw_data();
     t.master = half ? e.master.data<float>() : nullptr;
     t.n = n;
     t.weight_decay = e.weight_decay;
     t.grad_scale = e.grad_scale;
-    groups[e.param.dtype()].push_back(t);
+    groups[{e.param.dtype(), moments}].push_back(t);
   }
   if (!groups.empty()) {
     DeviceState& s = state(device);
     DeviceGuard g(s.index);
     const k::AdamWArgs a = adamw_args(hp);  // each tensor carries its own weight decay
-    for (auto& [dtype, tensors] : groups) {
-      launch(s.index, s.stream, "adamw_many",
-             [&] { k::adamw_multi(scalar(dtype), tensors, a, s.stream); });
+    for (auto& [types, tensors] : groups) {
+      launch(s.index, s.stream, "adamw_many", [&] {
+        k::adamw_multi(scalar(types.first), scalar(types.second), tensors, a, s.stream);
+      });
     }
   }
   if (!rest.empty()) Backend::adamw_many(rest, hp);

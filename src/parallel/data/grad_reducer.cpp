@@ -326,6 +326,12 @@ ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options,
     throw ValueError("ZeroAdamW: Muon's matrix '" + muon.begin()->first +
                      "' is not one of the reducer's parameters");
   }
+  optim::check_moment_dtype(options.moment_dtype, "ZeroAdamW");
+  if (!muon_.empty() && muon_options.moment_dtype != options.moment_dtype) {
+    throw ValueError(std::string("ZeroAdamW: Muon's momentum (") +
+                     dtype_name(muon_options.moment_dtype) + ") and AdamW's moments (" +
+                     dtype_name(options.moment_dtype) + ") share one buffer: give them one dtype");
+  }
   int64_t n = 0, nv = 0;
   for (const auto& s : reducer_.shard_segments()) {
     const bool orthogonal = muon_.count(s.param) > 0;
@@ -334,8 +340,8 @@ ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options,
     if (!orthogonal) nv += s.length;
   }
   const Device device = reducer_.flat_params().device();
-  m_ = zeros({n}, DType::F32, device);
-  v_ = zeros({nv}, DType::F32, device);
+  m_ = zeros({n}, options.moment_dtype, device);
+  v_ = zeros({nv}, options.moment_dtype, device);
   if (reducer_.flat_params().dtype() != DType::F32) {
     // Mixed precision: f32 masters of this rank's pieces.
     master_ = empty({n}, DType::F32, device);
@@ -409,12 +415,11 @@ void ZeroAdamW::muon_step(double lr, double grad_scale) {
     Tensor g = range(reducer_.flat_grads(), s.flat_offset, s.length);
     Tensor m = range(m_, places_[k].m_at, s.length);
     if (grad_scale != 1.0) scale_(g, grad_scale);
-    scale_(m, mu);
-    add_(m, g);
+    const Tensor now = optim::advance_momentum(m, g, mu);
     if (muon_options_.nesterov) {
-      add_(g, scale(m, mu));
+      add_(g, scale(now, mu));
     } else {
-      copy_(g, m);
+      copy_(g, now);
     }
     if (touched.empty() || touched.back() != s.param) {
       touched.push_back(s.param);

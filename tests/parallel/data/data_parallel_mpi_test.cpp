@@ -356,6 +356,48 @@ TEST(DataParallel, OverlappedParameterGathersAreWaitedForPartByPart) {
 
 // ZeRO-1 reduce-scatters the gradients in place: each rank's averaged piece
 // lands where the optimizer reads it, with no tensor allocated for it.
+// train.moment_precision bf16 under ZeRO-1: each rank's pieces keep bf16
+// moments and step exactly as one process's AdamW with bf16 moments does
+// (every rank's gradients alike, so their average is each one's, exactly).
+TEST(DataParallel, ZeroOneBf16MomentsStepAsOneProcessDoes) {
+  dp::GradientReducer r(small_params(), g_world, 256.0, true);
+  ASSERT_GT(r.num_buckets(), 2);
+  std::vector<std::pair<std::string, Tensor>> plain;
+  for (size_t i = 0; i < r.params().size(); ++i) {
+    const auto& [name, p] = r.params()[i];
+    const Tensor start = randn(p.shape(), 61, i, 1.0);
+    Tensor shared = p;  // (a view of the reducer's flat parameters)
+    copy_(shared, start);
+    Tensor mine = clone(start).detach();
+    mine.set_requires_grad(true);
+    plain.push_back({name, mine});
+  }
+  optim::AdamWOptions o;
+  o.weight_decay = 0.1;
+  o.moment_dtype = DType::BF16;
+  dp::ZeroAdamW zero(r, o);
+  EXPECT_EQ(zero.m().dtype(), DType::BF16);
+  EXPECT_EQ(zero.v().dtype(), DType::BF16);
+  optim::AdamW adamw(plain, o);
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const Tensor g = randn(plain[i].second.shape(), 62, 10 * step + i, 0.5);
+      plain[i].second.set_grad(clone(g));
+      Tensor grad = r.params()[i].second.grad();
+      copy_(grad, g);
+    }
+    r.finish();
+    zero.step(1e-2, 0.8);
+    r.wait_gathers();
+    adamw.step(1e-2, 0.8);
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(to_double_vector(r.params()[i].second), to_double_vector(plain[i].second))
+          << plain[i].first << " step " << step;
+    }
+    r.zero_grad();
+  }
+}
+
 TEST(DataParallel, ZeroOneReduceScattersTheGradientsInPlace) {
   const int dp = g_world->size(), me = g_world->rank();
   dp::GradientReducer r(small_params(), g_world, 256.0, true);

@@ -188,7 +188,8 @@ class ZeroAdamW {
   int64_t state_elements() const { return m_.defined() ? m_.numel() : 0; }
   // For checkpoints: the moments over this rank's pieces and the step count.
   // m() covers every piece (Muon's momentum on a matrix's), v() AdamW's
-  // pieces alone, in order.
+  // pieces alone, in order; both of options.moment_dtype (f32 or bf16,
+  // Muon's momentum alike).
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
   // Where each of shard_segments() lies in m() (and master()) and in v()
