@@ -55,7 +55,7 @@ constexpr int kMultiPack = 4;
 // Everything one launch needs, passed by value as the kernel's argument.
 struct MultiArgs {
   void* param[kAdamWTensorsPerLaunch];
-  const float* grad[kAdamWTensorsPerLaunch];
+  const void* grad[kAdamWTensorsPerLaunch];
   void* m[kAdamWTensorsPerLaunch];
   void* v[kAdamWTensorsPerLaunch];
   float* master[kAdamWTensorsPerLaunch];
@@ -80,12 +80,14 @@ __device__ __forceinline__ void for_each_in_chunk(int64_t begin, int64_t end, F&
   }
 }
 
-template <int V, class P, class M, bool kMaster>
+// P: the parameters' type; G: the gradients' (f32, or P's own beside
+// masters); M: the moments' (f32 or bf16).
+template <int V, class P, class G, class M, bool kMaster>
 __device__ __forceinline__ void adamw_chunk(const MultiArgs& a, int t, int64_t begin, int64_t end,
                                             float b1, float b2, float step_size, float bc2_sqrt,
                                             float eps) {
   P* p = static_cast<P*>(a.param[t]);
-  const float* g = a.grad[t];
+  const G* g = static_cast<const G*>(a.grad[t]);
   M* m = static_cast<M*>(a.m[t]);
   M* v = static_cast<M*>(a.v[t]);
   float* w = a.master[t];
@@ -102,7 +104,8 @@ __device__ __forceinline__ void adamw_chunk(const MultiArgs& a, int t, int64_t b
     load_body<V>(m, i, mi, pack);
     load_body<V>(v, i, vi, pack);
     for (int k = 0; k < body_count<V>(pack); ++k) {
-      const float gk = __fmul_rn(gscale, gi[k]);  // f32 gradients: as a scale of them stores
+      // As a scale of the gradients would store them, in their own type.
+      const float gk = round_to<G>(__fmul_rn(gscale, gi[k]));
       pi[k] *= decay;
       mi[k] += (gk - mi[k]) * (1.0f - b1);
       vi[k] = vi[k] * b2 + (1.0f - b2) * gk * gk;
@@ -116,7 +119,7 @@ __device__ __forceinline__ void adamw_chunk(const MultiArgs& a, int t, int64_t b
   });
 }
 
-template <class P, class M, bool kMaster>
+template <class P, class G, class M, bool kMaster>
 __global__ void __launch_bounds__(kMultiThreads)
     adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_size, float bc2_sqrt,
                        float eps) {
@@ -124,9 +127,9 @@ __global__ void __launch_bounds__(kMultiThreads)
   const int64_t begin = int64_t(a.block_chunk[blockIdx.x]) * kMultiChunk;
   const int64_t end = min(a.n[t], begin + kMultiChunk);
   if (a.packed[t]) {
-    adamw_chunk<kMultiPack, P, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
+    adamw_chunk<kMultiPack, P, G, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
   } else {
-    adamw_chunk<1, P, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
+    adamw_chunk<1, P, G, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
   }
 }
 
@@ -140,12 +143,29 @@ void with_moment_type(ScalarType moment_type, F&& f) {
   }
 }
 
+// A half parameter's gradients: f32, or its own type P.
+template <class P, class F>
+void with_grad_type(ScalarType grad_type, F&& f) {
+  if (grad_type == ScalarType::F32) {
+    f(float{});
+  } else {
+    f(P{});
+  }
+}
+
 }  // namespace
 
-Status check_adamw_multi(ScalarType param_type, ScalarType moment_type,
-                         const std::vector<AdamWTensor>& tensors, const AdamWArgs& a) {
+Status check_adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensors,
+                         const AdamWArgs& a) {
+  const ScalarType param_type = types.param, moment_type = types.moment;
   const Status base = check_adamw(param_type, 0, a);
   if (!base.ok) return base;
+  if (types.grad != ScalarType::F32 &&
+      (types.grad != param_type || param_type == ScalarType::F32)) {
+    return Status::fail(std::string("gradient type ") + scalar_name(types.grad) + " beside " +
+                        scalar_name(param_type) +
+                        " parameters is not supported (f32, or a half parameter's own type)");
+  }
   if (moment_type != ScalarType::F32 && moment_type != ScalarType::BF16) {
     return Status::fail(std::string("moment type ") + scalar_name(moment_type) +
                         " is not supported (f32 or bf16)");
@@ -168,9 +188,9 @@ Status check_adamw_multi(ScalarType param_type, ScalarType moment_type,
   return Status::fine();
 }
 
-void adamw_multi(ScalarType param_type, ScalarType moment_type,
-                 const std::vector<AdamWTensor>& tensors, const AdamWArgs& a, cudaStream_t stream) {
-  require(check_adamw_multi(param_type, moment_type, tensors, a), "adamw_multi");
+void adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensors,
+                 const AdamWArgs& a, cudaStream_t stream) {
+  require(check_adamw_multi(types, tensors, a), "adamw_multi");
   const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
   const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
   const float step_size = static_cast<float>(a.lr / bc1);
@@ -178,19 +198,24 @@ void adamw_multi(ScalarType param_type, ScalarType moment_type,
   const float b1 = static_cast<float>(a.beta1), b2 = static_cast<float>(a.beta2);
   const float eps = static_cast<float>(a.eps);
   auto launch = [&](const MultiArgs& args, int blocks) {
-    with_moment_type(moment_type, [&](auto moment) {
+    with_moment_type(types.moment, [&](auto moment) {
       using M = decltype(moment);
-      switch (param_type) {
-        case ScalarType::BF16:
-          adamw_multi_kernel<__nv_bfloat16, M, true>
+      auto half = [&](auto param) {
+        using P = decltype(param);
+        with_grad_type<P>(types.grad, [&](auto grad) {
+          adamw_multi_kernel<P, decltype(grad), M, true>
               <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+        });
+      };
+      switch (types.param) {
+        case ScalarType::BF16:
+          half(__nv_bfloat16{});
           break;
         case ScalarType::F16:
-          adamw_multi_kernel<__half, M, true>
-              <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+          half(__half{});
           break;
         default:
-          adamw_multi_kernel<float, M, false>
+          adamw_multi_kernel<float, float, M, false>
               <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
       }
     });

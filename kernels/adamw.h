@@ -36,15 +36,23 @@ void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, Sca
 
 // Many parameters in a few launches (a multi-tensor step): each launch takes
 // up to kAdamWTensorsPerLaunch parameters, each block one chunk of one of
-// them. Gradients are f32, the moments f32 or bf16 (`moment_type`, every
-// tensor's alike: read into f32, stored rounded). An f32 parameter is
-// updated in place (master null); a bf16/f16 parameter has f32 master
-// weights, which are updated and then rounded into it in the same pass.
+// them. `types` names the parameters' type, the gradients' and the
+// moments', every tensor's alike. An f32 parameter is updated in place
+// (master null) from f32 gradients; a bf16/f16 parameter has f32 master
+// weights, which are updated and then rounded into it in the same pass,
+// from f32 gradients or gradients of its own type (train.grad_precision:
+// bf16), each scaled in its own type as a scale of it would store it, then
+// used in f32. The moments are f32 or bf16 (read into f32, stored rounded).
 // args.weight_decay is replaced by each tensor's own, and so is
 // args.grad_scale. Same arithmetic as adamw().
+struct AdamWTypes {
+  ScalarType param = ScalarType::F32;
+  ScalarType grad = ScalarType::F32;
+  ScalarType moment = ScalarType::F32;
+};
 struct AdamWTensor {
   void* param = nullptr;
-  const float* grad = nullptr;
+  const void* grad = nullptr;
   void* m = nullptr;
   void* v = nullptr;
   float* master = nullptr;
@@ -69,11 +77,10 @@ struct AdamWLaunch {
 };
 std::vector<AdamWLaunch> plan_adamw_multi(const std::vector<int64_t>& sizes, int max_tensors,
                                           int max_blocks, int64_t chunk);
-Status check_adamw_multi(ScalarType param_type, ScalarType moment_type,
-                         const std::vector<AdamWTensor>& tensors, const AdamWArgs& args);
-void adamw_multi(ScalarType param_type, ScalarType moment_type,
-                 const std::vector<AdamWTensor>& tensors, const AdamWArgs& args,
-                 cudaStream_t stream);
+Status check_adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensors,
+                         const AdamWArgs& args);
+void adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensors,
+                 const AdamWArgs& args, cudaStream_t stream);
 
 // The global gradient norm's square (adamw.cu): the sum of x^2 over every
 // element of many tensors of `type` (f32, bf16 or f16), each square and sum

@@ -55,8 +55,9 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
   Backend& backend = backend_for(param);
   // bf16/f16 leaves (mixed-precision parameters) accumulate in f32: the
   // optimizer's f32 master weights take f32 gradients, and sums over
-  // microbatches do not lose digits.
-  const DType grad_dtype = stat_dtype(param.dtype());
+  // microbatches do not lose digits; those marked set_half_grad
+  // (train.grad_precision bf16) in their own type.
+  const DType grad_dtype = param.grad_dtype();
   if (!leaf_->grad && g.dtype() == grad_dtype && g.device() == param.device() &&
       g.is_contiguous() && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
       g.storage()->nbytes() == static_cast<size_t>(g.numel()) * dtype_size(g.dtype())) {
@@ -90,7 +91,7 @@ bool accumulate_into_leaf_grads(
       continue;
     }
     const Tensor grad(t.impl().grad);
-    if (grad.dtype() != stat_dtype(t.dtype()) || grad.shape() != t.shape() ||
+    if (grad.dtype() != t.grad_dtype() || grad.shape() != t.shape() ||
         grad.device() != t.device() || !grad.is_contiguous()) {
       return false;
     }
@@ -101,7 +102,7 @@ bool accumulate_into_leaf_grads(
   for (const Tensor& t : leaves) {
     TensorImpl& leaf = t.impl();
     if (!leaf.grad) {
-      Tensor buffer = empty(t.shape(), stat_dtype(t.dtype()), t.device());
+      Tensor buffer = empty(t.shape(), t.grad_dtype(), t.device());
       if (beta != 0.0) backend_for(buffer).fill(buffer, 0.0);
       leaf.grad = buffer.impl_ptr();
     }

@@ -48,6 +48,12 @@ void Tensor::register_post_accumulate_hook(GradHook hook) {
   impl().post_accumulate_hooks.push_back(std::move(hook));
 }
 
+DType Tensor::grad_dtype() const {
+  const DType d = dtype();
+  if (is_half(d)) return impl().half_grad ? d : DType::F32;
+  return d == DType::F64 ? DType::F64 : DType::F32;
+}
+
 Tensor Tensor::detach() const {
   auto& t = impl();
   auto d = std::make_shared<TensorImpl>();

@@ -68,14 +68,11 @@ void AdamW::step(double lr, double grad_scale) {
     if (!g.defined()) continue;
     Backend::AdamWEntry e;
     e.param = s.param, e.m = s.m, e.v = s.v, e.master = s.master;
+    // A half gradient (train.grad_precision: bf16) goes as it is: the
+    // backends scale it in its own type, then widen it, as scaling it first
+    // would.
     e.grad_scale = grad_scale;
-    if (s.master.defined() && g.dtype() != DType::F32) {
-      // A half gradient is scaled in its own type, then widened.
-      e.grad = cast(grad_scale != 1.0 ? scale(g, grad_scale) : g, DType::F32);
-      e.grad_scale = 1.0;
-    } else {
-      e.grad = g;
-    }
+    e.grad = g;
     e.weight_decay = s.decay ? options_.weight_decay : 0.0;
     auto it = std::find_if(by_device.begin(), by_device.end(),
                            [&](const auto& d) { return d.first == s.param.device(); });

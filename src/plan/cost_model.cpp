@@ -665,7 +665,8 @@ std::string ParallelConfig::str() const {
               ? " max-in-flight=" + std::to_string(zb_max_in_flight)
               : std::string()) +
          (attention == Attention::Flash ? " attention=flash" : "") + stages +
-         (muon ? " muon" : "") + (bf16_moments ? " moments=bf16" : "");
+         (muon ? " muon" : "") + (bf16_moments ? " moments=bf16" : "") +
+         (bf16_grads ? " grads=bf16" : "");
 }
 
 double ptdp_model_flops(const nn::GptConfig& m, int global_batch, double recomputed) {
@@ -1171,7 +1172,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       const double time = reduction(trained, 4.0, 2.0);
       e.dp_comm_time = p.overlap_dp ? std::max(0.0, time - backward) : time;
     } else {
-      // Reduce-scatter fp32 gradients (during backward), all-gather fp16
+      // Reduce-scatter fp32 gradients (during backward; bf16 ones are
+      // reduced through f32, as Triad's collectives reduce half tensors), all-gather fp16
       // parameters after the step — with overlap_param_gather during the
       // next step's first forward pass, each part waiting for its own.
       const double scatter = reduction(trained, 4.0, 1.0);
@@ -1194,13 +1196,15 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
                                c.collective_efficiency);
   }
   // Optimizer: AdamW streams fp32 master, moments and gradients, writes fp16 params:
-  // 30 bytes a parameter, 22 with bf16 moments (each read and written in 2).
+  // 30 bytes a parameter; 22 with bf16 moments (each read and written in 2),
+  // 2 fewer with bf16 gradients.
   // (ZeRO-1 shards the experts' over their dp / ep replicas.)
   const double optimized =
       p.zero1 ? dense_trained / reducing + expert_trained / (reducing / p.ep) : trained;
   const double moment_bytes = p.bf16_moments ? 2.0 : 4.0;
-  e.optimizer_time =
-      optimized * (14.0 + 4.0 * moment_bytes) / (c.memory_bandwidth * c.memory_efficiency);
+  const double grad_bytes = p.bf16_grads ? 2.0 : 4.0;
+  e.optimizer_time = optimized * (10.0 + grad_bytes + 4.0 * moment_bytes) /
+                     (c.memory_bandwidth * c.memory_efficiency);
   if (p.muon) {
     // Newton-Schulz in bf16, or in f32 without TF32: about a sixteenth of
     // the bf16 tensor-core peak (A100: 19.5 of 312 TFLOP/s; H100 SXM: 67 of
@@ -1235,7 +1239,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
 
   // ---- memory per GPU (Korthikanti et al. 2022 for activations)
   e.weights_bytes = params * 2.0;
-  e.gradient_bytes = trained * 4.0;
+  // f32 gradients, or bf16 (train.grad_precision: Megatron-LM's default).
+  e.gradient_bytes = trained * grad_bytes;
   // f32 master and AdamW's two moments (f32, or bf16: train.moment_precision);
   // Muon's matrices one moment.
   e.optimizer_bytes = optimized * (4.0 + moment_bytes * (2.0 - muon_share));

@@ -31,6 +31,7 @@ void SearchSpace::apply_to(ParallelConfig& p) const {
   p.muon = muon;
   p.muon_ns_fp32 = muon_ns_fp32;
   p.bf16_moments = bf16_moments;
+  p.bf16_grads = bf16_grads;
   p.overlap_param_gather = overlap_param_gather;
   p.scatter_gather = scatter_gather;
   p.frozen = frozen;

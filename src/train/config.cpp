@@ -538,6 +538,18 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)");
   require(t.eps > 0, "train.eps", t.eps, "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
+  // bf16 gradients are those of bf16 parameters (they are f32 under fp32,
+  // and fp16's loss scaling wants f32 sums); Muon's ZeRO-1 pieces would
+  // hold its update terms in them, rounded, as one process does not.
+  if (t.grad_precision == "bf16" && t.precision != "bf16") {
+    throw ConfigError("train.grad_precision 'bf16' needs train.precision 'bf16' (it is '" +
+                      t.precision + "')");
+  }
+  if (t.grad_precision == "bf16" && t.optimizer == "muon") {
+    throw ConfigError(
+        "train.grad_precision 'bf16' is not supported with train.optimizer 'muon' (use fp32 "
+        "gradients)");
+  }
   const bool muon = t.optimizer == "muon";
   for (const auto& [key, given] : {std::pair{"muon_momentum", t.muon_momentum != 0.95},
                                    {"muon_nesterov", !t.muon_nesterov},
@@ -927,6 +939,10 @@ DType TrainSection::moment_dtype() const {
   return moment_precision == "bf16" ? DType::BF16 : DType::F32;
 }
 
+DType TrainSection::grad_dtype() const {
+  return grad_precision == "bf16" ? DType::BF16 : DType::F32;
+}
+
 DType TrainSection::muon_ns_dtype() const {
   if (!muon_ns_precision.empty()) return muon_ns_precision == "bf16" ? DType::BF16 : DType::F32;
   return precision == "fp32" ? DType::F32 : DType::BF16;
@@ -1188,6 +1204,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16") {
             throw ConfigError(k + " '" + t.precision + "' must be one of fp32, bf16, fp16");
           }
+        }}},
+      {"grad_precision",
+       {false,
+        [&](auto& v, auto& k) {
+          t.grad_precision = get_string(v, k);
+          if (t.grad_precision != "fp32" && t.grad_precision != "bf16")
+            throw ConfigError(k + " '" + t.grad_precision + "' must be fp32 or bf16");
         }}},
       {"moment_precision",
        {false,
@@ -1806,6 +1829,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "precision" << YAML::Value << t.precision;
   if (t.moment_precision != "fp32")
     e << YAML::Key << "moment_precision" << YAML::Value << t.moment_precision;
+  if (t.grad_precision != "fp32")
+    e << YAML::Key << "grad_precision" << YAML::Value << t.grad_precision;
   e << YAML::Key << "loss_average" << YAML::Value << t.loss_average;
   e << YAML::Key << "loss_scale_init" << YAML::Value << t.loss_scale_init;
   e << YAML::Key << "loss_scale_window" << YAML::Value << t.loss_scale_window;

@@ -110,7 +110,8 @@ void check_training_state_fits(const Config& config, int dp, Device device, int 
   const bool half = config.train.param_dtype() != DType::F32;
   const double moments = config.train.moment_dtype() == DType::BF16 ? 4.0 : 8.0;
   const double optimizer = ((half ? 4.0 : 0.0) + moments) / (config.parallel.zero == 1 ? dp : 1);
-  const double per_parameter = (half ? 2.0 : 4.0) + 4.0 + optimizer;
+  const double grads = config.train.grad_dtype() == DType::BF16 ? 2.0 : 4.0;
+  const double per_parameter = (half ? 2.0 : 4.0) + grads + optimizer;
   const double ranks = static_cast<double>(config.parallel.tp) * config.parallel.pp;
   // (Expert parallelism shares the experts out among ep ranks.)
   const double count = config.model.parameter_count() -
@@ -122,7 +123,7 @@ void check_training_state_fits(const Config& config, int dp, Device device, int 
     for (const std::string& name : config.frozen_parameters())
       frozen += static_cast<double>(numel(shapes.at(name)));
   }
-  const double need = (count * per_parameter - frozen * (4.0 + optimizer)) / ranks;
+  const double need = (count * per_parameter - frozen * (grads + optimizer)) / ranks;
   double have = 0;
   std::string where;
   if (device.is_cuda()) {
@@ -397,6 +398,13 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   const std::set<std::string> frozen = config_.frozen_parameters();
   for (auto& [name, p] : parameters()) {
     if (frozen.count(name)) p.set_requires_grad(false);
+  }
+  // train.grad_precision bf16: the half parameters accumulate (and the
+  // gradient reducer holds and reduces) their gradients in bf16, not f32.
+  if (config_.train.grad_dtype() == DType::BF16) {
+    for (auto& [name, p] : parameters()) {
+      if (p.requires_grad()) p.set_half_grad(true);
+    }
   }
   if (config_.train.precision == "fp16") {
     optim::LossScalerOptions so;
@@ -2408,11 +2416,19 @@ std::vector<StepMetrics> Trainer::run() {
         "gemm verification is on (TRIAD_VERIFY_GEMMS=1): every product is checked against a "
         "reference kernel and waited for, which makes training much slower");
   }
-  spdlog::info("device: {}; precision: {}{}", device_.str(), config_.train.precision,
-               config_.train.precision == "fp32"
-                   ? ""
-                   : " (f32 gradients, master weights and optimizer state" +
-                         std::string(scaler_ ? ", dynamic loss scaling)" : ")"));
+  {
+    const auto name = [](DType d) { return d == DType::BF16 ? "bf16" : "f32"; };
+    const std::string moments = name(config_.train.moment_dtype());
+    std::string detail;
+    if (config_.train.precision == "fp32") {
+      if (moments != "f32") detail = " (bf16 optimizer moments)";
+    } else {
+      detail = std::string(" (") + name(config_.train.grad_dtype()) +
+               " gradients, f32 master weights, " + moments + " optimizer moments" +
+               (scaler_ ? ", dynamic loss scaling)" : ")");
+    }
+    spdlog::info("device: {}; precision: {}{}", device_.str(), config_.train.precision, detail);
+  }
   if (config_.model.recompute_layers > 0) {
     spdlog::info(
         "recompute: full, the first {} layer(s) of each {}; the others keep their "

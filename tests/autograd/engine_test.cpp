@@ -235,6 +235,74 @@ TEST(Autograd, HalfWeightGradientsAccumulateInF32WithoutRounding) {
   }
 }
 
+// train.grad_precision bf16: a half leaf marked set_half_grad accumulates
+// its gradient in its own dtype, through the fused weight-gradient GEMMs
+// (direct and deferred) and through AccumulateGrad alike: each
+// micro-batch's sum rounded into the bf16 buffer.
+TEST(Autograd, HalfGradLeavesAccumulateInTheirOwnDtype) {
+  for (const bool deferred : {false, true}) {
+    SCOPED_TRACE(deferred ? "deferred" : "direct");
+    Tensor w = randn({6, 40}, 17, 1, 0.1, DType::BF16), b = randn({6}, 17, 2, 0.1, DType::BF16);
+    Tensor s = randn({5}, 17, 3, 1.0, DType::BF16);
+    for (Tensor* t : {&w, &b, &s}) {
+      t->set_requires_grad(true);
+      t->set_half_grad(true);
+      EXPECT_EQ(t->grad_dtype(), DType::BF16);
+    }
+    int hooks = 0;
+    w.register_post_accumulate_hook([&](Tensor& g) {
+      ++hooks;
+      EXPECT_EQ(g.dtype(), DType::BF16);
+    });
+    std::vector<double> want(6 * 40, 0.0), want_b(6, 0.0), want_s(5, 0.0);
+    for (uint64_t micro = 0; micro < 2; ++micro) {
+      const Tensor x = randn({3, 5, 40}, 17, 10 + micro, 1.0, DType::BF16);
+      const Tensor dy = randn({3, 5, 6}, 17, 20 + micro, 1.0, DType::BF16);
+      autograd::WeightGradStore store;
+      autograd::BackwardOptions opts;
+      if (deferred) opts.defer_weight_grads = &store;
+      autograd::backward({linear(x, w, b)}, {dy}, opts);
+      store.flush();
+      // A leaf reached by an elementwise op: AccumulateGrad's path.
+      autograd::backward({scale(s, 3.0)}, {full({5}, 0.5, DType::BF16)});
+      const auto xv = vec(x), dv = vec(dy);
+      // What this micro-batch adds, in f32, then rounded into the buffer.
+      std::vector<double> add(6 * 40, 0.0), add_b(6, 0.0);
+      for (int64_t o = 0; o < 6; ++o)
+        for (int64_t r = 0; r < 15; ++r) {
+          add_b[static_cast<size_t>(o)] += dv[static_cast<size_t>(r * 6 + o)];
+          for (int64_t i = 0; i < 40; ++i)
+            add[static_cast<size_t>(o * 40 + i)] +=
+                dv[static_cast<size_t>(r * 6 + o)] * xv[static_cast<size_t>(r * 40 + i)];
+        }
+      auto round_in = [](std::vector<double>& acc, const std::vector<double>& part) {
+        for (size_t k = 0; k < acc.size(); ++k)
+          acc[k] =
+              vec(cast(from_vector(std::vector<double>{acc[k] + part[k]}, {1}), DType::BF16))[0];
+      };
+      round_in(want, add);
+      round_in(want_b, add_b);
+      round_in(want_s, std::vector<double>(5, 1.5));
+    }
+    EXPECT_EQ(hooks, 2);
+    ASSERT_EQ(w.grad().dtype(), DType::BF16);
+    ASSERT_EQ(b.grad().dtype(), DType::BF16);
+    ASSERT_EQ(s.grad().dtype(), DType::BF16);
+    // Within a rounding step of bf16 (the f32 sums inside the GEMM may differ
+    // from these in the last places and round the other way).
+    const auto got = vec(w.grad()), got_b = vec(b.grad());
+    for (size_t k = 0; k < want.size(); ++k)
+      ASSERT_NEAR(got[k], want[k], std::abs(want[k]) / 128 + 1e-6) << "element " << k;
+    for (size_t k = 0; k < want_b.size(); ++k)
+      ASSERT_NEAR(got_b[k], want_b[k], std::abs(want_b[k]) / 128 + 1e-6) << "bias " << k;
+    EXPECT_EQ(vec(s.grad()), want_s);
+  }
+  // f32 leaves are not affected by the mark.
+  Tensor f = randn({3}, 17, 4, 1.0);
+  f.set_half_grad(true);
+  EXPECT_EQ(f.grad_dtype(), DType::F32);
+}
+
 // A bias parameter added by add() (the tensor-parallel row-parallel
 // layers' bias, added after the reduction) takes the column sums straight
 // into its f32 gradient as well; a non-broadcast or non-leaf operand does

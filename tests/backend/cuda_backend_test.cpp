@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "ops/op_cases.h"
@@ -1951,12 +1952,16 @@ TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
     s += std::to_string(i);
     return s;
   };
-  // Each with f32 moments and with bf16 ones (train.moment_precision).
-  for (const auto& [d, moments] : {std::pair{DType::F32, DType::F32},
-                                   {DType::BF16, DType::F32},
-                                   {DType::F32, DType::BF16},
-                                   {DType::BF16, DType::BF16}}) {
-    SCOPED_TRACE(std::string(dtype_name(d)) + " moments " + dtype_name(moments));
+  // Each with f32 moments and with bf16 ones (train.moment_precision), and
+  // bf16 parameters with bf16 gradients too (train.grad_precision).
+  for (const auto& [d, moments, grads] : {std::tuple{DType::F32, DType::F32, DType::F32},
+                                          {DType::BF16, DType::F32, DType::F32},
+                                          {DType::F32, DType::BF16, DType::F32},
+                                          {DType::BF16, DType::BF16, DType::F32},
+                                          {DType::BF16, DType::F32, DType::BF16},
+                                          {DType::BF16, DType::BF16, DType::BF16}}) {
+    SCOPED_TRACE(std::string(dtype_name(d)) + " moments " + dtype_name(moments) + " gradients " +
+                 dtype_name(grads));
     std::vector<std::pair<std::string, Tensor>> cpu, gpu;
     for (int i = 0; i < 20; ++i) {
       const Shape shape = i == 3 ? Shape{300, 250} : i % 2 ? Shape{17, 9} : Shape{33};
@@ -1971,14 +1976,14 @@ TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
     ASSERT_EQ(opt_gpu.state()[0].m.dtype(), moments);
     for (int step = 0; step < 3; ++step) {
       for (size_t i = 0; i < cpu.size(); ++i) {
-        // Half leaves accumulate f32 gradients.
+        // Half leaves accumulate f32 gradients (or bf16 ones).
         Tensor g =
-            randn(cpu[i].second.shape(), 3, static_cast<uint64_t>(100 * step + i), 1.0, DType::F32);
+            randn(cpu[i].second.shape(), 3, static_cast<uint64_t>(100 * step + i), 1.0, grads);
         cpu[i].second.set_grad(g);
         gpu[i].second.set_grad(to_device(g, kGpu));
       }
-      opt_cpu.step(1e-2);
-      opt_gpu.step(1e-2);
+      opt_cpu.step(1e-2, 0.7);
+      opt_gpu.step(1e-2, 0.7);
     }
     const Tolerance t = tolerance(d);
     for (size_t i = 0; i < cpu.size(); ++i) {
@@ -2616,10 +2621,17 @@ TEST(CudaTraining, MixedPrecisionMatchesTheCpuTrainer) {
   testing::TempDir dir;
   const std::string model =
       "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 128, seq_len: 32, dropout: 0.1}";
-  for (const std::string precision : {"bf16", "fp16"}) {
+  // And bf16 with bf16 gradients (train.grad_precision): bf16 buffers the
+  // weight-gradient GEMMs add into, and the multi-tensor AdamW reading them.
+  for (const std::string precision : {"bf16", "fp16", "bf16 grads"}) {
     SCOPED_TRACE(precision);
-    train::Trainer cpu(train_config(dir, model, "cpu", precision, 8, 4, 128));
-    train::Trainer gpu(train_config(dir, model, "cuda", precision, 8, 4, 128));
+    auto make = [&](const std::string& device) {
+      train::Config c = train_config(dir, model, device, precision.substr(0, 4), 8, 4, 128, "", 2);
+      if (precision == "bf16 grads") c.train.grad_precision = "bf16";
+      return c;
+    };
+    train::Trainer cpu(make("cpu"));
+    train::Trainer gpu(make("cuda"));
     for (int64_t k = 0; k < 8; ++k) {
       const train::StepMetrics a = cpu.step(k), b = gpu.step(k);
       // Stated tolerance: 1% per step (half roundings at different points).

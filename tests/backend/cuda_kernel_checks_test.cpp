@@ -205,30 +205,35 @@ TEST(CudaKernelChecks, MultiTensorAdamWNamesAMissingOrStrayMaster) {
   float buf[4] = {};
   AdamWTensor t;
   t.param = buf, t.grad = buf, t.m = buf, t.v = buf, t.n = 4;
-  const ScalarType f32 = ScalarType::F32;
-  EXPECT_TRUE(check_adamw_multi(ScalarType::F32, f32, {t}, a).ok);
-  EXPECT_NE(
-      reason(check_adamw_multi(ScalarType::BF16, f32, {t}, a)).find("needs f32 master weights"),
-      std::string::npos);
+  const AdamWTypes f32{ScalarType::F32}, bf16{ScalarType::BF16};
+  EXPECT_TRUE(check_adamw_multi(f32, {t}, a).ok);
+  EXPECT_NE(reason(check_adamw_multi(bf16, {t}, a)).find("needs f32 master weights"),
+            std::string::npos);
   t.master = buf;
-  EXPECT_NE(reason(check_adamw_multi(ScalarType::F32, f32, {t}, a)).find("takes no master"),
-            std::string::npos);
+  EXPECT_NE(reason(check_adamw_multi(f32, {t}, a)).find("takes no master"), std::string::npos);
   t.grad = nullptr;
-  EXPECT_NE(reason(check_adamw_multi(ScalarType::BF16, f32, {t}, a)).find("null pointer"),
-            std::string::npos);
-  EXPECT_THROW(adamw_multi(ScalarType::BF16, f32, {t}, a, nullptr), std::invalid_argument);
+  EXPECT_NE(reason(check_adamw_multi(bf16, {t}, a)).find("null pointer"), std::string::npos);
+  EXPECT_THROW(adamw_multi(bf16, {t}, a, nullptr), std::invalid_argument);
 }
 
-TEST(CudaKernelChecks, AdamWMomentsAreTheParametersTypeOrBf16) {
+TEST(CudaKernelChecks, AdamWMomentsAndGradientsOfTheirTypes) {
   AdamWArgs a;
   float buf[4] = {};
   AdamWTensor t;
   t.param = buf, t.grad = buf, t.m = buf, t.v = buf, t.n = 4;
   // Multi-tensor: f32 or bf16 moments beside any parameter type.
-  EXPECT_TRUE(check_adamw_multi(ScalarType::F32, ScalarType::BF16, {t}, a).ok);
-  EXPECT_NE(reason(check_adamw_multi(ScalarType::F32, ScalarType::F16, {t}, a))
+  EXPECT_TRUE(check_adamw_multi({ScalarType::F32, ScalarType::F32, ScalarType::BF16}, {t}, a).ok);
+  EXPECT_NE(reason(check_adamw_multi({ScalarType::F32, ScalarType::F32, ScalarType::F16}, {t}, a))
                 .find("moment type f16 is not supported (f32 or bf16)"),
             std::string::npos);
+  // Gradients: f32, or a half parameter's own type (with its masters).
+  EXPECT_NE(reason(check_adamw_multi({ScalarType::F32, ScalarType::BF16}, {t}, a))
+                .find("gradient type bf16 beside f32 parameters is not supported"),
+            std::string::npos);
+  t.master = buf;
+  EXPECT_TRUE(check_adamw_multi({ScalarType::BF16, ScalarType::BF16, ScalarType::BF16}, {t}, a).ok);
+  EXPECT_TRUE(check_adamw_multi({ScalarType::F16, ScalarType::F16}, {t}, a).ok);
+  EXPECT_FALSE(check_adamw_multi({ScalarType::BF16, ScalarType::F16}, {t}, a).ok);
   // One tensor: the parameter's own type, or bf16 beside f32.
   EXPECT_TRUE(check_adamw_moments(ScalarType::F32, ScalarType::F32).ok);
   EXPECT_TRUE(check_adamw_moments(ScalarType::BF16, ScalarType::BF16).ok);

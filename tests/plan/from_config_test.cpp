@@ -57,10 +57,13 @@ TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
                    .layout.scatter_gather);
   EXPECT_EQ(p.attention, Attention::Flash);
   EXPECT_FALSE(p.bf16_moments);
+  EXPECT_FALSE(p.bf16_grads);
   {
     train::Config bm = config("{dp: 8, zero: 1}");
     bm.train.moment_precision = "bf16";
     EXPECT_TRUE(planned_run(bm).layout.bf16_moments);
+    bm.train.grad_precision = "bf16";
+    EXPECT_TRUE(planned_run(bm).layout.bf16_grads);
   }
   EXPECT_TRUE(run.note.empty()) << run.note;
   // It prices without complaint on a real cluster file.

@@ -31,6 +31,9 @@ struct TensorImpl {
   DType dtype = DType::F32;
 
   bool requires_grad = false;
+  // A bf16/f16 leaf accumulates its gradient in its own dtype, not f32
+  // (train.grad_precision bf16; Tensor::grad_dtype).
+  bool half_grad = false;
   std::shared_ptr<TensorImpl> grad;                // leaf gradient (accumulated)
   std::shared_ptr<autograd::Node> grad_fn;         // producer, null for leaves
   int output_nr = 0;                               // which output of grad_fn
@@ -72,6 +75,14 @@ class Tensor {
   Tensor& set_requires_grad(bool value);
   bool is_leaf() const { return impl().grad_fn == nullptr; }
   Tensor grad() const { return Tensor(impl().grad); }
+  // The dtype a leaf accumulates its gradient in: f32 for bf16/f16 values
+  // (sums over micro-batches keep their digits) unless set_half_grad asked
+  // for their own; f64 for f64; f32 otherwise.
+  DType grad_dtype() const;
+  Tensor& set_half_grad(bool value) {
+    impl().half_grad = value;
+    return *this;
+  }
   void set_grad(const Tensor& g) { impl().grad = g.impl_; }
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
   // Registers a hook that runs each time a gradient has been accumulated into

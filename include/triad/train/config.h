@@ -58,6 +58,12 @@ struct TrainSection {
   // updates and uses them in f32 and stores them rounded. Masters stay f32.
   std::string moment_precision = "fp32";
   DType moment_dtype() const;
+  // fp32 | bf16 (with precision bf16): the dtype the parameters accumulate
+  // their gradients in, and the gradient reducer holds and reduces them in
+  // (Megatron-LM's default is bf16; its --accumulate-allreduce-grads-in-fp32
+  // is fp32).
+  std::string grad_precision = "fp32";
+  DType grad_dtype() const;
   // How a step's loss averages its tokens' losses: "microbatches" (the mean
   // of each microbatch's mean over its unmasked targets) or "tokens" (the
   // mean over every unmasked target of the step, whatever microbatch holds

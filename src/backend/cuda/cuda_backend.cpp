@@ -1513,47 +1513,48 @@ void CudaBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
 }
 
 void CudaBackend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
-  // f32 parameters, and bf16/f16 ones with f32 masters, with f32 gradients
-  // and f32 or bf16 moments, go through the multi-tensor kernel, one launch
-  // sequence per parameter and moment type; anything else takes adamw() one
-  // at a time.
-  std::map<std::pair<DType, DType>, std::vector<k::AdamWTensor>> groups;
+  // f32 parameters with f32 gradients, and bf16/f16 ones with f32 masters
+  // and f32 gradients or gradients of their own type, with f32 or bf16
+  // moments, go through the multi-tensor kernel, one launch sequence per
+  // parameter, gradient and moment type; anything else takes adamw() one at
+  // a time.
+  std::map<std::tuple<DType, DType, DType>, std::vector<k::AdamWTensor>> groups;
   std::vector<AdamWEntry> rest;
   int device = -1;
   for (AdamWEntry& e : entries) {
     const int64_t n = e.param.numel();
-    const DType moments = e.m.dtype();
-    const bool f32_state =
-        e.grad.dtype() == DType::F32 && (moments == DType::F32 || moments == DType::BF16) &&
-        e.v.dtype() == moments && e.grad.numel() == n && e.m.numel() == n && e.v.numel() == n;
-    const bool plain = !e.master.defined() && e.param.dtype() == DType::F32;
+    const DType moments = e.m.dtype(), grads = e.grad.dtype();
+    const bool sizes = e.grad.numel() == n && e.m.numel() == n && e.v.numel() == n;
+    const bool stored = (moments == DType::F32 || moments == DType::BF16) && e.v.dtype() == moments;
+    const bool plain = !e.master.defined() && e.param.dtype() == DType::F32 && grads == DType::F32;
     const bool half = e.master.defined() && is_half(e.param.dtype()) &&
-                      e.master.dtype() == DType::F32 && e.master.numel() == n;
+                      e.master.dtype() == DType::F32 && e.master.numel() == n &&
+                      (grads == DType::F32 || grads == e.param.dtype());
     const int d = e.param.device().index;
-    if (!f32_state || !(plain || half) || (device >= 0 && d != device)) {
+    if (!sizes || !stored || !(plain || half) || (device >= 0 && d != device)) {
       rest.push_back(e);
       continue;
     }
     device = d;
     k::AdamWTensor t;
     t.param = e.param.raw_data();
-    t.grad = e.grad.data<float>();
+    t.grad = e.grad.raw_data();
     t.m = e.m.raw_data();
     t.v = e.v.raw_data();
     t.master = half ? e.master.data<float>() : nullptr;
     t.n = n;
     t.weight_decay = e.weight_decay;
     t.grad_scale = e.grad_scale;
-    groups[{e.param.dtype(), moments}].push_back(t);
+    groups[{e.param.dtype(), grads, moments}].push_back(t);
   }
   if (!groups.empty()) {
     DeviceState& s = state(device);
     DeviceGuard g(s.index);
     const k::AdamWArgs a = adamw_args(hp);  // each tensor carries its own weight decay
     for (auto& [types, tensors] : groups) {
-      launch(s.index, s.stream, "adamw_many", [&] {
-        k::adamw_multi(scalar(types.first), scalar(types.second), tensors, a, s.stream);
-      });
+      const k::AdamWTypes kt{scalar(std::get<0>(types)), scalar(std::get<1>(types)),
+                             scalar(std::get<2>(types))};
+      launch(s.index, s.stream, "adamw_many", [&] { k::adamw_multi(kt, tensors, a, s.stream); });
     }
   }
   if (!rest.empty()) Backend::adamw_many(rest, hp);

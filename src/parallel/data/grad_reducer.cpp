@@ -31,11 +31,20 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
     : params_(std::move(params)), group_(std::move(group)), zero1_(zero1) {
   autograd::NoGradGuard ng;
   const size_t n = params_.size();
-  // Parameters share one dtype (f32, or bf16/f16 under mixed precision);
-  // gradients are always f32 (half parameters accumulate f32 gradients).
+  // Parameters share one dtype (f32, or bf16/f16 under mixed precision),
+  // and so do their gradients: f32 (half parameters accumulate f32
+  // gradients), or the half type itself for parameters marked so
+  // (Tensor::set_half_grad; train.grad_precision bf16).
   const DType param_dtype = n ? params_.front().second.dtype() : DType::F32;
+  const DType grad_dtype = n ? params_.front().second.grad_dtype() : DType::F32;
   const Device device = n ? params_.front().second.device() : Device::cpu();
   for (const auto& [name, p] : params_) {
+    if (p.grad_dtype() != grad_dtype) {
+      throw NotSupportedError("GradientReducer: parameter '" + name + "' keeps " +
+                              dtype_name(p.grad_dtype()) + " gradients, the first parameter " +
+                              dtype_name(grad_dtype) +
+                              " ones: every gradient must be of one dtype");
+    }
     if (p.dtype() != param_dtype || p.device() != device ||
         (p.dtype() != DType::F32 && p.dtype() != DType::BF16 && p.dtype() != DType::F16) ||
         !p.is_contiguous()) {
@@ -68,7 +77,8 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
   // (A bucket holds parameters of one group of replicas.)
   offset_.assign(n, 0);
   bucket_of_.assign(n, 0);
-  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / 4));
+  const int64_t cap = std::max<int64_t>(
+      1, static_cast<int64_t>(bucket_bytes / static_cast<double>(dtype_size(grad_dtype))));
   int64_t total = 0;
   const auto close_last_bucket = [&] {
     if (buckets_.empty()) return;
@@ -97,7 +107,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
     bucket_of_[i] = buckets_.size() - 1;
   }
   close_last_bucket();
-  flat_grad_ = zeros({total}, DType::F32, device);
+  flat_grad_ = zeros({total}, grad_dtype, device);
   flat_param_ = zeros({total}, param_dtype, device);
   // Parameters and gradients become views into the flat buffers.
   for (size_t i = 0; i < n; ++i) {

@@ -166,7 +166,7 @@ void PipelineModel::reduce_tied_embedding_grads() const {
     if (!c->token_embedding().requires_grad()) continue;  // frozen (train.freeze) on every stage
     Tensor g = c->token_embedding().grad();
     if (!g.defined()) {
-      g = zeros(c->token_embedding().shape(), stat_dtype(c->token_embedding().dtype()),
+      g = zeros(c->token_embedding().shape(), c->token_embedding().grad_dtype(),
                 c->token_embedding().device());
       Tensor w = c->token_embedding();
       w.set_grad(g);
