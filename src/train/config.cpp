@@ -78,6 +78,14 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
   return n.Scalar();
 }
 
+// A precision key that takes fp32 or bf16 (muon_ns_precision,
+// grad_precision, moment_precision).
+std::string get_fp32_or_bf16(const YAML::Node& n, const std::string& key) {
+  std::string s = get_string(n, key);
+  if (s != "fp32" && s != "bf16") throw ConfigError(key + " '" + s + "' must be fp32 or bf16");
+  return s;
+}
+
 // model.moe: none, or a mapping of experts, top_k, ffn_hidden_size,
 // normalize_top_k, aux_loss_coef, dense_layers, shared_ffn_hidden_size,
 // shared_gate, capacity_factor, drop_policy, z_loss_coef, score,
@@ -1177,12 +1185,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"muon_lr", {false, [&](auto& v, auto& k) { t.muon_lr = get_double(v, k); }}},
       {"muon_ns_precision",
-       {false,
-        [&](auto& v, auto& k) {
-          t.muon_ns_precision = get_string(v, k);
-          if (t.muon_ns_precision != "fp32" && t.muon_ns_precision != "bf16")
-            throw ConfigError(k + " '" + t.muon_ns_precision + "' must be fp32 or bf16");
-        }}},
+       {false, [&](auto& v, auto& k) { t.muon_ns_precision = get_fp32_or_bf16(v, k); }}},
       {"exit_after_minutes",
        {false,
         [&](auto& v, auto& k) {
@@ -1206,19 +1209,9 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           }
         }}},
       {"grad_precision",
-       {false,
-        [&](auto& v, auto& k) {
-          t.grad_precision = get_string(v, k);
-          if (t.grad_precision != "fp32" && t.grad_precision != "bf16")
-            throw ConfigError(k + " '" + t.grad_precision + "' must be fp32 or bf16");
-        }}},
+       {false, [&](auto& v, auto& k) { t.grad_precision = get_fp32_or_bf16(v, k); }}},
       {"moment_precision",
-       {false,
-        [&](auto& v, auto& k) {
-          t.moment_precision = get_string(v, k);
-          if (t.moment_precision != "fp32" && t.moment_precision != "bf16")
-            throw ConfigError(k + " '" + t.moment_precision + "' must be fp32 or bf16");
-        }}},
+       {false, [&](auto& v, auto& k) { t.moment_precision = get_fp32_or_bf16(v, k); }}},
       {"loss_average",
        {false,
         [&](auto& v, auto& k) {

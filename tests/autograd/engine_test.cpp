@@ -187,6 +187,32 @@ TEST(Autograd, DeferredWeightGradientsMatchImmediateOnes) {
   for (int i = 1; i < 4; ++i) expect_all_near(vec(split[i].grad()), vec(ref[i].grad()));
 }
 
+// One micro-batch through a bf16 linear layer (x [3, 5, 40], w [6, 40],
+// b [6]; seeds by micro-batch), backward with its weight gradients now or
+// deferred: what it adds to w's and b's gradients, exactly (x^T dy and the
+// column sums of dy, in double).
+struct LinearGrads {
+  std::vector<double> w, b;
+};
+LinearGrads linear_micro_batch(const Tensor& w, const Tensor& b, uint64_t seed, uint64_t micro,
+                               bool deferred) {
+  const Tensor x = randn({3, 5, 40}, seed, 10 + micro, 1.0, DType::BF16);
+  const Tensor dy = randn({3, 5, 6}, seed, 20 + micro, 1.0, DType::BF16);
+  autograd::WeightGradStore store;
+  autograd::BackwardOptions opts;
+  if (deferred) opts.defer_weight_grads = &store;
+  autograd::backward({linear(x, w, b)}, {dy}, opts);
+  store.flush();
+  const auto xv = vec(x), dv = vec(dy);
+  LinearGrads g{std::vector<double>(6 * 40, 0.0), std::vector<double>(6, 0.0)};
+  for (size_t o = 0; o < 6; ++o)
+    for (size_t r = 0; r < 15; ++r) {
+      g.b[o] += dv[r * 6 + o];
+      for (size_t i = 0; i < 40; ++i) g.w[o * 40 + i] += dv[r * 6 + o] * xv[r * 40 + i];
+    }
+  return g;
+}
+
 // A bf16 linear layer's weight gradient is the weight-gradient GEMM's f32
 // result added into the f32 gradient (gradient-accumulation fusion), not a
 // bf16-rounded product added afterwards (and its bias's, the column sums): over two micro-batches
@@ -205,22 +231,9 @@ TEST(Autograd, HalfWeightGradientsAccumulateInF32WithoutRounding) {
     });
     std::vector<double> want(6 * 40, 0.0), want_b(6, 0.0);
     for (uint64_t micro = 0; micro < 2; ++micro) {
-      const Tensor x = randn({3, 5, 40}, 7, 10 + micro, 1.0, DType::BF16);
-      const Tensor dy = randn({3, 5, 6}, 7, 20 + micro, 1.0, DType::BF16);
-      autograd::WeightGradStore store;
-      autograd::BackwardOptions opts;
-      if (deferred) opts.defer_weight_grads = &store;
-      autograd::backward({linear(x, w, b)}, {dy}, opts);
-      store.flush();
-      const auto xv = vec(x), dv = vec(dy);
-      for (int64_t r = 0; r < 15; ++r)
-        for (int64_t o = 0; o < 6; ++o)
-          want_b[static_cast<size_t>(o)] += dv[static_cast<size_t>(r * 6 + o)];
-      for (int64_t o = 0; o < 6; ++o)
-        for (int64_t i = 0; i < 40; ++i)
-          for (int64_t r = 0; r < 15; ++r)
-            want[static_cast<size_t>(o * 40 + i)] +=
-                dv[static_cast<size_t>(r * 6 + o)] * xv[static_cast<size_t>(r * 40 + i)];
+      const LinearGrads add = linear_micro_batch(w, b, 7, micro, deferred);
+      for (size_t k = 0; k < want.size(); ++k) want[k] += add.w[k];
+      for (size_t k = 0; k < want_b.size(); ++k) want_b[k] += add.b[k];
     }
     EXPECT_EQ(hooks, 2);  // the weight's, one per micro-batch, as AccumulateGrad runs them
     ASSERT_EQ(w.grad().dtype(), DType::F32);
@@ -256,32 +269,17 @@ TEST(Autograd, HalfGradLeavesAccumulateInTheirOwnDtype) {
     });
     std::vector<double> want(6 * 40, 0.0), want_b(6, 0.0), want_s(5, 0.0);
     for (uint64_t micro = 0; micro < 2; ++micro) {
-      const Tensor x = randn({3, 5, 40}, 17, 10 + micro, 1.0, DType::BF16);
-      const Tensor dy = randn({3, 5, 6}, 17, 20 + micro, 1.0, DType::BF16);
-      autograd::WeightGradStore store;
-      autograd::BackwardOptions opts;
-      if (deferred) opts.defer_weight_grads = &store;
-      autograd::backward({linear(x, w, b)}, {dy}, opts);
-      store.flush();
+      // What this micro-batch adds, then rounded into the buffer.
+      const LinearGrads add = linear_micro_batch(w, b, 17, micro, deferred);
       // A leaf reached by an elementwise op: AccumulateGrad's path.
       autograd::backward({scale(s, 3.0)}, {full({5}, 0.5, DType::BF16)});
-      const auto xv = vec(x), dv = vec(dy);
-      // What this micro-batch adds, in f32, then rounded into the buffer.
-      std::vector<double> add(6 * 40, 0.0), add_b(6, 0.0);
-      for (int64_t o = 0; o < 6; ++o)
-        for (int64_t r = 0; r < 15; ++r) {
-          add_b[static_cast<size_t>(o)] += dv[static_cast<size_t>(r * 6 + o)];
-          for (int64_t i = 0; i < 40; ++i)
-            add[static_cast<size_t>(o * 40 + i)] +=
-                dv[static_cast<size_t>(r * 6 + o)] * xv[static_cast<size_t>(r * 40 + i)];
-        }
       auto round_in = [](std::vector<double>& acc, const std::vector<double>& part) {
         for (size_t k = 0; k < acc.size(); ++k)
           acc[k] =
               vec(cast(from_vector(std::vector<double>{acc[k] + part[k]}, {1}), DType::BF16))[0];
       };
-      round_in(want, add);
-      round_in(want_b, add_b);
+      round_in(want, add.w);
+      round_in(want_b, add.b);
       round_in(want_s, std::vector<double>(5, 1.5));
     }
     EXPECT_EQ(hooks, 2);

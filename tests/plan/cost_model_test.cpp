@@ -667,17 +667,27 @@ TEST(CostModel, PredictsThePublishedPtdpRunsWithin15Percent) {
 // sequence parallelism, ZeRO-1; 8 chunks a rank, the report giving no
 // count), with the H100 file's knobs, nothing fitted: within 15%, and it
 // fits in 80 GB.
-TEST(CostModel, PredictsNemotron4_340bsPublishedStepWithin15Percent) {
-  const nn::GptConfig m =
+// Nemotron-4 340B on DGX H100s as NVIDIA lays it out: tp 8, pp stages of vpp
+// chunks, dp replicas with ZeRO-1, micro-batch 1, sequence parallelism, no
+// recomputation, interleaved 1F1B, fused attention, both overlaps.
+struct Nemotron340b {
+  nn::GptConfig model =
       load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/nemotron4_340b.yaml");
-  const ClusterSpec c =
+  ClusterSpec cluster =
       load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/dgx_h100.yaml");
-  ParallelConfig p = layout(8, 12, 64, 1, Recompute::None);
-  p.vpp = 8;
-  p.schedule = pipeline::ScheduleKind::Interleaved;
-  p.sequence_parallel = p.zero1 = p.overlap_dp = p.overlap_tp = true;
-  p.attention = Attention::Flash;
-  const Estimate e = estimate(m, c, 6144, 2304, p);
+  static ParallelConfig layout(int pp, int vpp, int dp) {
+    ParallelConfig p = ::triad::plan::layout(8, pp, dp, 1, Recompute::None);
+    p.vpp = vpp;
+    p.schedule = pipeline::ScheduleKind::Interleaved;
+    p.sequence_parallel = p.zero1 = p.overlap_dp = p.overlap_tp = true;
+    p.attention = Attention::Flash;
+    return p;
+  }
+};
+
+TEST(CostModel, PredictsNemotron4_340bsPublishedStepWithin15Percent) {
+  const Nemotron340b n;
+  const Estimate e = estimate(n.model, n.cluster, 6144, 2304, Nemotron340b::layout(12, 8, 64));
   EXPECT_NEAR(e.step_time, 8.0, 0.15 * 8.0);
   EXPECT_TRUE(e.fits) << e.memory_bytes / 1e9 << " GB";
 }
@@ -690,15 +700,10 @@ TEST(CostModel, PredictsNemotron4_340bsPublishedStepWithin15Percent) {
 // (`dtype: bf16`), with no recomputation: so priced it fits the 80 GB, and
 // with f32 gradients and moments it would not.
 TEST(CostModel, FitsNemotron4_340bOn128H100sAsNeMoTrainsIt) {
-  const nn::GptConfig m =
-      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/nemotron4_340b.yaml");
-  const ClusterSpec c =
-      load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/dgx_h100.yaml");
-  ParallelConfig p = layout(8, 8, 2, 1, Recompute::None);
-  p.vpp = 12;
-  p.schedule = pipeline::ScheduleKind::Interleaved;
-  p.sequence_parallel = p.zero1 = p.overlap_dp = p.overlap_tp = true;
-  p.attention = Attention::Flash;
+  const Nemotron340b n;
+  const nn::GptConfig& m = n.model;
+  const ClusterSpec& c = n.cluster;
+  const ParallelConfig p = Nemotron340b::layout(8, 12, 2);
   ParallelConfig nemo = p;
   nemo.bf16_grads = nemo.bf16_moments = true;
   const Estimate wide = estimate(m, c, 128, 32, p), e = estimate(m, c, 128, 32, nemo);

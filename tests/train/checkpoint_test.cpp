@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <thread>
@@ -92,6 +93,26 @@ void expect_resumes_from_step_2_bitwise(const TempDir& dir, const Config& resume
   }
 }
 
+// A plain 4-step run checkpointed at step 2, then resumed from there with
+// `change` made to its config: the whole run's metrics and the resumed
+// steps'.
+struct Resumed {
+  std::vector<StepMetrics> whole, rest;
+};
+Resumed resume_plain_run_changed(const TempDir& dir, const std::function<void(Config&)>& change) {
+  Resumed r;
+  {
+    Trainer t(config(dir, 4, 2, "never"));
+    r.whole = t.run();
+  }
+  point_latest_to(dir, 2);
+  Config c = config(dir, 4, 0, "auto");
+  change(c);
+  Trainer t(c);
+  r.rest = t.run();
+  return r;
+}
+
 // train.freeze: a run with frozen parameters resumes bit for bit; resumed
 // with them unfrozen, it starts from the same weights (the same loss) and
 // trains them from zero moments (their checkpoint holds no optimizer state).
@@ -154,17 +175,8 @@ TEST(Checkpoint, AMuonRunResumesBitwiseAndCanChangeOptimizer) {
   }
   // An AdamW checkpoint resumed under Muon.
   TempDir dir;
-  Config c = config(dir, 4, 2, "never");
-  std::vector<StepMetrics> whole;
-  {
-    Trainer t(c);
-    whole = t.run();
-  }
-  point_latest_to(dir, 2);
-  Config m = config(dir, 4, 0, "auto");
-  m.train.optimizer = "muon";
-  Trainer muon(m);
-  const auto rest = muon.run();
+  const auto [whole, rest] =
+      resume_plain_run_changed(dir, [](Config& c) { c.train.optimizer = "muon"; });
   ASSERT_EQ(rest.size(), 2u);
   EXPECT_EQ(rest[0].loss, whole[2].loss);
   EXPECT_NE(rest[1].loss, whole[3].loss);
@@ -234,16 +246,8 @@ TEST(Checkpoint, Bf16MomentsResumeBitwiseAndCarryOverToF32Moments) {
   // An f32-moment checkpoint resumed with bf16 moments: the moments round
   // once, and the run goes on near the f32 one.
   TempDir dir;
-  std::vector<StepMetrics> whole;
-  {
-    Trainer t(config(dir, 4, 2, "never"));
-    whole = t.run();
-  }
-  point_latest_to(dir, 2);
-  Config narrow = config(dir, 4, 0, "auto");
-  narrow.train.moment_precision = "bf16";
-  Trainer t(narrow);
-  const auto rest = t.run();
+  const auto [whole, rest] =
+      resume_plain_run_changed(dir, [](Config& c) { c.train.moment_precision = "bf16"; });
   ASSERT_EQ(rest.size(), 2u);
   EXPECT_EQ(rest[0].loss, whole[2].loss);
   EXPECT_NE(rest[1].loss, whole[3].loss);
