@@ -15,7 +15,8 @@
 #      machine's PyTorch (bf16 autocast, torch.compile, flash attention) on
 #      the same batch, reporting tokens/s and MFU, beside the planner's
 #      prediction for the same run on one H200 (impl "planner"); and 124M
-#      with model.recompute selective and full (memory saved, time spent).
+#      with model.recompute selective and full (memory saved, time spent)
+#      and with bf16 moments and gradients (memory saved).
 # Results go to OUT (default out/gpu; the device tool sets OUT and brings
 # back at most 8 files, so there are 7): summary.log (what this prints),
 # build.log, gpu_tests.log, kernels.jsonl, collectives_nccl.log,
@@ -212,6 +213,11 @@ for preset in 124m 350m; do
         --precision bf16 --peak-tflops "$PEAK" --recompute $recompute |
         tee -a "$OUT/train.jsonl" || status=1
     done
+    # bf16 optimizer moments and gradients (train.moment_precision,
+    # train.grad_precision): the device memory they save and their speed.
+    "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
+      --precision bf16 --peak-tflops "$PEAK" --moment-precision bf16 --grad-precision bf16 |
+      tee -a "$OUT/train.jsonl" || status=1
     # A mixture of 8 experts, top 2, in every layer (model.moe): tokens/s
     # and MFU against the dense model's at twice its MLP FLOPs per token
     # (each layer's routing waits for the host once).

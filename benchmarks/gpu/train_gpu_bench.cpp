@@ -59,12 +59,23 @@ int run(int argc, char** argv) {
   app.add_option("--experts", experts,
                  "a mixture of this many experts in every layer (model.moe; 0: dense MLPs)");
   app.add_option("--top-k", top_k, "experts each token takes (with --experts)");
+  std::string moments = "fp32", grads = "fp32";
+  app.add_option("--moment-precision", moments,
+                 "fp32 | bf16: the AdamW moments' storage (train.moment_precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--grad-precision", grads,
+                 "fp32 | bf16: the gradients' dtype under bf16 (train.grad_precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   int64_t profile_steps = 0;
   app.add_option("--profile-steps", profile_steps,
                  "after the timed steps, this many more with the device's time per backend op "
                  "recorded (\"op_profile\" in the JSON line)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  if (grads == "bf16" && precision != "bf16") {
+    std::fprintf(stderr, "--grad-precision bf16 needs --precision bf16\n");
+    return 2;
+  }
 
   triad::cuda::set_attention_kernel(triad::cuda::attention_kernel_from_string(attention));
   triad::cuda::set_attention_deterministic(!nondeterministic);
@@ -92,7 +103,12 @@ int run(int argc, char** argv) {
   triad::nn::Gpt model(cfg, 1);
   model.to(device);
   model.to(dtype);
-  triad::optim::AdamW opt(model.named_parameters(), {});
+  if (grads == "bf16") {
+    for (auto& p : model.parameters()) p.set_half_grad(true);
+  }
+  triad::optim::AdamWOptions adamw;
+  adamw.moment_dtype = moments == "bf16" ? triad::DType::BF16 : triad::DType::F32;
+  triad::optim::AdamW opt(model.named_parameters(), adamw);
   const int64_t T = cfg.seq_len;
   std::vector<int64_t> in, tg;
   for (int64_t i = 0; i < batch * T; ++i) {
@@ -166,6 +182,8 @@ int run(int argc, char** argv) {
       {"attention_kernel", attention},
       {"attention_deterministic", !nondeterministic},
       {"recompute", recompute},
+      {"moment_precision", moments},
+      {"grad_precision", grads},
       {"device", device.str()},
       {"batch", batch},
       {"seq", T},
