@@ -84,14 +84,16 @@ Tensor muon_update(const Tensor& u, const std::vector<int64_t>& row_blocks,
 }
 
 Tensor advance_momentum(Tensor& momentum, const Tensor& g, double mu) {
+  const DType compute = momentum.dtype() == DType::BF16 ? DType::F32 : momentum.dtype();
+  const Tensor grad = g.dtype() == compute ? g : cast(g, compute);
   if (momentum.dtype() != DType::BF16) {
     scale_(momentum, mu);
-    add_(momentum, g);
+    add_(momentum, grad);
     return momentum;
   }
   Tensor m = cast(momentum, DType::F32);
   scale_(m, mu);
-  add_(m, g);
+  add_(m, grad);
   copy_(momentum, m);
   return m;
 }
@@ -152,7 +154,10 @@ void Muon::step(double lr, double grad_scale) {
     const DType compute = s.momentum.dtype() == DType::BF16 ? DType::F32 : s.momentum.dtype();
     if (g.dtype() != compute) g = cast(g, compute);
     const Tensor m = advance_momentum(s.momentum, g, mu);
-    return options_.nesterov ? add(g, scale(m, mu)) : m;
+    const Tensor term = options_.nesterov ? add(g, scale(m, mu)) : m;
+    // Half gradients (train.grad_precision bf16): the term is held in their
+    // type, as ZeRO-1 holds it in the gradient buffer it gathers.
+    return is_half(grad.dtype()) ? cast(term, grad.dtype()) : term;
   };
   const auto apply = [&](size_t i, const Tensor& update) {
     State& s = *stepping.at(i);

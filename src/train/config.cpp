@@ -547,16 +547,10 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.eps > 0, "train.eps", t.eps, "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
   // bf16 gradients are those of bf16 parameters (they are f32 under fp32,
-  // and fp16's loss scaling wants f32 sums); Muon's ZeRO-1 pieces would
-  // hold its update terms in them, rounded, as one process does not.
+  // and fp16's loss scaling wants f32 sums).
   if (t.grad_precision == "bf16" && t.precision != "bf16") {
     throw ConfigError("train.grad_precision 'bf16' needs train.precision 'bf16' (it is '" +
                       t.precision + "')");
-  }
-  if (t.grad_precision == "bf16" && t.optimizer == "muon") {
-    throw ConfigError(
-        "train.grad_precision 'bf16' is not supported with train.optimizer 'muon' (use fp32 "
-        "gradients)");
   }
   const bool muon = t.optimizer == "muon";
   for (const auto& [key, given] : {std::pair{"muon_momentum", t.muon_momentum != 0.95},

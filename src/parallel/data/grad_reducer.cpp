@@ -427,7 +427,8 @@ void ZeroAdamW::muon_step(double lr, double grad_scale) {
     if (grad_scale != 1.0) scale_(g, grad_scale);
     const Tensor now = optim::advance_momentum(m, g, mu);
     if (muon_options_.nesterov) {
-      add_(g, scale(now, mu));
+      // (A bf16 gradient buffer holds the term rounded, as Muon's does.)
+      copy_(g, add(g.dtype() == now.dtype() ? g : cast(g, now.dtype()), scale(now, mu)));
     } else {
       copy_(g, now);
     }

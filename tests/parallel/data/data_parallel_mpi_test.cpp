@@ -398,6 +398,53 @@ TEST(DataParallel, ZeroOneBf16MomentsStepAsOneProcessDoes) {
   }
 }
 
+// train.grad_precision bf16 under ZeRO-1 with Muon (and bf16 moments): bf16
+// parameters with f32 masters, bf16 gradient buckets, Muon's matrices'
+// update terms held in them and gathered, AdamW for the rest: each step
+// bit for bit one process's Muon and AdamW on the same bf16 gradients.
+TEST(DataParallel, ZeroOneBf16GradientsWithMuonStepAsOneProcessDoes) {
+  std::vector<std::pair<std::string, Tensor>> half = small_params(), plain;
+  for (size_t i = 0; i < half.size(); ++i) {
+    auto& [name, p] = half[i];
+    p = cast(randn(p.shape(), 71, i, 1.0), DType::BF16).detach();
+    p.set_requires_grad(true);
+    p.set_half_grad(true);
+    Tensor mine = clone(p).detach();
+    mine.set_requires_grad(true);
+    mine.set_half_grad(true);
+    plain.push_back({name, mine});
+  }
+  dp::GradientReducer r(half, g_world, 256.0, true);
+  ASSERT_EQ(r.flat_grads().dtype(), DType::BF16);
+  optim::AdamWOptions o;
+  o.weight_decay = 0.1;
+  o.moment_dtype = DType::BF16;
+  optim::MuonOptions mo;
+  mo.moment_dtype = DType::BF16;
+  // The matrices "a" and "c" take Muon's update, the vectors AdamW's.
+  dp::ZeroAdamW zero(r, o, {{"a", {"a", {}}}, {"c", {"c", {}}}}, mo);
+  optim::Muon muon({{{"a", {}}, plain[0].second}, {{"c", {}}, plain[2].second}}, mo);
+  optim::AdamW adamw({plain[1], plain[3]}, o);
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const Tensor g = cast(randn(plain[i].second.shape(), 72, 10 * step + i, 0.5), DType::BF16);
+      plain[i].second.set_grad(clone(g));
+      Tensor grad = r.params()[i].second.grad();
+      copy_(grad, g);
+    }
+    r.finish();
+    zero.step(1e-2, 0.8);
+    r.wait_gathers();
+    muon.step(1e-2, 0.8);
+    adamw.step(1e-2, 0.8);
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(to_double_vector(r.params()[i].second), to_double_vector(plain[i].second))
+          << plain[i].first << " step " << step;
+    }
+    r.zero_grad();
+  }
+}
+
 TEST(DataParallel, ZeroOneReduceScattersTheGradientsInPlace) {
   const int dp = g_world->size(), me = g_world->rank();
   dp::GradientReducer r(small_params(), g_world, 256.0, true);
