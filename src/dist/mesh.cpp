@@ -250,7 +250,7 @@ DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy po
   }
 }
 
-void DeviceMesh::use_cuda(int device) {
+void DeviceMesh::use_cuda(int device, bool half_gradient_sums) {
   // The pipeline's neighbours exchange over links of their own, unless
   // TRIAD_NCCL_P2P_STREAMS=one keeps every call on the group's stream.
   const bool per_peer = nccl_p2p_streams_per_peer();
@@ -261,6 +261,7 @@ void DeviceMesh::use_cuda(int device) {
     if (g == &cp_ && shape_.cp == 1) continue;
     NcclOptions options;
     options.p2p_streams_per_peer = g == &pp_ && per_peer;
+    options.reduce_half_natively = half_gradient_sums && (g == &dp_ || g == &edp_);
     if (*g) *g = make_device_routed_group(*g, make_nccl_group(*g, device, options));
   }
   if (shape_.ep == 1) edp_ = dp_;

@@ -178,7 +178,8 @@ class NcclProcessGroup final : public ProcessGroup,
       : ProcessGroup(bootstrap->name() + "/nccl", bootstrap->rank(), bootstrap->size(),
                      bootstrap->members()),
         bootstrap_(bootstrap),
-        device_(device) {
+        device_(device),
+        reduce_half_natively_(options.reduce_half_natively) {
     timeout_ = bootstrap->timeout();
     validate_ = bootstrap->validate();
     const char* blocking = std::getenv("TRIAD_NCCL_BLOCKING_WAIT");
@@ -250,7 +251,11 @@ class NcclProcessGroup final : public ProcessGroup,
                        dtype_name(tensor.dtype()));
     }
     if (tensor.numel() == 0) return completed_work();
-    Tensor target = is_half(tensor.dtype()) ? cast(tensor, DType::F32).detach() : tensor;
+    // Half tensors sum through an f32 copy unless this group reduces them
+    // natively (NcclOptions::reduce_half_natively).
+    Tensor target = is_half(tensor.dtype()) && !reduce_half_natively_
+                        ? cast(tensor, DType::F32).detach()
+                        : tensor;
     std::function<void()> done;
     if (!target.same(tensor)) {
       Tensor out = tensor;
@@ -342,7 +347,7 @@ class NcclProcessGroup final : public ProcessGroup,
     // reduce-scatter and, for uneven pieces, the reduce to this rank); any
     // other overlap is an error.
     detail::reduce_scatter_in_place(*this, input, output, offset);
-    const bool half = is_half(input.dtype());
+    const bool half = is_half(input.dtype()) && !reduce_half_natively_;
     Tensor in = half ? cast(input, DType::F32).detach() : input;
     Tensor out = half ? empty(output.shape(), DType::F32, output.device()) : output;
     std::function<void()> done;
@@ -575,6 +580,7 @@ class NcclProcessGroup final : public ProcessGroup,
 
   ProcessGroupPtr bootstrap_;
   int device_;
+  bool reduce_half_natively_ = false;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::map<int, PeerLink> links_;  // by the neighbour's rank in this group

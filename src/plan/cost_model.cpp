@@ -1168,15 +1168,16 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     // the reducer allows.
     const double backward = rank_backward[busiest];
     const double forward = rank_work[busiest] - backward;
+    // (bf16 gradients reduce in bf16 on NCCL: 2 bytes an element.)
+    const double wire = p.bf16_grads ? 2.0 : 4.0;
     if (!p.zero1) {
-      const double time = reduction(trained, 4.0, 2.0);
+      const double time = reduction(trained, wire, 2.0);
       e.dp_comm_time = p.overlap_dp ? std::max(0.0, time - backward) : time;
     } else {
-      // Reduce-scatter fp32 gradients (during backward; bf16 ones are
-      // reduced through f32, as Triad's collectives reduce half tensors), all-gather fp16
+      // Reduce-scatter the gradients (during backward), all-gather fp16
       // parameters after the step — with overlap_param_gather during the
       // next step's first forward pass, each part waiting for its own.
-      const double scatter = reduction(trained, 4.0, 1.0);
+      const double scatter = reduction(trained, wire, 1.0);
       const double gather = reduction(trained, kFp16, 1.0);
       e.dp_comm_time =
           !p.overlap_dp ? scatter + gather

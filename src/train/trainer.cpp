@@ -321,7 +321,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                           " GPU(s); start at most one rank per GPU");
       }
       device_ = Device::cuda(mesh_->local_device());
-      mesh_->use_cuda(device_.index);
+      // bf16 gradients (train.grad_precision) are reduced in bf16, as
+      // Megatron-LM reduces them: half the data-parallel traffic.
+      mesh_->use_cuda(device_.index, config_.train.grad_dtype() == DType::BF16);
     }
     check_training_state_fits(config_, data_parallel_ranks(), device_, mesh_->node().local_size);
     if (par.pp > 1) {

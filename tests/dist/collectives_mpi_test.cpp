@@ -640,6 +640,66 @@ TEST(NcclGroup, AnAsynchronousNcclErrorAbortsTheGroupAndNamesTheCall) {
   cuda::synchronize(g_device.index);
 }
 
+// NcclOptions::reduce_half_natively (the data-parallel groups under
+// train.grad_precision bf16): bf16 all-reduces and reduce-scatters go to
+// NCCL as bf16, half the bytes of the default's f32 copies, with the same
+// sums where bf16 holds them (small integers); f32 tensors are unaffected.
+TEST(NcclGroup, HalfTensorsReduceNativelyWhenAsked) {
+  const int P = g_host_world->size(), me = g_host_world->rank();
+  auto through_f32 = make_nccl_group(split_group(g_host_world, 0, "through_f32"), me);
+  NcclOptions options;
+  options.reduce_half_natively = true;
+  auto native = make_nccl_group(split_group(g_host_world, 0, "native"), me, options);
+  const int64_t n = 8 * P;
+  double sum = 0;
+  for (int r = 0; r < P; ++r) sum += value(r, 3);
+  for (const auto& g : {through_f32, native}) {
+    const bool half = g == native;
+    SCOPED_TRACE(g->name());
+    Tensor t = filled(me, n, DType::BF16);
+    long bytes = testing::mock_nccl::reduced_bytes();
+    long halves = testing::mock_nccl::half_reductions();
+    g->all_reduce(t, ReduceOp::Sum)->wait();
+    EXPECT_EQ(testing::mock_nccl::reduced_bytes() - bytes, n * (half ? 2 : 4));
+    EXPECT_EQ(testing::mock_nccl::half_reductions() - halves, half ? 1 : 0);
+    EXPECT_EQ(to_double_vector(to_device(t, Device::cpu()))[3], sum);
+    Tensor in = filled(me, n, DType::BF16), out = empty({8}, DType::BF16, g_device);
+    bytes = testing::mock_nccl::reduced_bytes();
+    g->reduce_scatter(in, out, ReduceOp::Sum)->wait();
+    EXPECT_EQ(testing::mock_nccl::reduced_bytes() - bytes, n * (half ? 2 : 4));
+    EXPECT_EQ(to_double_vector(to_device(out, Device::cpu()))[3], [&] {
+      double s = 0;
+      for (int r = 0; r < P; ++r) s += value(r, me * 8 + 3);
+      return s;
+    }());
+    // f32 as ever.
+    Tensor f = filled(me, n, DType::F32);
+    bytes = testing::mock_nccl::reduced_bytes();
+    g->all_reduce(f, ReduceOp::Sum)->wait();
+    EXPECT_EQ(testing::mock_nccl::reduced_bytes() - bytes, n * 4);
+  }
+  cuda::synchronize(g_device.index);
+}
+
+// DeviceMesh::use_cuda(device, true) (train.grad_precision bf16): the
+// data-parallel group reduces bf16 natively, the tensor-parallel one
+// through f32 still.
+TEST(NcclGroup, TheMeshReducesHalfGradientsNativelyOverDataParallelRanksAlone) {
+  const int P = g_host_world->size();
+  if (P % 2 != 0) GTEST_SKIP() << "tp 2 needs an even world";
+  DeviceMesh mesh(g_host_world, MeshShape{2, 1, P / 2});
+  mesh.use_cuda(g_device.index, true);
+  for (const auto& [group, native] : {std::pair{mesh.tp(), false}, {mesh.dp(), true}}) {
+    if (group->size() == 1) continue;
+    SCOPED_TRACE(group->name());
+    Tensor t = filled(g_host_world->rank(), 16, DType::BF16);
+    const long halves = testing::mock_nccl::half_reductions();
+    group->all_reduce(t, ReduceOp::Sum)->wait();
+    EXPECT_EQ(testing::mock_nccl::half_reductions() - halves, native ? 1 : 0);
+  }
+  cuda::synchronize(g_device.index);
+}
+
 // NcclOptions::p2p_streams_per_peer: exchanges with the previous and the
 // next rank go over links of their own (communicators of two), carrying the
 // same payloads as the group's own communicator; an asynchronous error on a

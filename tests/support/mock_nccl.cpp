@@ -65,7 +65,13 @@ struct P2p {
   cudaStream_t stream;
 };
 std::vector<P2p> g_p2p;
-std::vector<long> g_p2p_by_size;  // mock_nccl::p2p_operations_on_communicators_of
+std::vector<long> g_p2p_by_size;         // mock_nccl::p2p_operations_on_communicators_of
+std::atomic<long> g_reduced_bytes{0};    // mock_nccl::reduced_bytes
+std::atomic<long> g_half_reductions{0};  // mock_nccl::half_reductions
+void count_reduction(ncclDataType_t t, size_t bytes) {
+  g_reduced_bytes += static_cast<long>(bytes);
+  if (t == ncclFloat16 || t == ncclBfloat16) ++g_half_reductions;
+}
 
 void count_p2p(ncclComm_t c) {
   if (g_p2p_by_size.size() <= static_cast<size_t>(c->size)) g_p2p_by_size.resize(c->size + 1, 0);
@@ -362,6 +368,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* error) {
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || !valid_reduction(t, op)) return ncclInvalidArgument;
+  count_reduction(t, count * type_size(t));
   return issue(stream, [=] {
     std::vector<unsigned char> all;
     const ncclResult_t r = gather_all(c, send, count * type_size(t), all);
@@ -388,6 +395,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
                                ncclRedOp_t op, ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || !valid_reduction(t, op)) return ncclInvalidArgument;
   if (!in_place_or_apart(c, send, recv, count * type_size(t))) return ncclInvalidArgument;
+  count_reduction(t, count * static_cast<size_t>(c->size) * type_size(t));
   return issue(stream, [=] {
     const size_t es = type_size(t), total = count * static_cast<size_t>(c->size);
     std::vector<unsigned char> all;
@@ -535,6 +543,14 @@ ncclResult_t ncclGroupEnd() {
 namespace triad::testing::mock_nccl {
 void fail_newest_communicator(int result) {
   if (ncclComm_t c = g_newest.load()) c->async_error = result;
+}
+
+long reduced_bytes() {
+  return g_reduced_bytes.load();
+}
+
+long half_reductions() {
+  return g_half_reductions.load();
 }
 
 long p2p_operations_on_communicators_of(int size) {

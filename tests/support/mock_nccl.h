@@ -13,4 +13,9 @@ void fail_newest_communicator(int result);
 // communicators of `size` ranks.
 long p2p_operations_on_communicators_of(int size);
 
+// Bytes this process has handed to ncclAllReduce and ncclReduceScatter (each
+// call's send buffer), and how many of those calls reduced bf16 or f16.
+long reduced_bytes();
+long half_reductions();
+
 }  // namespace triad::testing::mock_nccl

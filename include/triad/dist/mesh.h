@@ -123,7 +123,9 @@ class DeviceMesh {
   // an NCCL communicator on `device` and routes CUDA tensors through it,
   // host tensors through MPI as before. Collective over the world; every
   // rank creates its groups' communicators in the same order.
-  void use_cuda(int device);
+  // `half_gradient_sums`: the gradients' groups (dp, expert-dp) reduce
+  // bf16/f16 tensors in their own type (NcclOptions::reduce_half_natively).
+  void use_cuda(int device, bool half_gradient_sums = false);
 
  private:
   ProcessGroupPtr world_;

@@ -43,6 +43,13 @@ struct NcclOptions {
   // two ranks (with two there is one neighbour); made collectively with the
   // group. The pipeline group takes it (DeviceMesh::use_cuda).
   bool p2p_streams_per_peer = false;
+  // All-reduces and reduce-scatters of bf16/f16 tensors sum in their own
+  // type on the wire (NCCL's bf16/f16 reductions: half the bytes, each
+  // hop's sum rounded to the type) instead of through an f32 copy (the
+  // default: one rounding at the end). The data-parallel groups take it
+  // under train.grad_precision bf16 (DeviceMesh::use_cuda), as Megatron-LM
+  // reduces bf16 gradients.
+  bool reduce_half_natively = false;
 };
 ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device,
                                 const NcclOptions& options = {});

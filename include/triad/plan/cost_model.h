@@ -98,8 +98,8 @@ struct ParallelConfig {
   // Muon's momentum) in 2 bytes each, not 4; the step streams 8 bytes a
   // parameter fewer.
   bool bf16_moments = false;
-  // train.grad_precision bf16: gradients in 2 bytes, not 4 (reduced through
-  // f32 still, as Triad's collectives reduce half tensors).
+  // train.grad_precision bf16: gradients in 2 bytes, not 4, and reduced in
+  // bf16 over the data-parallel ranks (NCCL's bf16 sums).
   bool bf16_grads = false;
 
   // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b", and
