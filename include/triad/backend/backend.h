@@ -343,8 +343,9 @@ class Backend {
 
   // One AdamW update of many parameters (the optimizer's whole step). With
   // `master` defined (f32 master weights of a half parameter) the master is
-  // updated and then rounded into `param`; `grad` is f32 then, `m` and `v`
-  // f32 or bf16.
+  // updated and then rounded into `param`; `grad` is f32 then, or of the
+  // parameter's half type (train.grad_precision: scaled in it, then
+  // widened), and `m` and `v` f32 or bf16.
   // hp.weight_decay and hp.grad_scale are replaced by each entry's own. The
   // default runs adamw() (and the rounding copy) per entry, the reference;
   // the CUDA backend updates them all in a few multi-tensor launches.
