@@ -280,6 +280,12 @@ double balance_loss(const Routing& r, const std::vector<double>& probs, int64_t 
   return static_cast<double>(E) * sum / static_cast<double>(r.tokens / T);
 }
 
+bool is_moe_state(const std::string& name) {
+  static const std::string kBias = ".mlp.expert_bias";
+  return name.size() > kBias.size() &&
+         name.compare(name.size() - kBias.size(), kBias.size(), kBias) == 0;
+}
+
 void update_expert_bias(Tensor& bias, const std::vector<double>& load, double rate) {
   const int64_t E = bias.numel();
   if (bias.dim() != 1 || static_cast<int64_t>(load.size()) != E) {

@@ -824,6 +824,11 @@ TEST(MoeConfig, ShapesCountsAndFlopsOfAMixture) {
   EXPECT_FALSE(gpt_parameter_shapes(biased).count("h.0.mlp.expert_bias"));
   EXPECT_EQ(biased.num_parameters() - c.num_parameters(), 4);
   EXPECT_EQ(Gpt(biased, 1).num_parameters(), biased.num_parameters());
+  // They are the model's state (what a gathered model file keeps in f32),
+  // and nothing else is.
+  for (const auto& [name, shape] : gpt_parameter_shapes(biased))
+    EXPECT_EQ(is_moe_state(name), name == "h.1.mlp.expert_bias") << name;
+  EXPECT_TRUE(is_moe_state("mtp.0.mlp.expert_bias"));
   // FLOPs: the dense model's, less its MLP on layer 1, plus the router and
   // two experts per token, three times forward.
   GptConfig dense = c;

@@ -87,6 +87,11 @@ double balance_loss(const Routing& routing, const std::vector<double>& probs, in
 // load holds E finite counts.
 void update_expert_bias(Tensor& bias, const std::vector<double>& load, double rate);
 
+// Whether `name` is a mixture's state rather than a weight: its expert
+// biases ("h.3.mlp.expert_bias", a prediction module's likewise), f32
+// under any precision and never trained by the optimizer.
+bool is_moe_state(const std::string& name);
+
 // What the mixture-of-experts layers of a model report while training (a
 // trainer passes one through nn::ForwardContext::moe_stats and reads it
 // after the step): per layer and micro-batch, the load-balancing loss, the

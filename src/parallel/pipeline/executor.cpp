@@ -13,6 +13,7 @@
 #include "triad/autograd/grad_mode.h"
 #include "triad/nn/documents.h"
 #include "triad/nn/evaluate.h"
+#include "triad/nn/moe.h"
 #include "triad/ops.h"
 #include "triad/parallel/pipeline/stage_balance.h"
 
@@ -229,13 +230,17 @@ nn::StateDict PipelineModel::full_state_dict() const {
     for (const auto& [name, shape] : names) {
       // Every rank's buffer on the model's device, so a device-routed group
       // sends all of them the same way.
-      Tensor t =
-          owner == rank_ ? contiguous(local.at(name)).detach() : empty(shape, dtype(), device());
+      Tensor t = owner == rank_ ? contiguous(local.at(name)).detach()
+                                : empty(shape, tensor_dtype(name), device());
       groups_.pp->broadcast(t, owner)->wait();
       out[name] = t;
     }
   }
   return out;
+}
+
+DType PipelineModel::tensor_dtype(const std::string& name) const {
+  return nn::is_moe_state(name) ? DType::F32 : dtype();
 }
 
 std::vector<std::pair<std::string, Shape>> PipelineModel::gather_order() const {
@@ -287,7 +292,7 @@ void PipelineModel::gather_each(
           groups_.pp->send(to_device(t, device()), kRoot)->wait();
         }
       } else {
-        Tensor t = empty(shape, dtype(), device());
+        Tensor t = empty(shape, tensor_dtype(name), device());
         groups_.pp->recv(t, owner)->wait();
         give(name, to_device(t, Device::cpu()).detach());
       }

@@ -72,6 +72,9 @@ class PipelineModel {
   // The parameters' dtype (activations travel in it); to() converts every
   // chunk (mixed precision: bf16/f16 parameters, f32 masters in the optimizer).
   DType dtype() const;
+  // A tensor of the model's in the dtype its owner holds it: dtype(), but
+  // an MoE layer's expert biases (state, f32 under any precision).
+  DType tensor_dtype(const std::string& name) const;
   Device device() const;
   void to(DType dtype);
   void to(Device device);
