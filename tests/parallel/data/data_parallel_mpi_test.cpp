@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "support/forwarding_group.h"
 #include "support/mpi_main.h"
@@ -356,6 +357,34 @@ TEST(DataParallel, OverlappedParameterGathersAreWaitedForPartByPart) {
 
 // ZeRO-1 reduce-scatters the gradients in place: each rank's averaged piece
 // lands where the optimizer reads it, with no tensor allocated for it.
+// Three ZeRO-1 steps of `zero` over the reducer `r` against one process's
+// step (`step_plain`) of `plain` (the same parameters, in the same order):
+// every rank gives both the same gradients (of `grads`' dtype; their
+// average is each rank's, exactly), and after each step every parameter
+// must be bit for bit one process's.
+void expect_zero_steps_as_one_process(dp::GradientReducer& r, dp::ZeroAdamW& zero,
+                                      std::vector<std::pair<std::string, Tensor>>& plain,
+                                      const std::function<void()>& step_plain, DType grads,
+                                      uint64_t seed) {
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const Tensor g = cast(randn(plain[i].second.shape(), seed, 10 * step + i, 0.5), grads);
+      plain[i].second.set_grad(clone(g));
+      Tensor grad = r.params()[i].second.grad();
+      copy_(grad, g);
+    }
+    r.finish();
+    zero.step(1e-2, 0.8);
+    r.wait_gathers();
+    step_plain();
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(to_double_vector(r.params()[i].second), to_double_vector(plain[i].second))
+          << plain[i].first << " step " << step;
+    }
+    r.zero_grad();
+  }
+}
+
 // train.moment_precision bf16 under ZeRO-1: each rank's pieces keep bf16
 // moments and step exactly as one process's AdamW with bf16 moments does
 // (every rank's gradients alike, so their average is each one's, exactly).
@@ -379,23 +408,8 @@ TEST(DataParallel, ZeroOneBf16MomentsStepAsOneProcessDoes) {
   EXPECT_EQ(zero.m().dtype(), DType::BF16);
   EXPECT_EQ(zero.v().dtype(), DType::BF16);
   optim::AdamW adamw(plain, o);
-  for (int step = 0; step < 3; ++step) {
-    for (size_t i = 0; i < plain.size(); ++i) {
-      const Tensor g = randn(plain[i].second.shape(), 62, 10 * step + i, 0.5);
-      plain[i].second.set_grad(clone(g));
-      Tensor grad = r.params()[i].second.grad();
-      copy_(grad, g);
-    }
-    r.finish();
-    zero.step(1e-2, 0.8);
-    r.wait_gathers();
-    adamw.step(1e-2, 0.8);
-    for (size_t i = 0; i < plain.size(); ++i) {
-      EXPECT_EQ(to_double_vector(r.params()[i].second), to_double_vector(plain[i].second))
-          << plain[i].first << " step " << step;
-    }
-    r.zero_grad();
-  }
+  expect_zero_steps_as_one_process(
+      r, zero, plain, [&] { adamw.step(1e-2, 0.8); }, DType::F32, 62);
 }
 
 // train.grad_precision bf16 under ZeRO-1 with Muon (and bf16 moments): bf16
@@ -425,24 +439,13 @@ TEST(DataParallel, ZeroOneBf16GradientsWithMuonStepAsOneProcessDoes) {
   dp::ZeroAdamW zero(r, o, {{"a", {"a", {}}}, {"c", {"c", {}}}}, mo);
   optim::Muon muon({{{"a", {}}, plain[0].second}, {{"c", {}}, plain[2].second}}, mo);
   optim::AdamW adamw({plain[1], plain[3]}, o);
-  for (int step = 0; step < 3; ++step) {
-    for (size_t i = 0; i < plain.size(); ++i) {
-      const Tensor g = cast(randn(plain[i].second.shape(), 72, 10 * step + i, 0.5), DType::BF16);
-      plain[i].second.set_grad(clone(g));
-      Tensor grad = r.params()[i].second.grad();
-      copy_(grad, g);
-    }
-    r.finish();
-    zero.step(1e-2, 0.8);
-    r.wait_gathers();
-    muon.step(1e-2, 0.8);
-    adamw.step(1e-2, 0.8);
-    for (size_t i = 0; i < plain.size(); ++i) {
-      EXPECT_EQ(to_double_vector(r.params()[i].second), to_double_vector(plain[i].second))
-          << plain[i].first << " step " << step;
-    }
-    r.zero_grad();
-  }
+  expect_zero_steps_as_one_process(
+      r, zero, plain,
+      [&] {
+        muon.step(1e-2, 0.8);
+        adamw.step(1e-2, 0.8);
+      },
+      DType::BF16, 72);
 }
 
 TEST(DataParallel, ZeroOneReduceScattersTheGradientsInPlace) {
