@@ -2716,12 +2716,6 @@ std::vector<StepMetrics> Trainer::run() {
   // Each tensor in the parameters' dtype, but for the state a model keeps
   // in its own (an MoE layer's expert biases, f32 under any precision),
   // whichever rank or stage holds it.
-  std::map<std::string, DType> local;
-  for (const auto& [name, p] : parameters()) local[name] = p.dtype();
-  const auto dtype_of = [&](const std::string& name, DType weights) {
-    if (auto it = local.find(name); it != local.end()) return it->second;
-    return nn::is_moe_state(name) ? DType::F32 : weights;
-  };
   if (pp_model_) {
     for (auto& [name, shape] : pp_model_->gather_order())
       layout.push_back({name, {shape, pp_model_->tensor_dtype(name)}});
@@ -2732,7 +2726,7 @@ std::vector<StepMetrics> Trainer::run() {
     shapes.insert(tp_model_->others_experts().begin(), tp_model_->others_experts().end());
     const DType dtype = config_.train.param_dtype();
     for (const auto& [name, shape] : shapes)
-      layout.push_back({name, {shape, dtype_of(name, dtype)}});
+      layout.push_back({name, {shape, nn::is_moe_state(name) ? DType::F32 : dtype}});
   } else {
     for (const auto& [name, p] : parameters()) layout.push_back({name, {p.shape(), p.dtype()}});
   }
