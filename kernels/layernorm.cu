@@ -379,19 +379,21 @@ size_t layer_norm_backward_workspace(int64_t N, int64_t C) {
 
 void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, float* mean,
                         float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
-                        cudaStream_t stream, const void* residual, void* sum) {
+                        cudaStream_t stream, const void* residual, void* sum,
+                        double weight_offset) {
   if (!mean || !bias) throw std::invalid_argument("layer_norm_forward: mean and bias are null");
   norm_forward("layer_norm_forward", x, weight, bias, y, mean, rstd, type, N, C, eps, stream,
-               residual, sum, 0.0);
+               residual, sum, weight_offset);
 }
 
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
                          int64_t N, int64_t C, void* workspace, cudaStream_t stream,
-                         const void* dsum, bool f32_param_grads, double beta) {
+                         const void* dsum, bool f32_param_grads, double beta,
+                         double weight_offset) {
   if (!mean || !dbias) throw std::invalid_argument("layer_norm_backward: mean and dbias are null");
   norm_backward("layer_norm_backward", dy, x, weight, mean, rstd, dx, dweight, dbias, type, N, C,
-                workspace, stream, dsum, f32_param_grads, beta, 0.0);
+                workspace, stream, dsum, f32_param_grads, beta, weight_offset);
 }
 
 void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,

@@ -15,10 +15,12 @@ Status check_layer_norm(ScalarType type, int64_t N, int64_t C, double eps);
 
 // With `residual` (N, C), the residual add is fused in: h = x + residual is
 // written to `sum` (rounded to the type, as an add would store it) and h is
-// normalized.
+// normalized. The scale is weight_offset + w, formed in f32 (Nemotron's
+// LayerNorm1P, 1 + w, never rounded to the type).
 void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, float* mean,
                         float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
-                        cudaStream_t stream, const void* residual = nullptr, void* sum = nullptr);
+                        cudaStream_t stream, const void* residual = nullptr, void* sum = nullptr,
+                        double weight_offset = 0.0);
 
 // Bytes of device scratch layer_norm_backward needs for (N, C).
 size_t layer_norm_backward_workspace(int64_t N, int64_t C);
@@ -28,16 +30,16 @@ size_t layer_norm_backward_workspace(int64_t N, int64_t C);
 // column sums are formed in a fixed order (row chunks, then chunks in
 // order), so results are deterministic. With `dsum` (N, C; the gradient
 // the fused sum gets from its other uses), dx = LayerNorm's input gradient
-// + dsum.
+// + dsum. weight_offset as in the forward (the offset has no gradient).
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
                          int64_t N, int64_t C, void* workspace, cudaStream_t stream,
                          const void* dsum = nullptr, bool f32_param_grads = false,
-                         double beta = 0.0);
+                         double beta = 0.0, double weight_offset = 0.0);
 
 // RMSNorm (LLaMA's), LayerNorm's kernels with the mean taken as 0 and no
 // bias: y = x * rstd * (weight_offset + w), rstd = 1/sqrt(mean(x^2) + eps),
-// in f32 (Gemma's 1 + w is formed there, never rounded to the type). The
+// in f32 (Gemma's 1 + w is formed there, as LayerNorm1P's is). The
 // residual add, workspace (layer_norm_backward_workspace), dsum,
 // f32_param_grads and beta as for LayerNorm; dweight gets the weight's
 // gradient in the same fixed order (the offset has none).

@@ -83,21 +83,23 @@ int main(int argc, char** argv) {
   Tensor x = rnd({N, C}, 1), w = rnd({C}, 2), b = rnd({C}, 3), y = triad::empty({N, C}, bf, gpu);
   Tensor mean = triad::empty({N}, DType::F32, gpu), rstd = triad::empty({N}, DType::F32, gpu);
   report("layer_norm_forward",
-         time_ms([&] { be.layer_norm_forward(x, w, b, 1e-5, y, mean, rstd); }, iters),
+         time_ms([&] { be.layer_norm_forward(x, w, b, 1e-5, y, mean, rstd, 0.0); }, iters),
          2 * N * C * h, 0);
   Tensor dx = triad::empty({N, C}, bf, gpu), dw = triad::empty({C}, bf, gpu),
          db = triad::empty({C}, bf, gpu);
   report("layer_norm_backward",
-         time_ms([&] { be.layer_norm_backward(y, x, w, mean, rstd, dx, dw, db); }, iters),
+         time_ms([&] { be.layer_norm_backward(y, x, w, mean, rstd, dx, dw, db, 0.0); }, iters),
          4 * N * C * h, 0);
   // The residual add fused into the LayerNorm: reads x, r; writes h, y (and
   // back: reads dy, dh, h; writes dx), against residual_add + layer_norm.
   Tensor r = rnd({N, C}, 13), hsum = triad::empty({N, C}, bf, gpu);
   report("add_layer_norm_forward",
-         time_ms([&] { be.add_layer_norm_forward(x, r, w, b, 1e-5, hsum, y, mean, rstd); }, iters),
+         time_ms([&] { be.add_layer_norm_forward(x, r, w, b, 1e-5, hsum, y, mean, rstd, 0.0); },
+                 iters),
          4 * N * C * h, 0);
   report("add_layer_norm_backward",
-         time_ms([&] { be.add_layer_norm_backward(y, r, hsum, w, mean, rstd, dx, dw, db); }, iters),
+         time_ms([&] { be.add_layer_norm_backward(y, r, hsum, w, mean, rstd, dx, dw, db, 0.0); },
+                 iters),
          5 * N * C * h, 0);
   // RMSNorm (LLaMA's) and its fused residual add: LayerNorm's kernels
   // without the mean and the bias; the weight's f32 gradient as in training.

@@ -165,15 +165,16 @@ void Backend::sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out) {
 
 void Backend::add_layer_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
                                      const Tensor& bias, double eps, Tensor& h, Tensor& y,
-                                     Tensor& mean, Tensor& rstd) {
+                                     Tensor& mean, Tensor& rstd, double weight_offset) {
   binary(BinaryOp::Add, x, residual, h);
-  layer_norm_forward(h, weight, bias, eps, y, mean, rstd);
+  layer_norm_forward(h, weight, bias, eps, y, mean, rstd, weight_offset);
 }
 
 void Backend::add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
                                       const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                      Tensor& dx, Tensor& dweight, Tensor& dbias) {
-  layer_norm_backward(dy, h, weight, mean, rstd, dx, dweight, dbias);
+                                      Tensor& dx, Tensor& dweight, Tensor& dbias,
+                                      double weight_offset) {
+  layer_norm_backward(dy, h, weight, mean, rstd, dx, dweight, dbias, weight_offset);
   binary(BinaryOp::Add, dx, dh, dx);
 }
 
@@ -201,13 +202,15 @@ void norm_backward_into_widened(
 
 void Backend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
                                        const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                       Tensor& dx, Tensor& dweight, Tensor& dbias, double beta) {
+                                       Tensor& dx, Tensor& dweight, Tensor& dbias, double beta,
+                                       double weight_offset) {
   check_grad_buffer("layer_norm_backward_into", x.dtype(), dweight, weight.shape());
   check_grad_buffer("layer_norm_backward_into", x.dtype(), dbias, weight.shape());
   norm_backward_into_widened(*this, dy, dh, x, weight, dx, {&dweight, &dbias}, beta,
                              [&](const Tensor& g, const Tensor& xw, const Tensor& w, Tensor& dxw,
                                  std::vector<Tensor>& grads) {
-                               layer_norm_backward(g, xw, w, mean, rstd, dxw, grads[0], grads[1]);
+                               layer_norm_backward(g, xw, w, mean, rstd, dxw, grads[0], grads[1],
+                                                   weight_offset);
                              });
 }
 

@@ -85,32 +85,26 @@ LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms, bool u
 
 // Without affine parameters the kernels take a constant scale of ones and
 // shift of zeros, made for x's dtype and device: the same arithmetic, and
-// no gradient reaches them (they are no leaves).
+// no gradient reaches them (they are no leaves). A unit offset is added by
+// the kernels themselves, in f32 (weight_offset()).
 Tensor LayerNorm::scale(const Tensor& x) const {
-  if (!weight_.defined()) return ones({features_}, x.dtype(), x.device());
-  if (!unit_offset_) return weight_;
-  return affine(weight_, 1.0, 1.0);
+  return weight_.defined() ? weight_ : ones({features_}, x.dtype(), x.device());
 }
 
 Tensor LayerNorm::shift(const Tensor& x) const {
   return bias_.defined() ? bias_ : zeros({features_}, x.dtype(), x.device());
 }
 
-// RMSNorm's kernels add the offset to the weight themselves (in f32);
-// LayerNorm's take the sum as a tensor.
 Tensor LayerNorm::forward(const Tensor& x) const {
-  if (rms_) {
-    return rms_norm(x, weight_.defined() ? weight_ : scale(x), eps_, unit_offset_ ? 1.0 : 0.0);
-  }
-  return layer_norm(x, scale(x), shift(x), eps_);
+  const double offset = unit_offset_ ? 1.0 : 0.0;
+  if (rms_) return rms_norm(x, scale(x), eps_, offset);
+  return layer_norm(x, scale(x), shift(x), eps_, offset);
 }
 
 AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
-  if (rms_) {
-    return add_rms_norm(x, residual, weight_.defined() ? weight_ : scale(x), eps_,
-                        unit_offset_ ? 1.0 : 0.0);
-  }
-  return add_layer_norm(x, residual, scale(x), shift(x), eps_);
+  const double offset = unit_offset_ ? 1.0 : 0.0;
+  if (rms_) return add_rms_norm(x, residual, scale(x), eps_, offset);
+  return add_layer_norm(x, residual, scale(x), shift(x), eps_, offset);
 }
 
 HeadLayerNorm::HeadLayerNorm(int64_t heads, int64_t head_dim, double eps, DType dtype)

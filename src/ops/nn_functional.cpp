@@ -22,9 +22,18 @@ using autograd::record;
 using autograd::TensorList;
 
 namespace {
+// A norm's weight offset (the scale is offset + weight): any finite number.
+void check_weight_offset(const char* op, double weight_offset) {
+  if (!std::isfinite(weight_offset)) {
+    throw ValueError(std::string(op) + ": weight offset " + std::to_string(weight_offset) +
+                     " must be finite");
+  }
+}
+
 // The checks layer_norm and add_layer_norm share; returns C.
 int64_t check_layer_norm_args(const char* op, const Tensor& x, const Tensor& weight,
-                              const Tensor& bias, double eps) {
+                              const Tensor& bias, double eps, double weight_offset) {
+  check_weight_offset(op, weight_offset);
   detail::check_floating(x, op, "x");
   detail::check_same(x, weight, op);
   detail::check_same(x, bias, op);
@@ -48,38 +57,39 @@ std::vector<Tensor> param_leaves(const Tensor& weight, const Tensor& bias) {
 }
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  const int64_t C = check_layer_norm_args("layer_norm", x, weight, bias, eps);
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                  double weight_offset) {
+  const int64_t C = check_layer_norm_args("layer_norm", x, weight, bias, eps, weight_offset);
   Tensor xc = contiguous(x).detach();
   Tensor wc = contiguous(weight).detach(), bc = contiguous(bias).detach();
   const int64_t rows = C ? x.numel() / C : 0;
   Tensor y = empty_like(xc);
   Tensor mu = empty({rows}, stat_dtype(x.dtype()), x.device());
   Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
-  backend_for(x).layer_norm_forward(xc, wc, bc, eps, y, mu, rs);
+  backend_for(x).layer_norm_forward(xc, wc, bc, eps, y, mu, rs, weight_offset);
   const std::vector<Tensor> leaves = param_leaves(weight, bias);
   record("layer_norm", {x, weight, bias}, {y},
-         [xc, wc, mu, rs, leaves](const TensorList& g) -> TensorList {
+         [xc, wc, mu, rs, leaves, weight_offset](const TensorList& g) -> TensorList {
            Tensor dy = contiguous(g[0]);
            Tensor dx = empty_like(xc);
            // Leaf parameters take their gradients straight from the kernel.
            if (autograd::accumulate_into_leaf_grads(
                    leaves, [&](std::vector<Tensor>& acc, double beta) {
                      backend_for(xc).layer_norm_backward_into(dy, nullptr, xc, wc, mu, rs, dx,
-                                                              acc[0], acc[1], beta);
+                                                              acc[0], acc[1], beta, weight_offset);
                    })) {
              return {dx, Tensor(), Tensor()};
            }
            Tensor dw = empty_like(wc), db = empty_like(wc);
-           backend_for(xc).layer_norm_backward(dy, xc, wc, mu, rs, dx, dw, db);
+           backend_for(xc).layer_norm_backward(dy, xc, wc, mu, rs, dx, dw, db, weight_offset);
            return {dx, dw, db};
          });
   return y;
 }
 
 AddNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                       const Tensor& bias, double eps) {
-  const int64_t C = check_layer_norm_args("add_layer_norm", x, weight, bias, eps);
+                       const Tensor& bias, double eps, double weight_offset) {
+  const int64_t C = check_layer_norm_args("add_layer_norm", x, weight, bias, eps, weight_offset);
   detail::check_same(x, residual, "add_layer_norm");
   if (residual.shape() != x.shape()) {
     throw ShapeError("add_layer_norm: residual " + shape_str(residual.shape()) +
@@ -91,22 +101,23 @@ AddNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& we
   Tensor h = empty_like(xc), y = empty_like(xc);
   Tensor mu = empty({rows}, stat_dtype(x.dtype()), x.device());
   Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
-  backend_for(x).add_layer_norm_forward(xc, rc, wc, bc, eps, h, y, mu, rs);
+  backend_for(x).add_layer_norm_forward(xc, rc, wc, bc, eps, h, y, mu, rs, weight_offset);
   Tensor hd = h.detach();
   const std::vector<Tensor> leaves = param_leaves(weight, bias);
   record("add_layer_norm", {x, residual, weight, bias}, {h, y},
-         [hd, wc, mu, rs, leaves](const TensorList& g) -> TensorList {
+         [hd, wc, mu, rs, leaves, weight_offset](const TensorList& g) -> TensorList {
            Tensor dh = contiguous(g[0]), dy = contiguous(g[1]);
            Tensor dx = empty_like(hd);
            if (autograd::accumulate_into_leaf_grads(
                    leaves, [&](std::vector<Tensor>& acc, double beta) {
                      backend_for(hd).layer_norm_backward_into(dy, &dh, hd, wc, mu, rs, dx, acc[0],
-                                                              acc[1], beta);
+                                                              acc[1], beta, weight_offset);
                    })) {
              return {dx, dx, Tensor(), Tensor()};
            }
            Tensor dw = empty_like(wc), db = empty_like(wc);
-           backend_for(hd).add_layer_norm_backward(dy, dh, hd, wc, mu, rs, dx, dw, db);
+           backend_for(hd).add_layer_norm_backward(dy, dh, hd, wc, mu, rs, dx, dw, db,
+                                                   weight_offset);
            return {dx, dx, dw, db};
          });
   return {h, y};
@@ -123,10 +134,7 @@ void check_softcap(const char* op, double cap) {
 
 int64_t check_rms_norm_args(const char* op, const Tensor& x, const Tensor& weight, double eps,
                             double weight_offset) {
-  if (!std::isfinite(weight_offset)) {
-    throw ValueError(std::string(op) + ": weight offset " + std::to_string(weight_offset) +
-                     " must be finite");
-  }
+  check_weight_offset(op, weight_offset);
   detail::check_floating(x, op, "x");
   detail::check_same(x, weight, op);
   const int64_t C = x.dim() ? x.size(-1) : 0;

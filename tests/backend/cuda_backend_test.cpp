@@ -1729,35 +1729,38 @@ TEST(CudaKernels, SumRowsIntoMatchesTheCpu) {
 }
 
 TEST(CudaKernels, ParameterGradientsIntoBuffersMatchTheCpu) {
-  // LayerNorm (plain and with the fused residual's dh) and embedding
-  // backward adding into gradient buffers: f32 under half values, the
-  // values' own dtype otherwise; beta 0 over NaN, and beta 1.
+  // LayerNorm (plain and with the fused residual's dh; scaling by the
+  // weight and by 1 + weight) and embedding backward adding into gradient
+  // buffers: f32 under half values, the values' own dtype otherwise; beta 0
+  // over NaN, and beta 1.
   for (DType d : {DType::F32, DType::BF16, DType::F16}) {
     const std::vector<DType> buffers =
         d == DType::F32 ? std::vector<DType>{d} : std::vector<DType>{d, DType::F32};
     for (DType buf : buffers) {
       for (double beta : {0.0, 1.0}) {
-        for (bool with_dh : {false, true}) {
+        for (auto [with_dh, offset] :
+             {std::pair{false, 0.0}, {true, 0.0}, {false, 1.0}, {true, 1.0}}) {
           SCOPED_TRACE(std::string(dtype_name(d)) + " into " + dtype_name(buf) + " beta " +
-                       std::to_string(beta) + (with_dh ? " with dh" : ""));
+                       std::to_string(beta) + (with_dh ? " with dh" : "") + " offset " +
+                       std::to_string(offset));
           const int64_t N = 300, C = 37;
           const Tensor x = cast(randn({N, C}, 14, 1), d), dy = cast(randn({N, C}, 14, 2), d);
           const Tensor dh = cast(randn({N, C}, 14, 3), d), w = cast(randn({C}, 14, 4), d);
           Tensor b = cast(randn({C}, 14, 5), d), y = empty({N, C}, d);
           Tensor mean = empty({N}, DType::F32), rstd = empty({N}, DType::F32);
-          backend_for(DeviceType::CPU).layer_norm_forward(x, w, b, 1e-5, y, mean, rstd);
+          backend_for(DeviceType::CPU).layer_norm_forward(x, w, b, 1e-5, y, mean, rstd, offset);
           const Tensor start =
               beta == 0.0 ? full({C}, std::nan(""), buf) : cast(randn({C}, 14, 6), buf);
           Tensor dx = empty({N, C}, d), dw = clone(start), db = clone(start);
           backend_for(DeviceType::CPU)
               .layer_norm_backward_into(dy, with_dh ? &dh : nullptr, x, w, mean, rstd, dx, dw, db,
-                                        beta);
+                                        beta, offset);
           auto g = [](const Tensor& t) { return to_device(t, kGpu); };
           const Tensor gdh = g(dh);
           Tensor gdx = empty({N, C}, d, kGpu), gdw = g(start), gdb = g(start);
           backend_for(DeviceType::CUDA)
               .layer_norm_backward_into(g(dy), with_dh ? &gdh : nullptr, g(x), g(w), g(mean),
-                                        g(rstd), gdx, gdw, gdb, beta);
+                                        g(rstd), gdx, gdw, gdb, beta, offset);
           const double tol = d == DType::F32 ? 1e-5 : 1e-2;
           expect_close(to_double_vector(gdx), to_double_vector(dx), tol, tol, "dx");
           const double ptol = buf == DType::F32 ? 1e-5 : 1e-2;
@@ -1826,6 +1829,38 @@ TEST(CudaRuntime, HalfLayerNormAndEmbeddingGradientsAddNoLaunches) {
     autograd::backward({y}, {dy});
     cuda::synchronize(0);
     EXPECT_EQ(triad_sim::counters().launches - before, 1) << "micro-batch " << micro;
+  }
+}
+
+// Norms scaling by 1 + weight (Gemma's RMSNorm, Nemotron's LayerNorm1P)
+// add the offset inside their kernels: a bf16 norm module is one launch
+// forward and two backward, as without the offset (forming 1 + weight
+// before the norm would add a launch forward and its gradient's conversion
+// and add backward).
+TEST(CudaRuntime, UnitOffsetNormsAddTheOffsetInTheirKernels) {
+  for (bool rms : {false, true}) {
+    SCOPED_TRACE(rms ? "rms_norm" : "layer_norm");
+    nn::LayerNorm norm(32, 1e-5, DType::BF16, rms, /*unit_offset=*/true);
+    norm.to(kGpu);
+    std::vector<int64_t> forward, backward;
+    for (int micro = 0; micro < 2; ++micro) {
+      const Tensor x = to_device(cast(randn({24, 32}, 21, micro), DType::BF16), kGpu);
+      const Tensor dy = to_device(cast(randn({24, 32}, 22, micro), DType::BF16), kGpu);
+      cuda::synchronize(0);
+      int64_t before = triad_sim::counters().launches;
+      const Tensor y = norm.forward(x);
+      cuda::synchronize(0);
+      forward.push_back(triad_sim::counters().launches - before);
+      before = triad_sim::counters().launches;
+      autograd::backward({y}, {dy});
+      cuda::synchronize(0);
+      backward.push_back(triad_sim::counters().launches - before);
+    }
+    EXPECT_EQ(forward, (std::vector<int64_t>{1, 1}));
+    EXPECT_EQ(backward, (std::vector<int64_t>{2, 2}));
+    for (const auto& [name, p] : norm.named_parameters()) {
+      EXPECT_EQ(p.grad().dtype(), DType::F32) << name;
+    }
   }
 }
 

@@ -235,35 +235,60 @@ TEST(RmsNorm, ScalesEachRowByItsRootMeanSquare) {
   EXPECT_THROW(rms_norm(x, randn({4}, 1, 1, 1.0, DType::F64)), ShapeError);
 }
 
-// Gemma's 1 + weight is formed inside the norm, in f32, as Hugging Face's
-// Gemma forms it (1.0 + weight.float()): bf16 weights near 0 (below 2^-8,
-// where 1 + w rounds to 1 in bf16) still scale. Rounding 1 + w to bf16
-// first would shrink every output by about the mean weight, a bias the
-// output's own rounding does not have.
-TEST(RmsNorm, WeightOffsetIsAddedInF32NotInTheWeightsDtype) {
+// Gemma's and Nemotron's 1 + weight (an RMSNorm's, a LayerNorm1P's) is
+// formed inside the norm, in f32, as Hugging Face's Gemma forms it (1.0 +
+// weight.float()) and Megatron-LM's zero-centred gamma does in Transformer
+// Engine's kernels: bf16 weights near 0 (below 2^-8, where 1 + w rounds to
+// 1 in bf16) still scale. Rounding 1 + w to bf16 first would shrink every
+// output by about the mean weight, a bias the output's own rounding does
+// not have. The module (nn::LayerNorm with unit_offset) goes the same way.
+TEST(NormWeightOffset, IsAddedInF32NotInTheWeightsDtype) {
   const int64_t R = 64, C = 256;
   const Tensor x = randn({R, C}, 9, 1, 1.0, DType::BF16);
   const Tensor w = rand_uniform({C}, 9, 2, 0.001, 0.0035, DType::BF16);
+  const Tensor b = zeros({C}, DType::BF16);
   const std::vector<double> xv = to_double_vector(x), wv = to_double_vector(w);
-  // The mean of (got - exact) / exact over every element.
-  auto bias = [&](const Tensor& y) {
-    const std::vector<double> got = to_double_vector(y);
-    double total = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      double ss = 0;
-      for (int64_t i = 0; i < C; ++i) ss += xv[r * C + i] * xv[r * C + i];
-      const double rs = 1.0 / std::sqrt(ss / C + 1e-6);
-      for (int64_t i = 0; i < C; ++i) {
-        const double exact = xv[r * C + i] * rs * (1.0 + wv[i]);
-        total += (got[r * C + i] - exact) / exact;
+  for (bool rms : {true, false}) {
+    SCOPED_TRACE(rms ? "rms_norm" : "layer_norm");
+    // The mean of (got - exact) / exact over every element.
+    auto bias = [&](const Tensor& y) {
+      const std::vector<double> got = to_double_vector(y);
+      double total = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        double mu = 0, ss = 0;
+        if (!rms) {
+          for (int64_t i = 0; i < C; ++i) mu += xv[r * C + i];
+          mu /= C;
+        }
+        for (int64_t i = 0; i < C; ++i) ss += (xv[r * C + i] - mu) * (xv[r * C + i] - mu);
+        const double rs = 1.0 / std::sqrt(ss / C + 1e-6);
+        for (int64_t i = 0; i < C; ++i) {
+          const double exact = (xv[r * C + i] - mu) * rs * (1.0 + wv[i]);
+          total += (got[r * C + i] - exact) / exact;
+        }
       }
-    }
-    return total / static_cast<double>(R * C);
-  };
-  EXPECT_LT(std::abs(bias(rms_norm(x, w, 1e-6, 1.0))), 3e-4);
-  EXPECT_LT(std::abs(bias(add_rms_norm(zeros_like(x), x, w, 1e-6, 1.0).norm)), 3e-4);
-  EXPECT_LT(bias(rms_norm(x, affine(w, 1.0, 1.0), 1e-6)), -1.5e-3) << "a vacuous comparison";
-  EXPECT_THROW(rms_norm(x, w, 1e-6, std::nan("")), ValueError);
+      return total / static_cast<double>(R * C);
+    };
+    auto norm = [&](const Tensor& in, const Tensor& weight, double offset) {
+      return rms ? rms_norm(in, weight, 1e-6, offset) : layer_norm(in, weight, b, 1e-6, offset);
+    };
+    auto add_norm = [&](const Tensor& in, const Tensor& weight, double offset) {
+      const Tensor zero = zeros_like(in);
+      return rms ? add_rms_norm(zero, in, weight, 1e-6, offset).norm
+                 : add_layer_norm(zero, in, weight, b, 1e-6, offset).norm;
+    };
+    EXPECT_LT(std::abs(bias(norm(x, w, 1.0))), 3e-4);
+    EXPECT_LT(std::abs(bias(add_norm(x, w, 1.0))), 3e-4);
+    LayerNorm module(C, 1e-6, DType::BF16, rms, /*unit_offset=*/true, /*affine=*/true,
+                     /*bias=*/false);
+    Tensor weight = module.named_parameters().at(0).second;
+    copy_(weight, w);
+    EXPECT_LT(std::abs(bias(module.forward(x))), 3e-4);
+    EXPECT_LT(std::abs(bias(module.forward_add(zeros_like(x), x).norm)), 3e-4);
+    EXPECT_LT(bias(norm(x, affine(w, 1.0, 1.0), 0.0)), -1.5e-3) << "a vacuous comparison";
+    EXPECT_THROW(norm(x, w, std::nan("")), ValueError);
+    EXPECT_THROW(add_norm(x, w, INFINITY), ValueError);
+  }
 }
 
 TEST(RmsNormGpt, NormsHaveAWeightAndNoBias) {

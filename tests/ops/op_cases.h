@@ -232,6 +232,23 @@ inline std::vector<OpCase> op_cases() {
          return std::vector<Tensor>{rnd({2, 3, 8}, d, 1, 2.0), rnd({8}, d, 2), rnd({8}, d, 3)};
        },
        [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); }});
+  // Nemotron's LayerNorm1P (1 + weight, weights near 0), plain and with the
+  // fused residual add over rows wider than a warp's packs.
+  c.push_back(
+      {"layer_norm_weight_offset",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({2, 3, 8}, d, 1, 2.0), rnd({8}, d, 2, 0.1), rnd({8}, d, 3)};
+       },
+       [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2], 1e-5, 1.0); }});
+  c.push_back({"add_layer_norm_weight_offset",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({3, 70}, d, 1), rnd({3, 70}, d, 2),
+                                            rnd({70}, d, 3, 0.1), rnd({70}, d, 4)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 const AddNorm o = add_layer_norm(x[0], x[1], x[2], x[3], 1e-3, 1.0);
+                 return add(mul(o.sum, o.sum), o.norm);
+               }});
   c.push_back({"swiglu",
                [](DType d) {
                  return std::vector<Tensor>{rnd({2, 3, 10}, d, 1, 2.0)};

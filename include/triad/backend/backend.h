@@ -134,13 +134,18 @@ class Backend {
   virtual void gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
                                       Tensor& dpre);
 
-  // x (N, C); weight, bias (C); mean, rstd (N) in stat_dtype.
+  // x (N, C); weight, bias (C); mean, rstd (N) in stat_dtype. The scale is
+  // weight_offset + weight, the sum formed in the computation's precision
+  // (Nemotron's LayerNorm1P, 1 + weight, never rounded to half; 0: the
+  // weight itself).
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                  double eps, Tensor& y, Tensor& mean, Tensor& rstd) = 0;
-  // Writes dx; dweight and dbias are overwritten (not accumulated).
+                                  double eps, Tensor& y, Tensor& mean, Tensor& rstd,
+                                  double weight_offset) = 0;
+  // Writes dx; dweight and dbias are overwritten (not accumulated); the
+  // offset has no gradient.
   virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd, Tensor& dx,
-                                   Tensor& dweight, Tensor& dbias) = 0;
+                                   Tensor& dweight, Tensor& dbias, double weight_offset) = 0;
   // The residual add fused with the LayerNorm after it: h = x + residual
   // (the residual stream) and y = LayerNorm(h) (the next sublayer's input),
   // all (N, C). The backward takes dh, the gradient h gets from its other
@@ -150,10 +155,11 @@ class Backend {
   // pass.
   virtual void add_layer_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
                                       const Tensor& bias, double eps, Tensor& h, Tensor& y,
-                                      Tensor& mean, Tensor& rstd);
+                                      Tensor& mean, Tensor& rstd, double weight_offset);
   virtual void add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
                                        const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                       Tensor& dx, Tensor& dweight, Tensor& dbias);
+                                       Tensor& dx, Tensor& dweight, Tensor& dbias,
+                                       double weight_offset);
 
   // LayerNorm's backward (with dh: the fused residual add's) with the
   // parameter gradients added into buffers: dweight = beta * dweight + the
@@ -165,7 +171,7 @@ class Backend {
   virtual void layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
                                         const Tensor& weight, const Tensor& mean,
                                         const Tensor& rstd, Tensor& dx, Tensor& dweight,
-                                        Tensor& dbias, double beta);
+                                        Tensor& dbias, double beta, double weight_offset);
 
   // RMSNorm over the last dimension (LLaMA's: no mean, no bias): x, y (N, C)
   // and weight (C) in one dtype; rstd (N) in stat_dtype, 1/sqrt(mean(x^2) +

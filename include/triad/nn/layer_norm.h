@@ -15,7 +15,8 @@ namespace triad::nn {
 // Without `bias`, a LayerNorm's scale alone (Cohere's).
 class LayerNorm : public Module {
  public:
-  // unit_offset: scale by 1 + weight (Gemma's RMSNorm), weight starting at 0.
+  // unit_offset: scale by 1 + weight (Gemma's RMSNorm, Nemotron's
+  // LayerNorm1P), weight starting at 0; the kernels form 1 + weight in f32.
   explicit LayerNorm(int64_t features, double eps = 1e-5, DType dtype = DType::F32,
                      bool rms = false, bool unit_offset = false, bool affine = true,
                      bool bias = true);
@@ -27,7 +28,7 @@ class LayerNorm : public Module {
  private:
   Tensor weight_;                       // undefined without affine
   Tensor bias_;                         // undefined for RMSNorm, without affine or bias
-  Tensor scale(const Tensor& x) const;  // weight, 1 + weight, or ones like x's
+  Tensor scale(const Tensor& x) const;  // weight (the kernels add the offset), or ones like x's
   Tensor shift(const Tensor& x) const;  // LayerNorm's bias, or zeros like x's
   int64_t features_;
   double eps_;

@@ -10,12 +10,16 @@
 
 namespace triad {
 
-// LayerNorm over the last dimension. x (..., C); weight, bias (C).
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// LayerNorm over the last dimension: (x - mean) / sqrt(var + eps) *
+// (weight_offset + weight) + bias. x (..., C); weight, bias (C);
+// weight_offset 1 is Nemotron's LayerNorm1P (1 + weight), formed inside the
+// kernels in f32 as rms_norm's is.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
+                  double weight_offset = 0.0);
 
 // A residual add and the norm after it in one op: returns {h = x +
-// residual, layer_norm(h, weight, bias, eps)} (add_rms_norm: rms_norm(h,
-// weight, eps)). x and residual have the same shape (..., C). Values and
+// residual, layer_norm(h, weight, bias, eps, weight_offset)} (add_rms_norm:
+// rms_norm(h, weight, eps, weight_offset)). x and residual have the same shape (..., C). Values and
 // gradients equal the unfused add-then-norm; the CUDA backend does each
 // direction in one pass.
 struct AddNorm {
@@ -23,7 +27,7 @@ struct AddNorm {
   Tensor norm;  // the norm of h
 };
 AddNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                       const Tensor& bias, double eps = 1e-5);
+                       const Tensor& bias, double eps = 1e-5, double weight_offset = 0.0);
 
 // RMSNorm over the last dimension (LLaMA's normalisation: no mean, no
 // bias): x * (weight_offset + weight) / sqrt(mean(x^2) + eps). x (..., C);

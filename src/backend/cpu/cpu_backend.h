@@ -34,10 +34,10 @@ class CpuBackend final : public Backend {
   void glu_forward(const Tensor& x, Tensor& y, GluGate gate) override;
   void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GluGate gate) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                          Tensor& y, Tensor& mean, Tensor& rstd) override;
+                          Tensor& y, Tensor& mean, Tensor& rstd, double weight_offset) override;
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                            const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
-                           Tensor& dbias) override;
+                           Tensor& dbias, double weight_offset) override;
   void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
                         double weight_offset) override;
   void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,

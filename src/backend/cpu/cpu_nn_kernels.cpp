@@ -354,14 +354,16 @@ void norm_backward(const char* name, const Tensor& dy, const Tensor& x, const Te
 }  // namespace
 
 void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                    double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
-  norm_forward("layer_norm", x, weight, &bias, eps, y, &mean, rstd, 0.0);
+                                    double eps, Tensor& y, Tensor& mean, Tensor& rstd,
+                                    double weight_offset) {
+  norm_forward("layer_norm", x, weight, &bias, eps, y, &mean, rstd, weight_offset);
 }
 
 void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd, Tensor& dx,
-                                     Tensor& dweight, Tensor& dbias) {
-  norm_backward("layer_norm_backward", dy, x, weight, &mean, rstd, dx, dweight, &dbias, 0.0);
+                                     Tensor& dweight, Tensor& dbias, double weight_offset) {
+  norm_backward("layer_norm_backward", dy, x, weight, &mean, rstd, dx, dweight, &dbias,
+                weight_offset);
 }
 
 // RMSNorm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), w the

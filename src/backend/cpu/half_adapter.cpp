@@ -121,19 +121,20 @@ void HalfAdapter::clamp_backward(const Tensor& x, const Tensor& dy, double lo, d
 }
 
 void HalfAdapter::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd,
+                                     double weight_offset) {
   Widen w(inner_);
   Tensor o = w.out(y);
-  inner_.layer_norm_forward(w.in(x), w.in(weight), w.in(bias), eps, o, mean, rstd);
+  inner_.layer_norm_forward(w.in(x), w.in(weight), w.in(bias), eps, o, mean, rstd, weight_offset);
   w.finish();
 }
 
 void HalfAdapter::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                       const Tensor& mean, const Tensor& rstd, Tensor& dx,
-                                      Tensor& dweight, Tensor& dbias) {
+                                      Tensor& dweight, Tensor& dbias, double weight_offset) {
   Widen w(inner_);
   Tensor a = w.out(dx), b = w.out(dweight), c = w.out(dbias);
-  inner_.layer_norm_backward(w.in(dy), w.in(x), w.in(weight), mean, rstd, a, b, c);
+  inner_.layer_norm_backward(w.in(dy), w.in(x), w.in(weight), mean, rstd, a, b, c, weight_offset);
   w.finish();
 }
 

@@ -717,8 +717,8 @@ void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, G
 
 namespace {
 // LayerNorm, or RMSNorm when `mean` is null (no bias then), with or without
-// the fused residual add (residual/sum, dsum null for the plain op);
-// RMSNorm's scale is weight_offset + weight.
+// the fused residual add (residual/sum, dsum null for the plain op); the
+// scale is weight_offset + weight.
 void run_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* residual,
                       const Tensor& weight, const Tensor* bias, double eps, Tensor* sum, Tensor& y,
                       Tensor* mean, Tensor& rstd, double weight_offset = 0.0) {
@@ -733,7 +733,7 @@ void run_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* residual,
     if (mean) {
       k::layer_norm_forward(x.raw_data(), weight.raw_data(), bias->raw_data(), y.raw_data(),
                             mean->data<float>(), rstd.data<float>(), scalar(x.dtype()), N, C, eps,
-                            s.stream, r, h);
+                            s.stream, r, h, weight_offset);
     } else {
       k::rms_norm_forward(x.raw_data(), weight.raw_data(), y.raw_data(), rstd.data<float>(),
                           scalar(x.dtype()), N, C, eps, s.stream, r, h, weight_offset);
@@ -758,7 +758,7 @@ void run_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, co
       k::layer_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), mean->data<float>(),
                              rstd.data<float>(), dx.raw_data(), dweight.raw_data(),
                              dbias->raw_data(), scalar(x.dtype()), N, C, ws.get(), s.stream, ds,
-                             f32_grads, beta);
+                             f32_grads, beta, weight_offset);
     } else {
       k::rms_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), rstd.data<float>(),
                            dx.raw_data(), dweight.raw_data(), scalar(x.dtype()), N, C, ws.get(),
@@ -776,42 +776,48 @@ bool fits_grad_buffer(const Tensor& g, const Tensor& x, const Tensor& weight) {
 }  // namespace
 
 void CudaBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
-  run_norm_forward(*this, x, nullptr, weight, &bias, eps, nullptr, y, &mean, rstd);
+                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd,
+                                     double weight_offset) {
+  run_norm_forward(*this, x, nullptr, weight, &bias, eps, nullptr, y, &mean, rstd, weight_offset);
 }
 
 void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                       const Tensor& mean, const Tensor& rstd, Tensor& dx,
-                                      Tensor& dweight, Tensor& dbias) {
-  run_norm_backward(*this, dy, nullptr, x, weight, &mean, rstd, dx, dweight, &dbias);
+                                      Tensor& dweight, Tensor& dbias, double weight_offset) {
+  run_norm_backward(*this, dy, nullptr, x, weight, &mean, rstd, dx, dweight, &dbias, 0.0,
+                    weight_offset);
 }
 
 void CudaBackend::add_layer_norm_forward(const Tensor& x, const Tensor& residual,
                                          const Tensor& weight, const Tensor& bias, double eps,
-                                         Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd) {
-  run_norm_forward(*this, x, &residual, weight, &bias, eps, &h, y, &mean, rstd);
+                                         Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd,
+                                         double weight_offset) {
+  run_norm_forward(*this, x, &residual, weight, &bias, eps, &h, y, &mean, rstd, weight_offset);
 }
 
 void CudaBackend::add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
                                           const Tensor& weight, const Tensor& mean,
                                           const Tensor& rstd, Tensor& dx, Tensor& dweight,
-                                          Tensor& dbias) {
-  run_norm_backward(*this, dy, &dh, h, weight, &mean, rstd, dx, dweight, &dbias);
+                                          Tensor& dbias, double weight_offset) {
+  run_norm_backward(*this, dy, &dh, h, weight, &mean, rstd, dx, dweight, &dbias, 0.0,
+                    weight_offset);
 }
 
 void CudaBackend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
                                            const Tensor& weight, const Tensor& mean,
                                            const Tensor& rstd, Tensor& dx, Tensor& dweight,
-                                           Tensor& dbias, double beta) {
+                                           Tensor& dbias, double beta, double weight_offset) {
   // The kernel's last stage adds the column sums into the buffers (f32, or
   // x's dtype) directly: no half-precision temporaries, no adds after.
   if (x.dtype() == DType::F64 || !fits_grad_buffer(dweight, x, weight) ||
       !fits_grad_buffer(dbias, x, weight) || dweight.dtype() != dbias.dtype() ||
       (beta != 0.0 && beta != 1.0)) {
-    Backend::layer_norm_backward_into(dy, dh, x, weight, mean, rstd, dx, dweight, dbias, beta);
+    Backend::layer_norm_backward_into(dy, dh, x, weight, mean, rstd, dx, dweight, dbias, beta,
+                                      weight_offset);
     return;
   }
-  run_norm_backward(*this, dy, dh, x, weight, &mean, rstd, dx, dweight, &dbias, beta);
+  run_norm_backward(*this, dy, dh, x, weight, &mean, rstd, dx, dweight, &dbias, beta,
+                    weight_offset);
 }
 
 void CudaBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,

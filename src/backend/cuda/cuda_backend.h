@@ -50,16 +50,17 @@ class CudaBackend final : public Backend {
   void gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
                               Tensor& dpre) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                          Tensor& y, Tensor& mean, Tensor& rstd) override;
+                          Tensor& y, Tensor& mean, Tensor& rstd, double weight_offset) override;
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                            const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
-                           Tensor& dbias) override;
+                           Tensor& dbias, double weight_offset) override;
   void add_layer_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
                               const Tensor& bias, double eps, Tensor& h, Tensor& y, Tensor& mean,
-                              Tensor& rstd) override;
+                              Tensor& rstd, double weight_offset) override;
   void add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
                                const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                               Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+                               Tensor& dx, Tensor& dweight, Tensor& dbias,
+                               double weight_offset) override;
   void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
                         double weight_offset) override;
   void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
@@ -101,7 +102,8 @@ class CudaBackend final : public Backend {
                                double beta) override;
   void layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
                                 const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                Tensor& dx, Tensor& dweight, Tensor& dbias, double beta) override;
+                                Tensor& dx, Tensor& dweight, Tensor& dbias, double beta,
+                                double weight_offset) override;
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                              Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
