@@ -456,6 +456,9 @@ void apply_section(const YAML::Node& node, const std::string& name, const Sectio
   }
 }
 
+// --set's `path=value`: the path's keys, split at dots, name a key at any
+// depth (model.moe.top_k=4); missing maps on the way are made, and a key
+// holding something other than a map cannot be gone into.
 void apply_override(YAML::Node& root, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
@@ -466,17 +469,31 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   std::vector<std::string> parts;
   std::stringstream ss(path);
   for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
-  if (parts.empty() || parts.size() > 2) {
-    throw ConfigError("--set '" + assignment + "': key must be 'section.key' or a top-level key");
+  if (path.back() == '.' ||
+      std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); })) {
+    throw ConfigError("--set '" + assignment +
+                      "': the key has an empty part (expected names joined by dots, e.g. "
+                      "model.moe.top_k)");
   }
-  if (parts.size() == 1) {
-    root[parts[0]] = value;
-  } else {
-    if (root[parts[0]] && !root[parts[0]].IsMap()) {
-      throw ConfigError("--set '" + assignment + "': '" + parts[0] + "' is not a section");
+  // node.reset() moves the handle down the tree; assigning a node to a
+  // handle would overwrite what it refers to instead.
+  YAML::Node node = root;
+  std::string at;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    at += (i ? "." : "") + parts[i];
+    YAML::Node child = node[parts[i]];
+    if (child && !child.IsNull() && !child.IsMap()) {
+      throw ConfigError("--set '" + assignment + "': '" + at + "' is " +
+                        (child.IsScalar() ? "'" + child.Scalar() + "'" : std::string("a list")) +
+                        ", not a section of keys (set it whole: --set '" + at + "={...}')");
     }
-    root[parts[0]][parts[1]] = value;
+    if (!child || child.IsNull()) {
+      node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      child.reset(node[parts[i]]);
+    }
+    node.reset(child);
   }
+  node[parts.back()] = value;
 }
 
 template <class T>
