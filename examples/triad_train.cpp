@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   app.add_option("--config", config_path, "YAML configuration file")->required();
-  app.add_option("--set", overrides, "override a config key: section.key=value, at any depth (repeatable)");
+  app.add_option("--set", overrides,
+                 "override a config key: section.key=value, at any depth (repeatable)");
   bool eval_only = false;
   app.add_flag("--eval-only", eval_only,
                "only evaluate (data.val, eval.choices, eval.lambada, eval.samples) the starting "
