@@ -814,7 +814,12 @@ void validate(const Config& c, bool min_lr_given) {
           "parallel.vpp must be 2 (got " +
           std::to_string(p.vpp) + ")");
     }
-  } else if ((p.vpp > 1) != (p.schedule == "interleaved")) {
+  } else if (p.schedule == "interleaved" && p.vpp < 2) {
+    throw ConfigError(
+        "parallel.schedule 'interleaved' runs several model chunks on each rank: "
+        "parallel.vpp must be at least 2 (got " +
+        std::to_string(p.vpp) + ")");
+  } else if (p.vpp > 1 && p.schedule != "interleaved") {
     throw ConfigError("parallel.vpp (" + std::to_string(p.vpp) +
                       ") > 1 goes with parallel.schedule 'interleaved' or 'zb-v' (got '" +
                       p.schedule + "')");

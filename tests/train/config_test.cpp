@@ -744,6 +744,9 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
       "model.n_layer (6) must be divisible by parallel.pp * parallel.vpp (4 * 1 = 4)");
   expect_config_error(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.vpp=2"},
                       "parallel.vpp (2) > 1 goes with parallel.schedule 'interleaved'");
+  expect_config_error(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.schedule=interleaved"},
+                      "parallel.schedule 'interleaved' runs several model chunks on each rank: "
+                      "parallel.vpp must be at least 2 (got 1)");
   // The interleaved schedule takes any number of microbatches (here 3 on 2
   // ranks).
   EXPECT_NO_THROW(parse_config(
