@@ -698,6 +698,11 @@ void validate(const Config& c, bool min_lr_given) {
                       ": cuDNN's graph here has only the causal mask (use auto, simt or "
                       "tensor_core)");
   }
+  if (c.model.eod_token < -1 || c.model.eod_token >= c.model.vocab_size) {
+    throw ConfigError("data.eod_token (" + std::to_string(c.model.eod_token) +
+                      ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +
+                      ") (model.vocab_size), or -1 for none");
+  }
   if (c.data_eod_mask_loss && (c.model.eod_token < 0 || c.model.eod_token >= c.model.vocab_size)) {
     throw ConfigError("data.eod_token (" + std::to_string(c.model.eod_token) +
                       ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +

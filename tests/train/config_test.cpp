@@ -871,6 +871,12 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       "--set 'device.index=1': 'device' is 'cpu', not a section of keys (set it "
                       "whole: --set 'device={...}')");
   expect_config_error(kValid, {"train.lr=[1"}, "--set 'train.lr=[1': not valid YAML");
+  // An end-of-document token is a token of the vocabulary, whether or not
+  // a setting that needs it is on.
+  for (const char* eod : {"data.eod_token=256", "data.eod_token=-2"}) {
+    expect_config_error(kValid, {eod}, "must be a token id in [0, 256) (model.vocab_size), or -1");
+  }
+  EXPECT_EQ(parse_config(kValid, {"data.eod_token=255"}).model.eod_token, 255);
   expect_config_error(kValid,
                       {"parallel.tp=2", "parallel.sequence_parallel=true", "model.seq_len=31"},
                       "model.seq_len (31) must be divisible by parallel.tp (2) with sequence "
