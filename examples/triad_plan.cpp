@@ -385,9 +385,10 @@ int main(int argc, char** argv) {
       if (given(predict, "--optimizer")) c.muon = optimizer == "muon";
       if (given(predict, "--moment-precision")) c.bf16_moments = moment_precision == "bf16";
       if (given(predict, "--grad-precision")) c.bf16_grads = grad_precision == "bf16";
-      if (gpus % (c.tp * c.pp) != 0) {
-        throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be divisible by tp*pp (" +
-                          std::to_string(c.tp * c.pp) + ")");
+      if (gpus % (c.tp * c.pp * c.cp) != 0) {
+        throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be divisible by tp*pp" +
+                          (c.cp > 1 ? "*cp" : "") + " (" + std::to_string(c.tp * c.pp * c.cp) +
+                          ")");
       }
       c.dp = gpus / (c.tp * c.pp * c.cp);
       if (!schedule_name.empty()) {
