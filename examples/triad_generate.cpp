@@ -346,6 +346,9 @@ int main(int argc, char** argv) {
     }
     triad::nn::GptConfig model_cfg = config.model;
     model_cfg.dropout = 0;
+    // Bad sampling options are named before the weights are read or
+    // anything is printed.
+    triad::nn::check_sampling(model_cfg, o);
     // Not initialised: the weights (all of them, or an error) are read in.
     triad::nn::Gpt model(model_cfg, config.train.seed, triad::DType::F32,
                          triad::nn::Gpt::Init::None);

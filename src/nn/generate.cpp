@@ -141,12 +141,24 @@ void check_prompt(const GptConfig& cfg, const std::vector<int64_t>& prompt,
   }
 }
 
-void check_options(const GptConfig& cfg, const SamplingOptions& o) {
+}  // namespace
+
+void check_sampling(const GptConfig& cfg, const SamplingOptions& o) {
   if (o.max_new_tokens < 0) {
     throw ValueError("generate: max_new_tokens (" + std::to_string(o.max_new_tokens) +
                      ") must be >= 0");
   }
   check_penalties(o);
+  if (!(o.temperature >= 0) || !std::isfinite(o.temperature)) {
+    throw ValueError("generate: temperature (" + std::to_string(o.temperature) +
+                     ") must be a finite number >= 0 (0: greedy)");
+  }
+  if (o.top_k < 0) {
+    throw ValueError("generate: top_k (" + std::to_string(o.top_k) + ") must be >= 0 (0: all)");
+  }
+  if (!(o.top_p > 0 && o.top_p <= 1)) {
+    throw ValueError("generate: top_p (" + std::to_string(o.top_p) + ") must be in (0, 1]");
+  }
   if (!(o.min_p >= 0 && o.min_p <= 1)) {
     throw ValueError("generate: min_p (" + std::to_string(o.min_p) + ") must be in [0, 1]");
   }
@@ -180,6 +192,8 @@ void check_options(const GptConfig& cfg, const SamplingOptions& o) {
                      ": no token is left to produce");
   }
 }
+
+namespace {
 
 // One text being continued: its prompt, every token so far, the new ones.
 struct Sequence {
@@ -243,7 +257,7 @@ std::vector<int64_t> generate_one(const Gpt& model, const std::vector<int64_t>& 
                                   const SamplingOptions& o, GenerationSession* session) {
   const GptConfig& cfg = model.config();
   check_prompt(cfg, prompt, "the prompt");
-  check_options(cfg, o);
+  check_sampling(cfg, o);
   const int64_t limit = o.vocab_limit > 0 ? o.vocab_limit : cfg.vocab_size;
   autograd::InferenceGuard inference;
   Sequence s{&prompt, prompt, {}, o.max_new_tokens == 0};
@@ -315,7 +329,7 @@ std::vector<std::vector<int64_t>> generate_batch(
   const GptConfig& cfg = model.config();
   for (size_t i = 0; i < prompts.size(); ++i)
     check_prompt(cfg, prompts[i], "prompt " + std::to_string(i));
-  check_options(cfg, o);
+  check_sampling(cfg, o);
   const int64_t limit = o.vocab_limit > 0 ? o.vocab_limit : cfg.vocab_size;
   autograd::InferenceGuard inference;
   const auto stop_of = [&](size_t i) -> std::function<bool(const std::vector<int64_t>&)> {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include "support/tiny_deepseek.h"
@@ -253,6 +254,36 @@ TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {
   EXPECT_THROW(generate(model, {40}, o), ValueError);
   o.vocab_limit = 41;
   EXPECT_THROW(generate(model, {3}, o), ValueError);
+  // Every option is checked before the first step (check_sampling, which a
+  // program calls before printing anything), each bad one named.
+  o.vocab_limit = 0;
+  EXPECT_NO_THROW(check_sampling(model.config(), o));
+  const auto named = [&](SamplingOptions bad, const std::string& what) {
+    SCOPED_TRACE(what);
+    try {
+      check_sampling(model.config(), bad);
+      ADD_FAILURE() << "expected a ValueError";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(generate(model, {3}, bad), ValueError);
+  };
+  for (double t : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    SamplingOptions bad = o;
+    bad.temperature = t;
+    named(bad, "temperature (");
+  }
+  SamplingOptions bad = o;
+  bad.top_k = -1;
+  named(bad, "top_k (-1) must be >= 0");
+  for (double p : {0.0, 1.5, std::nan("")}) {
+    bad = o;
+    bad.top_p = p;
+    named(bad, "must be in (0, 1]");
+  }
+  bad = o;
+  bad.min_p = 2;
+  named(bad, "min_p (2.000000) must be in [0, 1]");
 }
 
 // suppress_tokens (a tokenizer's holes) are never produced, greedy or

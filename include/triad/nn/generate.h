@@ -65,6 +65,11 @@ struct SamplingOptions {
 int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k, double u,
                      double top_p = 1.0, double min_p = 0.0);
 
+// Every option checked against a model of `cfg`'s kind (what generate()
+// checks before its first step): a ValueError names the first bad one. A
+// program can call it before it prints or reads anything.
+void check_sampling(const GptConfig& cfg, const SamplingOptions& options);
+
 // options' repetition, frequency and presence penalties applied to one row
 // of next-token logits, given the prompt and the output so far (ids past
 // the row, a vocab_limit's, are skipped).
