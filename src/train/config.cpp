@@ -1221,6 +1221,22 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           if (t.max_skipped_steps < 0)
             throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
         }}},
+      {"spike_sigma",
+       {false,
+        [&](auto& v, auto& k) {
+          t.spike_sigma = get_double(v, k);
+          if (!(t.spike_sigma >= 0) || !std::isfinite(t.spike_sigma)) {
+            throw ConfigError(k + " (" + scalar_text(v) +
+                              ") must be a number of standard deviations > 0, or 0 for none");
+          }
+        }}},
+      {"spike_window",
+       {false,
+        [&](auto& v, auto& k) {
+          t.spike_window = get_int(v, k);
+          if (t.spike_window < 2)
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be at least 2 steps");
+        }}},
       {"precision",
        {false,
         [&](auto& v, auto& k) {
@@ -1839,6 +1855,10 @@ std::string to_yaml(const Config& c) {
       e << YAML::Key << "muon_ns_precision" << YAML::Value << t.muon_ns_precision;
   }
   e << YAML::Key << "max_skipped_steps" << YAML::Value << t.max_skipped_steps;
+  if (t.spike_sigma > 0) {
+    e << YAML::Key << "spike_sigma" << YAML::Value << t.spike_sigma;
+    e << YAML::Key << "spike_window" << YAML::Value << t.spike_window;
+  }
   e << YAML::Key << "exit_after_minutes" << YAML::Value << t.exit_after_minutes;
   e << YAML::Key << "precision" << YAML::Value << t.precision;
   if (t.moment_precision != "fp32")

@@ -61,6 +61,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.moe_z_loss >= 0) j["moe_z_loss"] = m.moe_z_loss;
   if (!m.mtp_losses.empty()) j["mtp_losses"] = m.mtp_losses;
   if (m.skipped) j["skipped"] = true;
+  if (m.spike) j["spike"] = true;
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   j["peak_memory_bytes"] = m.peak_memory_bytes;
   if (m.val_loss) j["val_loss"] = *m.val_loss;

@@ -408,6 +408,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       if (p.requires_grad()) p.set_half_grad(true);
     }
   }
+  if (config_.train.spike_sigma > 0)
+    spikes_ = SpikeFilter(config_.train.spike_sigma, config_.train.spike_window);
   if (config_.train.precision == "fp16") {
     optim::LossScalerOptions so;
     so.init_scale = config_.train.loss_scale_init;
@@ -871,6 +873,7 @@ void Trainer::save_checkpoint(int64_t next_step) {
       {"applied_steps", std::to_string(applied_steps_)},
       {"applied_sequences", std::to_string(applied_sequences_)},
       {"consecutive_skips", std::to_string(consecutive_skips_)},
+      {"spike_window", spikes_.state()},
       {"optimizer_step", std::to_string(opt_step)},
       {"data_sequences", std::to_string(dataset_->num_sequences())}};
   if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
@@ -1075,6 +1078,14 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
   }
   applied_steps_ = metadata_int(info, metadata, "applied_steps");
   consecutive_skips_ = metadata_int(info, metadata, "consecutive_skips");
+  // (A checkpoint from before spikes were filtered starts an empty window.)
+  if (auto window = metadata.find("spike_window"); window != metadata.end()) {
+    try {
+      spikes_.load(window->second);
+    } catch (const IoError& e) {
+      throw IoError("checkpoint '" + info.step_dir + "': " + e.what());
+    }
+  }
   const int64_t next = metadata_int(info, metadata, "next_step");
   const int64_t G = config_.train.global_batch_size;
   // (A checkpoint from before they were recorded ran every step at its G.)
@@ -1774,6 +1785,20 @@ void Trainer::update_expert_biases() {
   }
 }
 
+std::string Trainer::spike_on_any_rank(double loss, double norm) {
+  if (!spikes_.enabled()) return "";
+  std::string why = spikes_.spike(loss, norm);
+  if (world_ && world_->size() > 1) {
+    // The loss and the norm are reduced over the ranks, so they judge
+    // alike; the verdict is agreed all the same, as every rank must skip
+    // together.
+    Tensor any = from_vector(std::vector<double>{why.empty() ? 0.0 : 1.0}, {1}, DType::F64);
+    world_->all_reduce(any, dist::ReduceOp::Max)->wait();
+    if (why.empty() && item(any) > 0) why = "judged so on another rank";
+  }
+  return why;
+}
+
 StepMetrics Trainer::step(int64_t index) {
   const auto start = std::chrono::steady_clock::now();
   const auto& t = config_.train;
@@ -1827,6 +1852,13 @@ StepMetrics Trainer::step(int64_t index) {
                   " consecutive steps with non-finite gradients (train.max_skipped_steps is " +
                   std::to_string(t.max_skipped_steps) + ")");
     }
+  } else if (const std::string why = spike_on_any_rank(loss, norm); !why.empty()) {
+    // A finite step far above the last ones: skipped on every rank, as a
+    // non-finite one is (the schedule does not advance; the data does).
+    m.skipped = m.spike = true;
+    consecutive_skips_ = 0;
+    if (scaler_) scaler_->update(false);
+    spdlog::warn("step {}: a spike, {}; skipping the update", index + 1, why);
   } else {
     consecutive_skips_ = 0;
     if (scaler_) scaler_->update(false);
@@ -1842,6 +1874,7 @@ StepMetrics Trainer::step(int64_t index) {
     applied_sequences_ += G;
     record("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   }
+  spikes_.record(loss, norm);  // (finite steps only, spikes too)
   zero_grad();
   // (In the step's time: like the norm of the gradients, one pass over the
   // parameters and a reduction.)
@@ -2431,6 +2464,13 @@ std::vector<StepMetrics> Trainer::run() {
     }
     spdlog::info("device: {}; precision: {}{}", device_.str(), config_.train.precision, detail);
   }
+  if (spikes_.enabled()) {
+    spdlog::info(
+        "spikes: a step whose loss or gradient norm exceeds the mean of the last {} steps' by "
+        "{:g} standard deviations is skipped (judged from step {} on)",
+        config_.train.spike_window, config_.train.spike_sigma,
+        std::max<int64_t>(2, config_.train.spike_window / 2) + 1);
+  }
   if (config_.model.recompute_layers > 0) {
     spdlog::info(
         "recompute: full, the first {} layer(s) of each {}; the others keep their "
@@ -2599,7 +2639,7 @@ std::vector<StepMetrics> Trainer::run() {
       for (double l : m.mtp_losses) extra += fmt::format(" {:.4f}", l);
     }
     extra += fmt::format(" | mem {:.3g} GB", static_cast<double>(m.peak_memory_bytes) / 1e9);
-    if (m.skipped) extra += " | skipped";
+    if (m.skipped) extra += m.spike ? " | skipped (spike)" : " | skipped";
     spdlog::info(
         "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.3f} "
         "TFLOP/s/dev | "

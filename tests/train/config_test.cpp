@@ -871,6 +871,20 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       "--set 'device.index=1': 'device' is 'cpu', not a section of keys (set it "
                       "whole: --set 'device={...}')");
   expect_config_error(kValid, {"train.lr=[1"}, "--set 'train.lr=[1': not valid YAML");
+  // train.spike_sigma and spike_window: off by default, round-tripped, and
+  // bad values named.
+  {
+    EXPECT_EQ(parse_config(kValid).train.spike_sigma, 0.0);
+    const Config s = parse_config(
+        to_yaml(parse_config(kValid, {"train.spike_sigma=6", "train.spike_window=64"})));
+    EXPECT_DOUBLE_EQ(s.train.spike_sigma, 6.0);
+    EXPECT_EQ(s.train.spike_window, 64);
+  }
+  expect_config_error(kValid, {"train.spike_sigma=-1"},
+                      "train.spike_sigma (-1) must be a number of standard deviations > 0, or 0");
+  expect_config_error(kValid, {"train.spike_sigma=.nan"}, "train.spike_sigma");
+  expect_config_error(kValid, {"train.spike_window=1"},
+                      "train.spike_window (1) must be at least 2 steps");
   // An end-of-document token is a token of the vocabulary, whether or not
   // a setting that needs it is on.
   for (const char* eod : {"data.eod_token=256", "data.eod_token=-2"}) {

@@ -28,11 +28,13 @@
 # With SAMPLES (ON), every evaluation also continues two prompts greedily
 # (eval.samples, the model gathered whole from the layout's ranks): in fp32
 # the texts must be one process's.
+# The steps skipped as spikes (train.spike_sigma) must be one process's,
+# and with SPIKES (a list of step numbers) one process's must be those.
 # Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, LAYOUTS
 # ("ranks|--set ... --set ...[|loss,norm]" entries joined by '@'), and
 # optionally EXTRA (more --set flags for every run, the reference included),
-# STEPS (an even number of steps, 10 unless given), QUESTIONS, LAMBADA and
-# SAMPLES.
+# STEPS (an even number of steps, 10 unless given), QUESTIONS, LAMBADA,
+# SAMPLES and SPIKES.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
@@ -72,6 +74,19 @@ function(samples_of dir outvar)
   set(${outvar} "${all}" PARENT_SCOPE)
   set(${outvar}_count ${count} PARENT_SCOPE)
 endfunction()
+# The steps whose metrics mark them with `key` (spike: skipped as spikes).
+function(steps_marked dir key outvar)
+  file(STRINGS ${dir}/metrics.jsonl lines)
+  set(steps)
+  foreach(line IN LISTS lines)
+    string(JSON v ERROR_VARIABLE missing GET "${line}" ${key})
+    if(NOT missing AND v)
+      string(JSON s GET "${line}" step)
+      list(APPEND steps ${s})
+    endif()
+  endforeach()
+  set(${outvar} "${steps}" PARENT_SCOPE)
+endfunction()
 # A common starting point, then the one-process reference.
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors --set train.steps=${STEPS})
@@ -92,6 +107,10 @@ field(${WORK}/reference moe_z_loss reference_moe_z_loss)
 foreach(depth 0 1 2)
   field(${WORK}/reference "mtp_losses;${depth}" reference_mtp_${depth})
 endforeach()
+steps_marked(${WORK}/reference spike reference_spikes)
+if(DEFINED SPIKES AND NOT "${reference_spikes}" STREQUAL "${SPIKES}")
+  message(FATAL_ERROR "one process skipped steps [${reference_spikes}] as spikes, expected [${SPIKES}]")
+endif()
 list(LENGTH reference n)
 list(LENGTH reference_val nv)
 list(LENGTH reference_param_norms np)
@@ -145,6 +164,11 @@ foreach(layout IN LISTS layouts)
   endforeach()
   field(${dir} loss got)
   field(${dir} grad_norm got_norms)
+  steps_marked(${dir} spike got_spikes)
+  if(NOT "${got_spikes}" STREQUAL "${reference_spikes}")
+    message(FATAL_ERROR "${ranks} ranks ${flags}: steps [${got_spikes}] skipped as spikes, one "
+                        "process [${reference_spikes}]")
+  endif()
   expect_close("${ranks} ranks ${flags} loss" "${reference}" "${got}" ${loss_div})
   # The clipping norm (global over the whole mesh) equals one process's.
   expect_close("${ranks} ranks ${flags} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})

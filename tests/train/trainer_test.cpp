@@ -65,6 +65,134 @@ TEST(Trainer, CudaDeviceWithoutAGpuIsAClearError) {
   }
 }
 
+// train.spike_sigma: a batch unlike every one before it (a token the
+// periodic stream never holds) is a spike. Its update is skipped
+// (the weights stay as they were and the schedule does not advance), every
+// other step goes as without the filter, and a run resumed from a
+// checkpoint before the spike judges it the same: the window of losses and
+// norms is in the checkpoint (an empty one would not judge it yet).
+TEST(Trainer, SkipsASpikeAndResumesItsWindowFromCheckpoints) {
+  TempDir dir;
+  const int64_t spike = 11;  // the 0-based step whose batch is noise
+  // Step `spike` reads tokens [64s, 64s + 65): there, token 31, which the
+  // stream never holds.
+  std::vector<uint16_t> tokens;
+  for (int64_t i = 0; i < 4000; ++i) {
+    const bool noise = i >= 64 * spike && i < 64 * (spike + 1);
+    tokens.push_back(static_cast<uint16_t>(noise ? 31 : (i * 7 + i / 13) % 31));
+  }
+  data::write_token_shard(dir.file("train.bin"), tokens);
+  auto config = [&](double sigma, int64_t interval, const std::string& resume) {
+    return parse_config(
+        "model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
+        "train: {steps: 16, global_batch_size: 4, micro_batch_size: 2, lr: 1.0e-2, "
+        "warmup_steps: 2, spike_window: 8, spike_sigma: " +
+        std::to_string(sigma) +
+        "}\n"
+        "data: {train: " +
+        dir.file("train.bin") + "}\noutput: {dir: " + dir.file("out") +
+        "}\ncheckpoint: {dir: " + dir.file("ckpt") + ", interval: " + std::to_string(interval) +
+        ", keep: 5, resume: " + resume + "}\n");
+  };
+  std::vector<StepMetrics> plain, filtered;
+  {
+    Trainer t(parse_config(to_yaml(config(0, 0, "never")), {"checkpoint.dir=''"}));
+    for (int64_t k = 0; k < 16; ++k) plain.push_back(t.step(k));
+  }
+  // (Its gradient norm is about six times the steps' before it.)
+  ASSERT_GT(plain[spike].grad_norm, 4 * plain[spike - 1].grad_norm) << "the noise is no spike";
+  ASSERT_GT(plain[spike].loss, plain[spike - 1].loss);
+  {
+    Trainer t(parse_config(to_yaml(config(4, 0, "never")), {"checkpoint.dir=''"}));
+    nn::StateDict before;
+    for (int64_t k = 0; k < 16; ++k) {
+      if (k == spike) before = t.full_state_dict();
+      filtered.push_back(t.step(k));
+      if (k == spike) {
+        for (const auto& [name, w] : t.full_state_dict())
+          EXPECT_EQ(to_double_vector(w), to_double_vector(before.at(name))) << name;
+      }
+    }
+  }
+  for (int64_t k = 0; k < 16; ++k) {
+    SCOPED_TRACE("step " + std::to_string(k + 1));
+    EXPECT_EQ(filtered[k].skipped, k == spike);
+    EXPECT_EQ(filtered[k].spike, k == spike);
+    // The same as without the filter up to the spike (its loss included).
+    if (k <= spike) {
+      EXPECT_EQ(filtered[k].loss, plain[k].loss);
+    }
+  }
+  EXPECT_FALSE(plain[spike].skipped);
+  EXPECT_EQ(filtered[spike + 1].lr, filtered[spike].lr);  // the schedule waited
+  EXPECT_NE(plain[spike + 1].lr, plain[spike].lr);
+  // Checkpoints at steps 4, 8, 12 and 16; resumed after step 8 (three steps
+  // before the spike), the run goes on bit for bit and still skips it.
+  std::vector<StepMetrics> whole;
+  {
+    Trainer t(config(4, 4, "never"));
+    whole = t.run();
+  }
+  ASSERT_EQ(whole.size(), 16u);
+  EXPECT_EQ(whole[spike].loss, filtered[spike].loss);
+  EXPECT_TRUE(whole[spike].spike);
+  std::ofstream(dir.file("ckpt/latest"), std::ios::trunc) << "step_8\n";
+  Trainer again(config(4, 0, "auto"));
+  const auto rest = again.run();
+  ASSERT_EQ(rest.size(), 8u);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(rest[i].step));
+    EXPECT_EQ(rest[i].loss, whole[8 + i].loss);  // bitwise
+    EXPECT_EQ(rest[i].grad_norm, whole[8 + i].grad_norm);
+    EXPECT_EQ(rest[i].spike, whole[8 + i].spike);
+  }
+  // The spike in metrics.jsonl.
+  std::ifstream in(dir.file("out/metrics.jsonl"));
+  int spikes = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("spike", false)) {
+      EXPECT_EQ(j.at("step").get<int64_t>(), spike + 1);
+      EXPECT_TRUE(j.at("skipped").get<bool>());
+      ++spikes;
+    }
+  }
+  EXPECT_EQ(spikes, 1);
+}
+
+TEST(SpikeFilter, JudgesAgainstTheWindowOnceHalfOfItIsKnown) {
+  SpikeFilter off;
+  EXPECT_FALSE(off.enabled());
+  EXPECT_EQ(off.spike(1e9, 1e9), "");
+  SpikeFilter f(2.0, 6);
+  // Judged from the fourth step on (half the window is three).
+  f.record(1.0, 10.0);
+  f.record(1.2, 11.0);
+  EXPECT_EQ(f.spike(100.0, 10.0), "") << "two steps are not half the window";
+  f.record(1.1, 12.0);
+  // Losses 1, 1.2, 1.1: mean 1.1, std 0.1; norms 10, 11, 12: mean 11, std 1.
+  EXPECT_EQ(f.spike(1.29, 12.9), "");
+  EXPECT_NE(f.spike(1.31, 11.0).find("loss 1.31 > 1.1 + 2 x 0.1"), std::string::npos)
+      << f.spike(1.31, 11.0);
+  EXPECT_NE(f.spike(1.0, 13.1).find("gradient norm 13.1 > 11 + 2 x 1"), std::string::npos)
+      << f.spike(1.0, 13.1);
+  EXPECT_EQ(f.spike(std::nan(""), 13.1), "") << "non-finite steps are the other rule's";
+  // Non-finite values never join; the window keeps the last six.
+  f.record(std::nan(""), 1.0);
+  EXPECT_EQ(f.known(), 3);
+  for (int i = 0; i < 10; ++i) f.record(5.0 + i, 1.0);
+  EXPECT_EQ(f.known(), 6);
+  // Its state round-trips exactly, and bad text is named.
+  SpikeFilter g(2.0, 6);
+  g.load(f.state());
+  EXPECT_EQ(g.state(), f.state());
+  EXPECT_EQ(g.spike(20.0, 1.0), f.spike(20.0, 1.0));
+  EXPECT_THROW(g.load("{\"losses\": [1, 2]}"), IoError);
+  EXPECT_THROW(g.load("{\"losses\": [1, 2], \"grad_norms\": [1]}"), IoError);
+  EXPECT_THROW(SpikeFilter(0.0, 8), ConfigError);
+  EXPECT_THROW(SpikeFilter(3.0, 1), ConfigError);
+}
+
 TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
   TempDir dir;
   std::vector<std::vector<StepMetrics>> runs;

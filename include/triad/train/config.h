@@ -44,6 +44,11 @@ struct TrainSection {
   std::string muon_ns_precision;
   DType muon_ns_dtype() const;
   int64_t max_skipped_steps = 5;  // consecutive non-finite steps before the job stops
+  // > 0: a step whose loss or gradient norm lies more than this many
+  // standard deviations above the mean of the previous spike_window steps'
+  // is skipped on every rank (train/spike_filter.h); 0: none.
+  double spike_sigma = 0;
+  int64_t spike_window = 128;
   // > 0: after the first step that ends this many minutes after the
   // trainer was created, every rank checkpoints and the run ends, as on SIGTERM (a job
   // that must end before its allocation does); 0: no limit.

@@ -44,8 +44,10 @@ struct StepMetrics {
   // k's of the token k + 1 ahead of the next), the mean over the step's
   // micro-batches and data-parallel ranks. Empty otherwise.
   std::vector<double> mtp_losses;
-  // A non-finite gradient on some rank: every rank skipped the update.
+  // A non-finite gradient on some rank, or a spike (train.spike_sigma):
+  // every rank skipped the update.
   bool skipped = false;
+  bool spike = false;  // skipped as a spike
   // fp16: the loss scale this step's backward used (0 otherwise).
   double loss_scale = 0;
   // The most bytes of tensors held at once on the training device during

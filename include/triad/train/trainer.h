@@ -31,6 +31,7 @@
 #include "triad/train/eval_text.h"
 #include "triad/train/lambada_eval.h"
 #include "triad/train/metrics.h"
+#include "triad/train/spike_filter.h"
 #include "triad/train/trace.h"
 
 namespace triad::train {
@@ -225,6 +226,10 @@ class Trainer {
   int64_t applied_steps_ = 0;      // optimizer steps taken (skipped ones excluded)
   int64_t applied_sequences_ = 0;  // the sequences of those steps
   int64_t consecutive_skips_ = 0;
+  SpikeFilter spikes_;  // train.spike_sigma: the last steps' losses and norms
+  // Why this step is a spike on some rank ("" if on none): spikes_'s
+  // verdict here, agreed over the world.
+  std::string spike_on_any_rank(double loss, double norm);
   int64_t nan_step_ = -1, nan_steps_ = 0;
   // Step data_origin_step_ starts at global training sequence data_origin_;
   // each step takes the next global batch (ramp_.at the sequences consumed
