@@ -166,7 +166,7 @@ void Muon::step(double lr, double grad_scale) {
                        ", its parameter " + s.param.str());
     }
     Tensor& target = s.master.defined() ? s.master : s.param;
-    apply_muon_update(target, update, lr, options_.weight_decay);
+    apply_muon_update(target, update, lr, options_.decay_of(s.matrix.name));
     if (s.master.defined()) copy_(s.param, s.master);
   };
   if (updater_) {

@@ -459,6 +459,22 @@ void apply_section(const YAML::Node& node, const std::string& name, const Sectio
 // --set's `path=value`: the path's keys, split at dots, name a key at any
 // depth (model.moe.top_k=4); missing maps on the way are made, and a key
 // holding something other than a map cannot be gone into.
+// A parameter pattern, or a list of them (train.freeze, train.no_weight_decay).
+std::vector<std::string> get_patterns(const YAML::Node& v, const std::string& k) {
+  std::vector<std::string> out;
+  if (v.IsScalar()) {
+    out.push_back(get_string(v, k));
+  } else if (v.IsSequence()) {
+    for (size_t i = 0; i < v.size(); ++i)
+      out.push_back(get_string(v[i], k + "[" + std::to_string(i) + "]"));
+  } else {
+    throw ConfigError(k +
+                      ": expected a parameter pattern or a list of them, e.g. "
+                      "[wte.weight, \"h.[0-5].*\"]");
+  }
+  return out;
+}
+
 void apply_override(YAML::Node& root, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
@@ -605,6 +621,7 @@ void validate(const Config& c, bool min_lr_given) {
       c.frozen_parameters().size() == nn::gpt_parameter_shapes(c.model).size()) {
     throw ConfigError("train.freeze freezes every parameter of the model: nothing would train");
   }
+  c.no_decay_parameters();  // (a pattern that matches nothing is an error)
   require(c.log_interval > 0, "log.interval", c.log_interval, "must be positive");
   const auto& ck = c.checkpoint;
   require(t.exit_after_minutes == 0 || !ck.dir.empty(), "train.exit_after_minutes",
@@ -1145,22 +1162,9 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           for (size_t i = 0; i < 3; ++i)
             t.rampup_batch_size.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
         }}},
-      {"freeze",
-       {false,
-        [&](auto& v, auto& k) {
-          // A pattern, or a list of them.
-          t.freeze.clear();
-          if (v.IsScalar()) {
-            t.freeze.push_back(get_string(v, k));
-          } else if (v.IsSequence()) {
-            for (size_t i = 0; i < v.size(); ++i)
-              t.freeze.push_back(get_string(v[i], k + "[" + std::to_string(i) + "]"));
-          } else {
-            throw ConfigError(k +
-                              ": expected a parameter pattern or a list of them, e.g. "
-                              "[wte.weight, \"h.[0-5].*\"]");
-          }
-        }}},
+      {"freeze", {false, [&](auto& v, auto& k) { t.freeze = get_patterns(v, k); }}},
+      {"no_weight_decay",
+       {false, [&](auto& v, auto& k) { t.no_weight_decay = get_patterns(v, k); }}},
       {"lr", {false, [&](auto& v, auto& k) { t.lr = get_double(v, k); }}},
       {"min_lr",
        {false,
@@ -1631,11 +1635,20 @@ std::set<std::string> Config::frozen_parameters() const {
     }
     return frozen;
   }
-  if (train.freeze.empty()) return {};
+  return matching(train.freeze, "train.freeze");
+}
+
+std::set<std::string> Config::no_decay_parameters() const {
+  return matching(train.no_weight_decay, "train.no_weight_decay");
+}
+
+std::set<std::string> Config::matching(const std::vector<std::string>& patterns,
+                                       const std::string& key) const {
+  if (patterns.empty()) return {};
   std::vector<std::string> names;
   for (const auto& [name, shape] : nn::gpt_parameter_shapes(model)) names.push_back(name);
   try {
-    return nn::matching_parameters(train.freeze, names, "train.freeze");
+    return nn::matching_parameters(patterns, names, key);
   } catch (const ValueError& e) {
     throw ConfigError(e.what());
   }
@@ -1833,6 +1846,8 @@ std::string to_yaml(const Config& c) {
   if (!t.rampup_batch_size.empty())
     e << YAML::Key << "rampup_batch_size" << YAML::Value << YAML::Flow << t.rampup_batch_size;
   if (!t.freeze.empty()) e << YAML::Key << "freeze" << YAML::Value << YAML::Flow << t.freeze;
+  if (!t.no_weight_decay.empty())
+    e << YAML::Key << "no_weight_decay" << YAML::Value << YAML::Flow << t.no_weight_decay;
   e << YAML::Key << "lr" << YAML::Value << t.lr;
   e << YAML::Key << "min_lr" << YAML::Value << t.min_lr;
   e << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps;

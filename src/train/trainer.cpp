@@ -493,6 +493,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   o.eps = config_.train.eps;
   o.weight_decay = config_.train.weight_decay;
   o.moment_dtype = config_.train.moment_dtype();
+  o.no_decay = config_.no_decay_parameters();
   if (mesh_ && data_parallel_ranks() > 1) {
     // Gradients still changed after backward are reduced last: the tied
     // embedding (summed across stages) and sequence-parallel partial sums.
@@ -633,6 +634,7 @@ optim::MuonOptions Trainer::muon_options() const {
   mo.weight_decay = t.weight_decay;
   mo.ns_dtype = t.muon_ns_dtype();
   mo.moment_dtype = t.moment_dtype();
+  mo.no_decay = config_.no_decay_parameters();
   return mo;
 }
 
@@ -2463,6 +2465,20 @@ std::vector<StepMetrics> Trainer::run() {
                (scaler_ ? ", dynamic loss scaling)" : ")");
     }
     spdlog::info("device: {}; precision: {}{}", device_.str(), config_.train.precision, detail);
+  }
+  if (!config_.train.no_weight_decay.empty()) {
+    // (Vectors never decay: the ones matched are not news.)
+    const std::set<std::string> matched = config_.no_decay_parameters();
+    std::string listed;
+    int64_t matrices = 0;
+    for (const auto& [name, shape] : nn::gpt_parameter_shapes(config_.model)) {
+      if (shape.size() < 2 || !matched.count(name)) continue;
+      if (matrices++ < 6) listed += (listed.empty() ? "" : ", ") + name;
+    }
+    if (matrices > 6) listed += ", ...";
+    spdlog::info("train.no_weight_decay: {} {} no weight decay{}{}", matrices,
+                 matrices == 1 ? "matrix takes" : "matrices take", matrices > 0 ? ": " : "",
+                 listed);
   }
   if (spikes_.enabled()) {
     spdlog::info(

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -248,6 +249,36 @@ TEST(Muon, ABf16MomentumIsTheF32OneRoundedAfterEachStep) {
   EXPECT_THROW(Muon({{m, d}}, bf), ValueError);
   bf.moment_dtype = DType::F16;
   EXPECT_THROW(Muon({{m, zeros({2, 2})}}, bf), ValueError);
+}
+
+// train.no_weight_decay: a matrix named in no_decay takes Muon's update
+// without the decay, bit for bit as under weight_decay 0.
+TEST(Muon, NoDecayNamesStepAsWithoutWeightDecay) {
+  auto run = [](double weight_decay, const std::set<std::string>& no_decay) {
+    std::vector<std::pair<MuonMatrix, Tensor>> matrices;
+    for (const char* name : {"h.0.attn.c_attn.weight", "h.0.mlp.c_fc.weight"}) {
+      Tensor p = randn({6, 4}, 91, 0).detach();
+      p.set_requires_grad(true);
+      MuonMatrix m;
+      m.name = name;
+      matrices.push_back({m, p});
+    }
+    MuonOptions o;
+    o.weight_decay = weight_decay;
+    o.no_decay = no_decay;
+    Muon muon(matrices, o);
+    for (int step = 0; step < 3; ++step) {
+      for (auto& [m, p] : matrices) p.set_grad(randn({6, 4}, 92, static_cast<uint64_t>(step)));
+      muon.step(0.02);
+    }
+    return std::vector<std::vector<double>>{to_double_vector(matrices[0].second),
+                                            to_double_vector(matrices[1].second)};
+  };
+  const auto some = run(0.5, {"h.0.attn.c_attn.weight"});
+  const auto all = run(0.5, {}), none = run(0.0, {});
+  EXPECT_EQ(some[0], none[0]);
+  EXPECT_EQ(some[1], all[1]);
+  EXPECT_NE(some[0], all[0]);
 }
 
 TEST(Muon, RejectsBadOptionsAndShapes) {

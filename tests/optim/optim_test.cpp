@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
@@ -51,6 +52,36 @@ TEST(AdamW, MatchesTheClosedFormForTwoStepsAndDecaysOnlyMatrices) {
   for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got_b[i], expect_b[i], 1e-12);
   EXPECT_TRUE(opt.state()[0].decay);
   EXPECT_FALSE(opt.state()[1].decay);
+}
+
+// train.no_weight_decay: a matrix named in no_decay steps as it would with
+// weight_decay 0, bit for bit, while the other matrices decay.
+TEST(AdamW, NoDecayNamesStepAsWithoutWeightDecay) {
+  auto run = [](double weight_decay, const std::set<std::string>& no_decay) {
+    std::vector<std::pair<std::string, Tensor>> params;
+    for (const char* name : {"wte.weight", "h.0.mlp.c_fc.weight"}) {
+      Tensor p = randn({5, 3}, 81, 0).detach();
+      p.set_requires_grad(true);
+      params.push_back({name, p});
+    }
+    AdamWOptions o;
+    o.weight_decay = weight_decay;
+    o.no_decay = no_decay;
+    AdamW opt(params, o);
+    for (int step = 0; step < 3; ++step) {
+      for (auto& [name, p] : params) p.set_grad(randn({5, 3}, 82, static_cast<uint64_t>(step)));
+      opt.step(0.05);
+    }
+    return std::pair{opt.state()[0].decay, params};
+  };
+  const auto [decays, some] = run(0.5, {"wte.weight"});
+  const auto [all_decay, all] = run(0.5, {});
+  const auto [never, none] = run(0.0, {});
+  EXPECT_FALSE(decays);
+  EXPECT_TRUE(all_decay);
+  EXPECT_EQ(to_double_vector(some[0].second), to_double_vector(none[0].second));
+  EXPECT_EQ(to_double_vector(some[1].second), to_double_vector(all[1].second));
+  EXPECT_NE(to_double_vector(some[0].second), to_double_vector(all[0].second));
 }
 
 // Mixed precision: a bf16 parameter is updated through an f32 master with

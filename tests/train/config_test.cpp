@@ -871,6 +871,23 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       "--set 'device.index=1': 'device' is 'cpu', not a section of keys (set it "
                       "whole: --set 'device={...}')");
   expect_config_error(kValid, {"train.lr=[1"}, "--set 'train.lr=[1': not valid YAML");
+  // train.no_weight_decay: patterns as train.freeze's, round-tripped; one
+  // that matches no parameter is named.
+  {
+    const Config n = parse_config(to_yaml(
+        parse_config(kValid, {"train.no_weight_decay=[wte.weight, \"h.*.attn.*.weight\"]"})));
+    EXPECT_EQ(n.train.no_weight_decay,
+              (std::vector<std::string>{"wte.weight", "h.*.attn.*.weight"}));
+    EXPECT_EQ(
+        n.no_decay_parameters(),
+        (std::set<std::string>{"wte.weight", "h.0.attn.c_attn.weight", "h.0.attn.c_proj.weight",
+                               "h.1.attn.c_attn.weight", "h.1.attn.c_proj.weight"}));
+    EXPECT_TRUE(parse_config(kValid).no_decay_parameters().empty());
+  }
+  expect_config_error(kValid, {"train.no_weight_decay=embed.weight"},
+                      "train.no_weight_decay[0]: 'embed.weight' matches no parameter");
+  expect_config_error(kValid, {"train.no_weight_decay={a: 1}"},
+                      "train.no_weight_decay: expected a parameter pattern or a list of them");
   // train.spike_sigma and spike_window: off by default, round-tripped, and
   // bad values named.
   {

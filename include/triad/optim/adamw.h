@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,9 @@ struct AdamWOptions {
   // updates and uses them in f32, and stores them rounded, so they take half
   // the memory. Masters stay f32.
   DType moment_dtype = DType::F32;
+  // Parameters, by name, that take no weight decay although they have 2+
+  // dimensions (train.no_weight_decay: OLMo 2's embeddings, say).
+  std::set<std::string> no_decay;
 };
 
 // Throws a ValueError naming `who` unless `dtype` is a moment storage the
@@ -28,7 +32,8 @@ void check_moment_dtype(DType dtype, const std::string& who);
 
 // AdamW with PyTorch's semantics (decoupled weight decay, bias correction).
 // Weight decay applies to parameters of 2+ dimensions (linear weights,
-// embeddings), never to biases or LayerNorm parameters.
+// embeddings) but those options.no_decay names, never to biases or
+// LayerNorm parameters.
 //
 // Mixed precision: for a bf16/f16 parameter the optimizer keeps an f32
 // master copy and moments of options.moment_dtype; the update runs on the

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,11 @@ struct MuonOptions {
   // The momentum's storage: f32, or bf16 (advance_momentum: read into f32,
   // updated and used in f32, stored rounded).
   DType moment_dtype = DType::F32;
+  // Matrices, by name, that take no weight decay (train.no_weight_decay).
+  std::set<std::string> no_decay;
+  double decay_of(const std::string& name) const {
+    return no_decay.count(name) ? 0.0 : weight_decay;
+  }
 };
 
 // The Newton-Schulz iteration Muon uses (Jordan et al. 2024): X = G / |G|_F,

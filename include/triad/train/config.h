@@ -85,6 +85,10 @@ struct TrainSection {
   // initialised. They get no gradient, no optimizer state and no weight
   // decay; the others train. Empty: every parameter trains.
   std::vector<std::string> freeze;
+  // Parameter patterns as freeze's: the parameters they match take no
+  // weight decay (AdamW's or Muon's) although they have 2+ dimensions
+  // (OLMo 2's embeddings). Empty: every matrix decays.
+  std::vector<std::string> no_weight_decay;
   // The ramp these keys describe (no ramp when rampup_batch_size is empty).
   BatchSizeRamp batch_ramp() const;
   // The parameter dtype `precision` asks for.
@@ -285,6 +289,13 @@ struct Config {
   // model, whatever the layout). Parses and checks the patterns as
   // parse_config does: a pattern that matches nothing is an error.
   std::set<std::string> frozen_parameters() const;
+  // The names of the parameters train.no_weight_decay matches, checked so.
+  std::set<std::string> no_decay_parameters() const;
+
+  // The parameters of the whole model that `patterns` match (`key` names
+  // them in errors).
+  std::set<std::string> matching(const std::vector<std::string>& patterns,
+                                 const std::string& key) const;
 
   // Gradient-accumulation steps per optimizer step.
   int64_t accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }

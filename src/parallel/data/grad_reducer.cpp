@@ -394,7 +394,9 @@ void ZeroAdamW::step(double lr, double grad_scale, double muon_lr) {
     e.m = range(m_, at.m_at, s.length);
     e.v = range(v_, at.v_at, s.length);
     if (master_.defined()) e.master = range(master_, at.m_at, s.length);
-    e.weight_decay = reducer_.params()[s.param].second.dim() >= 2 ? options_.weight_decay : 0.0;
+    const auto& [name, param] = reducer_.params()[s.param];
+    e.weight_decay =
+        param.dim() >= 2 && !options_.no_decay.count(name) ? options_.weight_decay : 0.0;
     e.grad_scale = grad_scale;
     entries.push_back(std::move(e));
   }
@@ -456,7 +458,7 @@ void ZeroAdamW::muon_step(double lr, double grad_scale) {
       Tensor target = master_.defined() ? range(master_, places_[k].m_at, s.length)
                                         : range(reducer_.flat_params(), s.flat_offset, s.length);
       optim::apply_muon_update(target, narrow(flat, 0, s.param_offset, s.length), lr,
-                               muon_options_.weight_decay);
+                               muon_options_.decay_of(names.at(j)));
       if (master_.defined()) {
         Tensor p = range(reducer_.flat_params(), s.flat_offset, s.length);
         copy_(p, target);

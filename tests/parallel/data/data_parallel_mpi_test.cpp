@@ -448,6 +448,39 @@ TEST(DataParallel, ZeroOneBf16GradientsWithMuonStepAsOneProcessDoes) {
       DType::BF16, 72);
 }
 
+// train.no_weight_decay under ZeRO-1: the pieces of a matrix named in
+// no_decay (one AdamW's, one Muon's) step undecayed, as one process's.
+TEST(DataParallel, ZeroOneStepsNoDecayNamesAsOneProcessDoes) {
+  dp::GradientReducer r(small_params(), g_world, 256.0, true);
+  std::vector<std::pair<std::string, Tensor>> plain;
+  for (size_t i = 0; i < r.params().size(); ++i) {
+    const auto& [name, p] = r.params()[i];
+    const Tensor start = randn(p.shape(), 101, i, 1.0);
+    Tensor shared = p;  // (a view of the reducer's flat parameters)
+    copy_(shared, start);
+    Tensor mine = clone(start).detach();
+    mine.set_requires_grad(true);
+    plain.push_back({name, mine});
+  }
+  optim::AdamWOptions o;
+  o.weight_decay = 0.3;
+  o.no_decay = {"a"};
+  optim::MuonOptions mo;
+  mo.weight_decay = 0.3;
+  mo.no_decay = {"c"};
+  // "c" takes Muon's update; "a" (a matrix too) AdamW's, both undecayed.
+  dp::ZeroAdamW zero(r, o, {{"c", {"c", {}}}}, mo);
+  optim::Muon muon({{{"c", {}}, plain[2].second}}, mo);
+  optim::AdamW adamw({plain[0], plain[1], plain[3]}, o);
+  expect_zero_steps_as_one_process(
+      r, zero, plain,
+      [&] {
+        muon.step(1e-2, 0.8);
+        adamw.step(1e-2, 0.8);
+      },
+      DType::F32, 102);
+}
+
 TEST(DataParallel, ZeroOneReduceScattersTheGradientsInPlace) {
   const int dp = g_world->size(), me = g_world->rank();
   dp::GradientReducer r(small_params(), g_world, 256.0, true);
