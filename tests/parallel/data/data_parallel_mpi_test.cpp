@@ -385,22 +385,29 @@ void expect_zero_steps_as_one_process(dp::GradientReducer& r, dp::ZeroAdamW& zer
   }
 }
 
-// train.moment_precision bf16 under ZeRO-1: each rank's pieces keep bf16
-// moments and step exactly as one process's AdamW with bf16 moments does
-// (every rank's gradients alike, so their average is each one's, exactly).
-TEST(DataParallel, ZeroOneBf16MomentsStepAsOneProcessDoes) {
-  dp::GradientReducer r(small_params(), g_world, 256.0, true);
-  ASSERT_GT(r.num_buckets(), 2);
+// The reducer's parameters set to random values (drawn from `seed`), and
+// one process's copies of them, by name in the reducer's order.
+std::vector<std::pair<std::string, Tensor>> start_alike(dp::GradientReducer& r, uint64_t seed) {
   std::vector<std::pair<std::string, Tensor>> plain;
   for (size_t i = 0; i < r.params().size(); ++i) {
     const auto& [name, p] = r.params()[i];
-    const Tensor start = randn(p.shape(), 61, i, 1.0);
+    const Tensor start = randn(p.shape(), seed, i, 1.0);
     Tensor shared = p;  // (a view of the reducer's flat parameters)
     copy_(shared, start);
     Tensor mine = clone(start).detach();
     mine.set_requires_grad(true);
     plain.push_back({name, mine});
   }
+  return plain;
+}
+
+// train.moment_precision bf16 under ZeRO-1: each rank's pieces keep bf16
+// moments and step exactly as one process's AdamW with bf16 moments does
+// (every rank's gradients alike, so their average is each one's, exactly).
+TEST(DataParallel, ZeroOneBf16MomentsStepAsOneProcessDoes) {
+  dp::GradientReducer r(small_params(), g_world, 256.0, true);
+  ASSERT_GT(r.num_buckets(), 2);
+  std::vector<std::pair<std::string, Tensor>> plain = start_alike(r, 61);
   optim::AdamWOptions o;
   o.weight_decay = 0.1;
   o.moment_dtype = DType::BF16;
@@ -452,16 +459,7 @@ TEST(DataParallel, ZeroOneBf16GradientsWithMuonStepAsOneProcessDoes) {
 // no_decay (one AdamW's, one Muon's) step undecayed, as one process's.
 TEST(DataParallel, ZeroOneStepsNoDecayNamesAsOneProcessDoes) {
   dp::GradientReducer r(small_params(), g_world, 256.0, true);
-  std::vector<std::pair<std::string, Tensor>> plain;
-  for (size_t i = 0; i < r.params().size(); ++i) {
-    const auto& [name, p] = r.params()[i];
-    const Tensor start = randn(p.shape(), 101, i, 1.0);
-    Tensor shared = p;  // (a view of the reducer's flat parameters)
-    copy_(shared, start);
-    Tensor mine = clone(start).detach();
-    mine.set_requires_grad(true);
-    plain.push_back({name, mine});
-  }
+  std::vector<std::pair<std::string, Tensor>> plain = start_alike(r, 101);
   optim::AdamWOptions o;
   o.weight_decay = 0.3;
   o.no_decay = {"a"};
