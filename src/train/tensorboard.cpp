@@ -186,6 +186,7 @@ void TensorBoardWriter::write(const StepMetrics& m) {
     scalar("train/mtp_loss_" + std::to_string(k + 1), m.step, m.mtp_losses[k], t);
   if (m.loss_scale > 0) scalar("train/loss_scale", m.step, m.loss_scale, t);
   if (m.skipped) scalar("train/skipped", m.step, 1.0, t);
+  if (m.spike) scalar("train/spike", m.step, 1.0, t);
   if (m.val_loss) scalar("val/loss", m.step, *m.val_loss, t);
   for (const auto& [name, loss] : m.val_losses) scalar("val/" + name + "/loss", m.step, loss, t);
   auto choices = [&](const std::string& prefix, const StepMetrics::ChoiceScores& c) {

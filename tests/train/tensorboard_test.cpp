@@ -122,6 +122,7 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.lambada.reset();
     m.lambada_sets.clear();
     m.mfu = 0.5;
+    m.skipped = m.spike = true;  // (train.spike_sigma's)
     w.write(m);
     w.restart(9);  // a resumed run's first step
   }
@@ -164,6 +165,9 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[3].count("train/mfu"), 0u);  // no peak configured
   EXPECT_EQ(by_step[4].count("val/loss"), 0u);   // not evaluated
   EXPECT_EQ(by_step[4].at("train/mfu"), 0.5f);
+  EXPECT_EQ(by_step[3].count("train/skipped"), 0u);
+  EXPECT_EQ(by_step[4].at("train/skipped"), 1.0f);
+  EXPECT_EQ(by_step[4].at("train/spike"), 1.0f);
   EXPECT_EQ(events.back().step, 9);
   EXPECT_EQ(events.back().session_status, 1);
   EXPECT_TRUE(events.back().values.empty());
