@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
                "only evaluate (data.val, eval.choices, eval.lambada, eval.samples) the starting "
                "weights (init.from, "
                "or the newest checkpoint with checkpoint.resume: auto)");
+  bool check = false;
+  app.add_flag("--check", check,
+               "set the run up on its ranks (model, data, layout, memory, the checkpoint it would "
+               "resume), take one step and exit, writing nothing: its time and peak memory");
   int64_t show_data = 0, show_from = 0;
   std::string tokenizer, vocab, merges;
   app.add_option("--show-data", show_data,
@@ -84,9 +88,13 @@ int main(int argc, char** argv) {
       std::fputs(text.c_str(), stdout);
       return 0;
     }
+    if (check && (eval_only || show_data > 0))
+      throw triad::ValueError("--check goes alone (not with --eval-only or --show-data)");
     world = triad::dist::init_world();
     triad::train::Trainer trainer(config, world);
-    if (eval_only) {
+    if (check) {
+      trainer.check();
+    } else if (eval_only) {
       trainer.evaluate_only();
     } else {
       trainer.run();

@@ -2276,25 +2276,7 @@ StepMetrics Trainer::evaluate_only() {
   return m;
 }
 
-std::vector<StepMetrics> Trainer::run() {
-  const bool lead = is_logging_rank();
-  std::unique_ptr<MetricsWriter> metrics;
-  std::unique_ptr<TensorBoardWriter> tensorboard;
-  if (lead) {
-    try {
-      std::filesystem::create_directories(config_.output_dir);
-    } catch (const std::filesystem::filesystem_error& e) {
-      throw IoError("output.dir '" + config_.output_dir +
-                    "' cannot be created: " + e.code().message());
-    }
-    const std::string resolved = config_.output_dir + "/config.yaml";
-    std::ofstream cfg(resolved, std::ios::trunc);
-    cfg << to_yaml(config_);
-    cfg.flush();
-    if (!cfg) throw IoError("output.dir: cannot write '" + resolved + "'");
-  } else {
-    spdlog::set_level(spdlog::level::warn);
-  }
+void Trainer::log_setup() {
   const auto& model = config_.model;
   spdlog::info(
       "model: {} layers, {} heads{}{}, d_model {}, vocab {}, seq {}{} ({:.2f}M parameters)",
@@ -2534,7 +2516,7 @@ std::vector<StepMetrics> Trainer::run() {
                  sizes.front(), sizes.size() > 1 ? sizes[1] - sizes[0] : 0, sizes.back(),
                  ramp_.samples());
   }
-  if (!config_.log_plan_cluster.empty()) log_plan(lead);
+  if (!config_.log_plan_cluster.empty()) log_plan(is_logging_rank());
   const auto& mc = config_.model;
   if (mc.resets_documents() || config_.data_eod_mask_loss) {
     std::string what;
@@ -2607,6 +2589,44 @@ std::vector<StepMetrics> Trainer::run() {
                  v.name.empty() ? "" : " set " + v.name, v.batches,
                  v.batches * config_.train.global_batch_size * config_.model.seq_len, v.path, when);
   }
+}
+
+StepMetrics Trainer::check() {
+  if (!is_logging_rank()) spdlog::set_level(spdlog::level::warn);
+  log_setup();
+  const auto& ck = config_.checkpoint;
+  int64_t first = 0;
+  if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
+  if (!ck.dir.empty() && ck.resume == "auto") first = load_checkpoint();
+  // (From a checkpoint at the last step, the step after it.)
+  const StepMetrics m = step(first);
+  spdlog::info(
+      "check: step {} ran in {:.1f} ms (with the first step's one-time costs) at a peak of {:.3g} "
+      "GB a rank; loss {:.4f}, grad norm {:.3f}. The run is ready; nothing was written",
+      m.step, m.step_ms, static_cast<double>(m.peak_memory_bytes) / 1e9, m.loss, m.grad_norm);
+  return m;
+}
+
+std::vector<StepMetrics> Trainer::run() {
+  const bool lead = is_logging_rank();
+  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (lead) {
+    try {
+      std::filesystem::create_directories(config_.output_dir);
+    } catch (const std::filesystem::filesystem_error& e) {
+      throw IoError("output.dir '" + config_.output_dir +
+                    "' cannot be created: " + e.code().message());
+    }
+    const std::string resolved = config_.output_dir + "/config.yaml";
+    std::ofstream cfg(resolved, std::ios::trunc);
+    cfg << to_yaml(config_);
+    cfg.flush();
+    if (!cfg) throw IoError("output.dir: cannot write '" + resolved + "'");
+  } else {
+    spdlog::set_level(spdlog::level::warn);
+  }
+  log_setup();
   std::vector<StepMetrics> out;
   double total_ms = 0;
   const int64_t steps = config_.train.steps;

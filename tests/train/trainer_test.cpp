@@ -160,6 +160,44 @@ TEST(Trainer, SkipsASpikeAndResumesItsWindowFromCheckpoints) {
   EXPECT_EQ(spikes, 1);
 }
 
+// triad-train --check: the step a run would take first — the first one, or
+// the one after the checkpoint it would resume — taken as run() takes it,
+// with nothing written: no output.dir, no checkpoint.
+TEST(Trainer, CheckTakesTheRunsFirstStepAndWritesNothing) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  double first_loss = 0;
+  {
+    Trainer t(c);
+    first_loss = t.step(0).loss;
+  }
+  {
+    Trainer t(c);
+    const StepMetrics m = t.check();
+    EXPECT_EQ(m.step, 1);
+    EXPECT_EQ(m.loss, first_loss);
+    EXPECT_GT(m.peak_memory_bytes, 0);
+  }
+  EXPECT_FALSE(std::filesystem::exists(c.output_dir));
+  // With checkpoints: the step after the newest one, and no checkpoint more.
+  Config ckpt = parse_config(to_yaml(c), {"checkpoint.dir=" + dir.file("ckpt"),
+                                          "checkpoint.interval=2", "checkpoint.resume=auto"});
+  std::vector<StepMetrics> whole;
+  {
+    Trainer t(ckpt);
+    whole = t.run();  // steps 1-3, checkpoints after 2 and 3
+  }
+  std::ofstream(dir.file("ckpt/latest"), std::ios::trunc) << "step_2\n";
+  std::filesystem::remove_all(dir.file("ckpt/step_3"));
+  std::filesystem::remove_all(c.output_dir);
+  Trainer again(ckpt);
+  const StepMetrics m = again.check();
+  EXPECT_EQ(m.step, 3);
+  EXPECT_EQ(m.loss, whole[2].loss);  // bitwise
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt/step_3")));
+  EXPECT_FALSE(std::filesystem::exists(c.output_dir));
+}
+
 TEST(SpikeFilter, JudgesAgainstTheWindowOnceHalfOfItIsKnown) {
   SpikeFilter off;
   EXPECT_FALSE(off.enabled());

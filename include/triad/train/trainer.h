@@ -53,6 +53,12 @@ class Trainer {
   // SIGTERM/SIGINT it finishes the current step, checkpoints (when
   // checkpoint.dir is set) and returns normally.
   std::vector<StepMetrics> run();
+  // triad-train --check: what run() sets up (the summary it logs, the
+  // checkpoint directory tried for writing, the checkpoint it would
+  // resume), then one step from there (the first one's one-time costs
+  // included), writing nothing else: no output.dir, no checkpoint. Returns
+  // that step's metrics (its time and peak memory: what the run needs).
+  StepMetrics check();
   // One optimizer step (0-based index); exposed for tests.
   StepMetrics step(int64_t index);
   // The mean loss over the validation tokens of set `set` of data.val (the
@@ -227,6 +233,7 @@ class Trainer {
   int64_t applied_sequences_ = 0;  // the sequences of those steps
   int64_t consecutive_skips_ = 0;
   SpikeFilter spikes_;  // train.spike_sigma: the last steps' losses and norms
+  void log_setup();     // the model, layout, data and evaluations, as run() starts
   // Why this step is a spike on some rank ("" if on none): spikes_'s
   // verdict here, agreed over the world.
   std::string spike_on_any_rank(double loss, double norm);
