@@ -456,9 +456,6 @@ void apply_section(const YAML::Node& node, const std::string& name, const Sectio
   }
 }
 
-// --set's `path=value`: the path's keys, split at dots, name a key at any
-// depth (model.moe.top_k=4); missing maps on the way are made, and a key
-// holding something other than a map cannot be gone into.
 // A parameter pattern, or a list of them (train.freeze, train.no_weight_decay).
 std::vector<std::string> get_patterns(const YAML::Node& v, const std::string& k) {
   std::vector<std::string> out;
@@ -475,6 +472,9 @@ std::vector<std::string> get_patterns(const YAML::Node& v, const std::string& k)
   return out;
 }
 
+// --set's `path=value`: the path's keys, split at dots, name a key at any
+// depth (model.moe.top_k=4); missing maps on the way are made, and a key
+// holding something other than a map cannot be gone into.
 void apply_override(YAML::Node& root, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
