@@ -97,6 +97,25 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+// The memory a rank has: its GPU's, or (CPU) its share of the host's among
+// the `ranks_here` ranks on it, and how to name it; 0 when unknown.
+struct RankMemory {
+  double bytes = 0;
+  std::string where;
+};
+RankMemory rank_memory(Device device, int ranks_here) {
+  if (device.is_cuda()) {
+    return {static_cast<double>(cuda::device_memory(device.index)),
+            "the " + device.str() + " device's"};
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return {};
+  return {static_cast<double>(pages) * static_cast<double>(page) / ranks_here,
+          ranks_here > 1
+              ? "each of this node's " + std::to_string(ranks_here) + " ranks' share of its"
+              : "this machine's"};
+}
+
 // Refuses, before anything is built, a model whose training state cannot fit:
 // its weights, gradients and AdamW's moments (f32, or bf16 under
 // train.moment_precision; and f32 master weights under
@@ -124,21 +143,9 @@ void check_training_state_fits(const Config& config, int dp, Device device, int 
       frozen += static_cast<double>(numel(shapes.at(name)));
   }
   const double need = (count * per_parameter - frozen * (grads + optimizer)) / ranks;
-  double have = 0;
-  std::string where;
-  if (device.is_cuda()) {
-    have = static_cast<double>(cuda::device_memory(device.index));
-    where = "the " + device.str() + " device's";
-  } else {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page <= 0) return;  // unknown: nothing to check against
-    have = static_cast<double>(pages) * static_cast<double>(page) / ranks_here;
-    where = ranks_here > 1
-                ? "each of this node's " + std::to_string(ranks_here) + " ranks' share of its"
-                : "this machine's";
-  }
-  if (need <= have) return;
-  auto g = [](double x) {  // 3 significant digits
+  const auto [have, where] = rank_memory(device, ranks_here);
+  if (have <= 0 || need <= have) return;  // (unknown: nothing to check against)
+  auto g = [](double x) {                 // 3 significant digits
     char out[32];
     std::snprintf(out, sizeof out, "%.3g", x);
     return std::string(out);
@@ -2600,10 +2607,21 @@ StepMetrics Trainer::check() {
   if (!ck.dir.empty() && ck.resume == "auto") first = load_checkpoint();
   // (From a checkpoint at the last step, the step after it.)
   const StepMetrics m = step(first);
+  const int local = mesh_ ? mesh_->node().local_size : 1;
+  const RankMemory memory = rank_memory(device_, local);
+  const double peak = static_cast<double>(m.peak_memory_bytes);
+  std::string share;  // the peak against what this rank has
+  if (memory.bytes > 0) {
+    const double pct = 100 * peak / memory.bytes, gb = memory.bytes / 1e9;
+    share = device_.is_cuda() ? fmt::format(" ({:.1f}% of {}'s {:.3g} GB)", pct, device_.str(), gb)
+            : local > 1
+                ? fmt::format(" ({:.1f}% of {:.3g} GB, 1/{} of this node's memory)", pct, gb, local)
+                : fmt::format(" ({:.1f}% of this machine's {:.3g} GB)", pct, gb);
+  }
   spdlog::info(
       "check: step {} ran in {:.1f} ms (with the first step's one-time costs) at a peak of {:.3g} "
-      "GB a rank; loss {:.4f}, grad norm {:.3f}. The run is ready; nothing was written",
-      m.step, m.step_ms, static_cast<double>(m.peak_memory_bytes) / 1e9, m.loss, m.grad_norm);
+      "GB a rank{}; loss {:.4f}, grad norm {:.3f}. The run is ready; nothing was written",
+      m.step, m.step_ms, peak / 1e9, share, m.loss, m.grad_norm);
   return m;
 }
 
