@@ -85,8 +85,9 @@ LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms, bool u
 
 // Without affine parameters the kernels take a constant scale of ones and
 // shift of zeros, made for x's dtype and device: the same arithmetic, and
-// no gradient reaches them (they are no leaves). A unit offset is added by
-// the kernels themselves, in f32 (weight_offset()).
+// no gradient reaches them (they are no leaves). A unit offset is not
+// added here: the norms' kernels add it to each weight in f32 (their
+// weight_offset argument).
 Tensor LayerNorm::scale(const Tensor& x) const {
   return weight_.defined() ? weight_ : ones({features_}, x.dtype(), x.device());
 }

@@ -27,9 +27,6 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
   if (!(options.eps > 0)) throw ValueError("AdamW: eps must be > 0");
   if (!(options.weight_decay >= 0)) throw ValueError("AdamW: weight_decay must be >= 0");
   check_moment_dtype(options.moment_dtype, "AdamW");
-  const auto decays = [&](const std::string& name, const Tensor& p) {
-    return p.dim() >= 2 && !options.no_decay.count(name);
-  };
   for (auto& [name, p] : named_params) {
     if (!p.is_contiguous()) throw ValueError("AdamW: parameter '" + name + "' is not contiguous");
     const bool half = p.dtype() == DType::BF16 || p.dtype() == DType::F16;
@@ -37,7 +34,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
       Tensor master = empty(p.shape(), DType::F32, p.device());
       copy_(master, p);
       state_.push_back({name, p, zeros(p.shape(), options.moment_dtype, p.device()),
-                        zeros(p.shape(), options.moment_dtype, p.device()), decays(name, p),
+                        zeros(p.shape(), options.moment_dtype, p.device()), options.decays(name, p),
                         master});
     } else {
       // Moments of the parameter's own type (f32, f64), or bf16 beside f32.
@@ -50,7 +47,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
       }
       const DType moments = bf16 ? DType::BF16 : p.dtype();
       state_.push_back({name, p, zeros(p.shape(), moments, p.device()),
-                        zeros(p.shape(), moments, p.device()), decays(name, p), Tensor()});
+                        zeros(p.shape(), moments, p.device()), options.decays(name, p), Tensor()});
     }
   }
 }

@@ -24,6 +24,11 @@ struct AdamWOptions {
   // Parameters, by name, that take no weight decay although they have 2+
   // dimensions (train.no_weight_decay: OLMo 2's embeddings, say).
   std::set<std::string> no_decay;
+  // The rule: parameters of 2+ dimensions but the no_decay names (AdamW's
+  // and ZeRO-1's pieces alike).
+  bool decays(const std::string& name, const Tensor& p) const {
+    return p.dim() >= 2 && !no_decay.count(name);
+  }
 };
 
 // Throws a ValueError naming `who` unless `dtype` is a moment storage the

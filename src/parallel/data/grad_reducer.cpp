@@ -395,8 +395,7 @@ void ZeroAdamW::step(double lr, double grad_scale, double muon_lr) {
     e.v = range(v_, at.v_at, s.length);
     if (master_.defined()) e.master = range(master_, at.m_at, s.length);
     const auto& [name, param] = reducer_.params()[s.param];
-    e.weight_decay =
-        param.dim() >= 2 && !options_.no_decay.count(name) ? options_.weight_decay : 0.0;
+    e.weight_decay = options_.decays(name, param) ? options_.weight_decay : 0.0;
     e.grad_scale = grad_scale;
     entries.push_back(std::move(e));
   }
