@@ -101,14 +101,16 @@ __device__ __forceinline__ float cap_slope(float z, float cap) {
 
 template <class T, int P>
 __global__ void ce_backward_kernel(const T* logits, const void* targets, bool t64, const float* lse,
-                                   const float* dlosses, int64_t V, int64_t ld,
+                                   const float* dlosses, const float* dlse, int64_t V, int64_t ld,
                                    int64_t ignore_index, float cap, T* dlogits) {
   const int64_t r = blockIdx.x;
   const int64_t t = load_id(targets, t64, r);
   const float g = t == ignore_index ? 0.0f : dlosses[r];
+  // The softmax's weight: the loss's, and the z-loss's on the lse.
+  const float gs = t == ignore_index ? 0.0f : g + (dlse ? dlse[r] : 0.0f);
   const float l = lse[r];
   map_row<P>(logits + r * ld, dlogits + r * ld, V, [&](int64_t j, float x) {
-    return (__expf(x - l) - (j == t ? 1.0f : 0.0f)) * g * cap_slope(x, cap);
+    return (__expf(x - l) * gs - (j == t ? g : 0.0f)) * cap_slope(x, cap);
   });
 }
 
@@ -160,9 +162,9 @@ template <class T, int P>
 __global__ void vce_backward_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
                                     int64_t ld, int64_t vocab_start, int64_t valid,
                                     const float* gmax, const float* sumexp, const float* dloss,
-                                    float cap, T* dlogits) {
+                                    const float* dlse, float cap, T* dlogits) {
   const int64_t r = blockIdx.x;
-  const float m = gmax[r], scale = dloss[r] / sumexp[r], g = dloss[r];
+  const float g = dloss[r], m = gmax[r], scale = (g + (dlse ? dlse[r] : 0.0f)) / sumexp[r];
   const int64_t t = load_id(targets, t64, r) - vocab_start;
   map_row<P>(logits + r * ld, dlogits + r * ld, Vl, [&](int64_t j, float x) {
     if (j >= valid) return 0.0f;
@@ -210,17 +212,18 @@ void cross_entropy_forward(const void* logits, ScalarType type, const void* targ
 }
 
 void cross_entropy_backward(const void* logits, ScalarType type, const void* targets,
-                            bool targets64, const float* lse, const float* dlosses, int64_t N,
-                            int64_t V, int64_t ld, int64_t ignore_index, double softcap,
-                            void* dlogits, cudaStream_t stream) {
+                            bool targets64, const float* lse, const float* dlosses,
+                            const float* dlse, int64_t N, int64_t V, int64_t ld,
+                            int64_t ignore_index, double softcap, void* dlogits,
+                            cudaStream_t stream) {
   require(check_cross_entropy(type, N, V, ld), "cross_entropy_backward");
   if (N == 0) return;
   dispatch_nn(type, "cross_entropy_backward", [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto p) {
       ce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-          static_cast<const T*>(logits), targets, targets64, lse, dlosses, V, ld, ignore_index,
-          static_cast<float>(softcap), static_cast<T*>(dlogits));
+          static_cast<const T*>(logits), targets, targets64, lse, dlosses, dlse, V, ld,
+          ignore_index, static_cast<float>(softcap), static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {
       launch(std::integral_constant<int, kPack<T>>{});
@@ -280,7 +283,7 @@ void vocab_ce_loss(const float* global_max, const float* target_logit, const flo
 void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,
                        int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
                        const float* global_max, const float* sumexp, const float* dloss,
-                       double softcap, void* dlogits, cudaStream_t stream) {
+                       const float* dlse, double softcap, void* dlogits, cudaStream_t stream) {
   require(check_vocab_ce(type, N, Vl, ld, valid), "vocab_ce_backward");
   if (N == 0) return;
   dispatch_nn(type, "vocab_ce_backward", [&](auto t) {
@@ -288,7 +291,7 @@ void vocab_ce_backward(const void* logits, ScalarType type, const void* targets,
     auto launch = [&](auto p) {
       vce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
           static_cast<const T*>(logits), targets, targets64, Vl, ld, vocab_start, valid, global_max,
-          sumexp, dloss, static_cast<float>(softcap), static_cast<T*>(dlogits));
+          sumexp, dloss, dlse, static_cast<float>(softcap), static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {
       launch(std::integral_constant<int, kPack<T>>{});

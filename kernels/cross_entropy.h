@@ -3,11 +3,11 @@
 // Cross entropy over logits (N, V) (cross_entropy.cu), one pass per row with
 // an online max/sum (probabilities are never stored): forward writes the
 // per-row loss and log-sum-exp, backward writes dlogits = (softmax - onehot)
-// * dloss. Targets (N) are i32 or i64; rows whose target is ignore_index get
-// loss 0 and gradient 0. losses, lse, dlosses (N) are f32; logits f32, bf16
-// or f16, each row `ld` >= V elements after the last (padded rows keep a
-// GEMM's output aligned); dlogits has the same layout and may be logits
-// itself (each element read before its gradient overwrites it).
+// * dloss, plus softmax * dlse when dlse (N, f32) is not null (the gradient
+// of a z-loss over the log-sum-exp). Targets (N) are i32 or i64; rows whose target is ignore_index
+// get loss 0 and gradient 0. losses, lse, dlosses (N) are f32; logits f32, bf16 or f16, each row
+// `ld` >= V elements after the last (padded rows keep a GEMM's output aligned); dlogits has the
+// same layout and may be logits itself (each element read before its gradient overwrites it).
 //
 // Soft-capped logits (softcap > 0, for the backward passes): the logits hold
 // z = softcap * tanh(x / softcap) (soft_cap.h) and the gradient written is
@@ -32,9 +32,10 @@ void cross_entropy_forward(const void* logits, ScalarType type, const void* targ
                            int64_t N, int64_t V, int64_t ld, int64_t ignore_index, float* losses,
                            float* lse, cudaStream_t stream);
 void cross_entropy_backward(const void* logits, ScalarType type, const void* targets,
-                            bool targets64, const float* lse, const float* dlosses, int64_t N,
-                            int64_t V, int64_t ld, int64_t ignore_index, double softcap,
-                            void* dlogits, cudaStream_t stream);
+                            bool targets64, const float* lse, const float* dlosses,
+                            const float* dlse, int64_t N, int64_t V, int64_t ld,
+                            int64_t ignore_index, double softcap, void* dlogits,
+                            cudaStream_t stream);
 
 Status check_vocab_ce(ScalarType logits_type, int64_t N, int64_t Vl, int64_t ld, int64_t valid);
 void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, bool targets64,
@@ -48,6 +49,6 @@ void vocab_ce_loss(const float* global_max, const float* target_logit, const flo
 void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,
                        int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
                        const float* global_max, const float* sumexp, const float* dloss,
-                       double softcap, void* dlogits, cudaStream_t stream);
+                       const float* dlse, double softcap, void* dlogits, cudaStream_t stream);
 
 }  // namespace triad::kernels

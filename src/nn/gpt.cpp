@@ -184,6 +184,10 @@ void GptConfig::validate() const {
                                             : std::string("goes with model.recompute: full (got ") +
                                                   recompute_string(recompute) + ")"));
   }
+  if (!(z_loss_coef >= 0.0) || !std::isfinite(z_loss_coef)) {
+    throw ConfigError("model.z_loss_coef (" + std::to_string(z_loss_coef) +
+                      ") must be a finite number >= 0 (0: no z-loss; PaLM used 1e-4)");
+  }
   if (!(mtp_loss_weight >= 0.0) || !std::isfinite(mtp_loss_weight)) {
     throw ConfigError("model.mtp_loss_weight (" + std::to_string(mtp_loss_weight) +
                       ") must be a finite number >= 0");
@@ -1268,8 +1272,12 @@ Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext&
   const ForwardContext ctx = with_documents(cfg_, ids, in, wte_->weight().device());
   const Tensor hidden = trunk(ids, ctx);
   // The head and the loss in one op: padded logits rows, aligned GEMMs.
-  Tensor loss = linear_cross_entropy(scale_for_head(cfg_, ln_f_->forward(hidden)), head_weight(),
-                                     targets, -100, cfg_.final_logit_softcap, head_bias());
+  const bool z = cfg_.z_loss_coef > 0 && ctx.training;
+  Tensor z_loss;
+  Tensor loss =
+      linear_cross_entropy(scale_for_head(cfg_, ln_f_->forward(hidden)), head_weight(), targets,
+                           -100, cfg_.final_logit_softcap, head_bias(), z ? &z_loss : nullptr);
+  if (z) loss = with_z_loss(cfg_, loss, z_loss, ctx);
   if (mtp_.empty() || !ctx.training) return loss;
   return with_mtp_losses(cfg_, loss, mtp_losses(hidden, ids, targets, ctx), ctx);
 }
@@ -1282,6 +1290,12 @@ Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vect
   for (size_t k = 1; k < depths.size(); ++k) sum = add(sum, depths[k]);
   return attach_loss(loss, sum,
                      cfg.mtp_loss_weight / static_cast<double>(depths.size()) * ctx.loss_grad);
+}
+
+Tensor with_z_loss(const GptConfig& cfg, const Tensor& loss, const Tensor& z,
+                   const ForwardContext& ctx) {
+  if (ctx.z_loss_stats) ctx.z_loss_stats->record({z});
+  return attach_loss(loss, z, cfg.z_loss_coef * ctx.loss_grad);
 }
 
 std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, const Tensor& targets,
@@ -1371,10 +1385,10 @@ Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k) {
   return from_vector(out, {B, T}, DType::I64);
 }
 
-void MtpStats::record(const std::vector<Tensor>& losses) {
+void LossSums::record(const std::vector<Tensor>& losses) {
   if (sums.empty()) sums.resize(losses.size());
   if (sums.size() != losses.size()) {
-    throw ValueError("MtpStats: " + std::to_string(losses.size()) + " losses for " +
+    throw ValueError("LossSums: " + std::to_string(losses.size()) + " losses for " +
                      std::to_string(sums.size()) + " depths");
   }
   for (size_t k = 0; k < losses.size(); ++k) {
@@ -1384,7 +1398,7 @@ void MtpStats::record(const std::vector<Tensor>& losses) {
   ++records;
 }
 
-std::vector<double> MtpStats::host_sums(int64_t depths) const {
+std::vector<double> LossSums::host_sums(int64_t depths) const {
   std::vector<double> out(static_cast<size_t>(depths), 0.0);
   for (size_t k = 0; k < sums.size() && k < out.size(); ++k) out[k] = item(sums[k]);
   return out;

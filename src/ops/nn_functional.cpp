@@ -658,16 +658,20 @@ struct CrossEntropyParts {
 };
 
 // The mean loss over the rows not ignored of logits (N, V) — contiguous, or
-// rows padded further apart — against targets (N), into *loss.
+// rows padded further apart — against targets (N), into *loss, and (when
+// z_loss is not null) the mean of their squared log-sum-exp into *z_loss.
 CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const Tensor& tc,
-                                        int64_t ignore_index, Tensor* loss) {
+                                        int64_t ignore_index, Tensor* loss,
+                                        Tensor* z_loss = nullptr) {
   const int64_t N = lc.size(0), V = lc.size(1);
   CrossEntropyParts r;
+  std::vector<double> keep;  // with a z-loss: 1 for the rows counted, 0 for the others
   // One host pass over the targets (they are small): every backend gets
   // them checked, and the non-ignored rows counted.
   {
     Tensor th = cast(to_device(tc, Device::cpu()), DType::I64);
     const int64_t* p = th.data<int64_t>();
+    if (z_loss) keep.assign(static_cast<size_t>(N), 0.0);
     for (int64_t i = 0; i < N; ++i) {
       if (p[i] == ignore_index) continue;
       if (p[i] < 0 || p[i] >= V) {
@@ -675,6 +679,7 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
                          std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
       }
       ++r.count;
+      if (z_loss) keep[static_cast<size_t>(i)] = 1.0;
     }
   }
   r.targets = tc.device() == lc.device() ? tc : to_device(tc, lc.device()).detach();
@@ -685,23 +690,35 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
   be.cross_entropy_forward(lc, r.targets, ignore_index, losses, r.lse);
   Tensor total = empty({}, sd, lc.device());
   be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
-  *loss = cast(scale(total, r.count ? 1.0 / static_cast<double>(r.count) : 0.0), sd)
-              .detach();  // f32 for half logits
+  const double mean = r.count ? 1.0 / static_cast<double>(r.count) : 0.0;
+  *loss = cast(scale(total, mean), sd).detach();  // f32 for half logits
+  if (z_loss) {
+    Tensor weights;  // ignored rows weigh 0
+    if (r.count < N) {
+      for (double& k : keep) k *= mean;
+      weights = from_vector(keep, {N}, sd, lc.device());
+    }
+    *z_loss = z_loss_of(r.lse, weights, mean);
+  }
   return r;
 }
 
-// dlogits (lc's layout; may be lc itself) from the mean loss's gradient g.
-// softcap > 0: lc holds soft-capped logits, and dlogits is with respect to
-// the uncapped ones.
+// dlogits (lc's layout; may be lc itself) from the gradients g of the mean
+// loss and (g[1], when there) of the z-loss. softcap > 0: lc holds
+// soft-capped logits, and dlogits is with respect to the uncapped ones.
 void cross_entropy_backward(const Tensor& lc, const CrossEntropyParts& ce, int64_t ignore_index,
-                            const Tensor& g, Tensor& dlogits, double softcap = 0.0) {
+                            const TensorList& g, Tensor& dlogits, double softcap = 0.0) {
   const int64_t N = lc.size(0);
   const DType sd = stat_dtype(lc.dtype());
-  Tensor gl = cast(g, sd);
+  const double mean = ce.count ? 1.0 / static_cast<double>(ce.count) : 0.0;
+  Tensor gl = cast(g[0], sd);
   Tensor dl = empty({N}, sd, lc.device());
   backend_for(lc).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
-  if (ce.count) backend_for(dl).affine(dl, 1.0 / static_cast<double>(ce.count), 0.0, dl);
-  backend_for(lc).cross_entropy_backward(lc, ce.targets, ce.lse, dl, ignore_index, dlogits,
+  backend_for(dl).affine(dl, mean, 0.0, dl);
+  // (The backend gives ignored rows no gradient: dlse needs no mask.)
+  const Tensor dlse =
+      g.size() > 1 && g[1].defined() ? z_loss_dlse(ce.lse, g[1], {}, mean) : Tensor();
+  backend_for(lc).cross_entropy_backward(lc, ce.targets, ce.lse, dl, dlse, ignore_index, dlogits,
                                          softcap);
 }
 
@@ -721,7 +738,8 @@ void check_targets(const char* op, const Tensor& targets, const Tensor& input, c
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     Tensor* z_loss) {
   detail::check_floating(logits, "cross_entropy", "logits");
   detail::check_index(targets, "cross_entropy", "targets");
   if (logits.dim() < 1) throw ShapeError("cross_entropy: logits must have a vocab dimension");
@@ -733,15 +751,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
   Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
   Tensor loss;
-  const CrossEntropyParts ce = cross_entropy_forward("cross_entropy", lc, tc, ignore_index, &loss);
+  const CrossEntropyParts ce =
+      cross_entropy_forward("cross_entropy", lc, tc, ignore_index, &loss, z_loss);
   const Shape ls = logits.shape();
-  record("cross_entropy", {logits}, {loss},
+  TensorList outputs{loss};
+  if (z_loss) outputs.push_back(*z_loss);
+  record("cross_entropy", {logits}, outputs,
          [lc, ce, ignore_index, ls](const TensorList& g) -> TensorList {
            Tensor dlogits = empty_like(lc);
-           cross_entropy_backward(lc, ce, ignore_index, g[0], dlogits);
+           cross_entropy_backward(lc, ce, ignore_index, g, dlogits);
            return {reshape(dlogits, ls)};
          });
-  return loss;
+  if (z_loss) *z_loss = outputs[1];
+  return outputs[0];
 }
 
 int64_t padded_logits_row(int64_t classes) {
@@ -749,9 +771,27 @@ int64_t padded_logits_row(int64_t classes) {
   return (classes + kRow - 1) / kRow * kRow;
 }
 
-Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        const std::function<HeadLoss(const Tensor& logits)>& loss_of,
-                        double softcap, const InputGradComm& comm) {
+Tensor z_loss_of(const Tensor& lse, const Tensor& row_weight, double mean) {
+  Tensor squares = mul(lse, lse);
+  if (row_weight.defined()) squares = mul(squares, row_weight);
+  Tensor total = empty({}, lse.dtype(), lse.device());
+  backend_for(lse).reduce(ReduceOp::Sum, squares, 1, lse.numel(), 1, total, nullptr);
+  return (row_weight.defined() ? total : scale(total, mean)).detach();
+}
+
+Tensor z_loss_dlse(const Tensor& lse, const Tensor& grad_z, const Tensor& row_weight, double mean) {
+  const int64_t N = lse.numel();
+  Tensor gz = cast(grad_z, lse.dtype());
+  Tensor d = empty({N}, lse.dtype(), lse.device());
+  backend_for(lse).copy(make_view(gz, {N}, {0}, gz.offset()), d);
+  d = mul(d, lse);
+  return row_weight.defined() ? scale(mul(d, row_weight), 2.0) : scale(d, 2.0 * mean);
+}
+
+std::vector<Tensor> linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
+                                     const Tensor& bias,
+                                     const std::function<HeadLoss(const Tensor& logits)>& loss_of,
+                                     double softcap, const InputGradComm& comm) {
   check_softcap(op, softcap);
   detail::check_floating(x, op, "x");
   detail::check_same(x, weight, op);
@@ -799,7 +839,7 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight, c
                               "were overwritten by their gradient the first time");
     }
     Tensor dlogits = logits;
-    backward(g[0], dlogits);
+    backward(g, dlogits);
     *consumed = true;
     if (!need_x) return {Tensor(), Tensor(), Tensor()};
     Tensor gx = empty({logits.size(0), w.size(1)}, logits.dtype(), logits.device());
@@ -848,29 +888,36 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight, c
     inputs.push_back(bias);
     deferrable.push_back(2);
   }
-  detail::record_layer(op, inputs, {head.loss}, deferrable, input_grad, weight_grad, x2, through);
-  return head.loss;
+  TensorList outputs{head.loss};
+  if (head.z_loss.defined()) outputs.push_back(head.z_loss);
+  detail::record_layer(op, inputs, outputs, deferrable, input_grad, weight_grad, x2, through);
+  return outputs;
 }
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index, double softcap, const Tensor& bias) {
+                            int64_t ignore_index, double softcap, const Tensor& bias,
+                            Tensor* z_loss) {
   const char* op = "linear_cross_entropy";
   detail::check_index(targets, op, "targets");
   if (x.dim() < 1) throw ShapeError(std::string(op) + ": x must have a feature dimension");
   const Shape lead(x.shape().begin(), x.shape().end() - 1);
   check_targets(op, targets, x, lead);
   Tensor tc = reshape(contiguous(targets).detach(), {numel(lead)}).detach();
-  return linear_head_loss(
+  const TensorList out = linear_head_loss(
       op, x, weight, bias,
       [&](const Tensor& logits) {
-        Tensor loss;
-        CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index, &loss);
+        Tensor loss, z;
+        CrossEntropyParts ce =
+            cross_entropy_forward(op, logits, tc, ignore_index, &loss, z_loss ? &z : nullptr);
         return HeadLoss{
-            loss, [ce = std::move(ce), ignore_index, softcap](const Tensor& g, Tensor& dlogits) {
+            loss, z,
+            [ce = std::move(ce), ignore_index, softcap](const TensorList& g, Tensor& dlogits) {
               cross_entropy_backward(dlogits, ce, ignore_index, g, dlogits, softcap);
             }};
       },
       softcap);
+  if (z_loss) *z_loss = out[1];
+  return out[0];
 }
 
 }  // namespace triad

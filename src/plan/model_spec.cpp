@@ -101,6 +101,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.mtp_layers = v.as<int64_t>(); });
   option("mtp_loss_weight", "a number >= 0",
          [&](const YAML::Node& v) { c.mtp_loss_weight = v.as<double>(); });
+  option("z_loss_coef", "a number >= 0 (0: none)",
+         [&](const YAML::Node& v) { c.z_loss_coef = v.as<double>(); });
   option("residual_multiplier", "a positive number",
          [&](const YAML::Node& v) { c.residual_multiplier = v.as<double>(); });
   option("logit_scale", "a positive number",
@@ -272,6 +274,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "clip_qkv",
                                                  "mtp_layers",
                                                  "mtp_loss_weight",
+                                                 "z_loss_coef",
                                                  "residual_multiplier",
                                                  "logit_scale",
                                                  "post_norms",

@@ -1082,6 +1082,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"clip_qkv", {false, [&](auto& v, auto& k) { m.clip_qkv = get_double(v, k); }}},
       {"mtp_layers", {false, [&](auto& v, auto& k) { m.mtp_layers = get_int(v, k); }}},
       {"mtp_loss_weight", {false, [&](auto& v, auto& k) { m.mtp_loss_weight = get_double(v, k); }}},
+      {"z_loss_coef", {false, [&](auto& v, auto& k) { m.z_loss_coef = get_double(v, k); }}},
       {"residual_multiplier",
        {false, [&](auto& v, auto& k) { m.residual_multiplier = get_double(v, k); }}},
       {"logit_scale", {false, [&](auto& v, auto& k) { m.logit_scale = get_double(v, k); }}},
@@ -1729,6 +1730,8 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "mtp_layers" << YAML::Value << c.model.mtp_layers;
     e << YAML::Key << "mtp_loss_weight" << YAML::Value << c.model.mtp_loss_weight;
   }
+  if (c.model.z_loss_coef > 0)
+    e << YAML::Key << "z_loss_coef" << YAML::Value << c.model.z_loss_coef;
   if (c.model.residual_multiplier != 1.0)
     e << YAML::Key << "residual_multiplier" << YAML::Value << c.model.residual_multiplier;
   if (c.model.logit_scale != 1.0)

@@ -60,6 +60,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.moe_dropped >= 0) j["moe_dropped"] = m.moe_dropped;
   if (m.moe_z_loss >= 0) j["moe_z_loss"] = m.moe_z_loss;
   if (!m.mtp_losses.empty()) j["mtp_losses"] = m.mtp_losses;
+  if (m.z_loss >= 0) j["z_loss"] = m.z_loss;
   if (m.skipped) j["skipped"] = true;
   if (m.spike) j["spike"] = true;
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;

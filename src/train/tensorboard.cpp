@@ -182,6 +182,7 @@ void TensorBoardWriter::write(const StepMetrics& m) {
   }
   if (m.moe_dropped >= 0) scalar("train/moe_dropped", m.step, m.moe_dropped, t);
   if (m.moe_z_loss >= 0) scalar("train/moe_z_loss", m.step, m.moe_z_loss, t);
+  if (m.z_loss >= 0) scalar("train/z_loss", m.step, m.z_loss, t);
   for (size_t k = 0; k < m.mtp_losses.size(); ++k)
     scalar("train/mtp_loss_" + std::to_string(k + 1), m.step, m.mtp_losses[k], t);
   if (m.loss_scale > 0) scalar("train/loss_scale", m.step, m.loss_scale, t);

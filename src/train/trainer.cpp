@@ -1614,7 +1614,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   }
   weigh_by_tokens(batches);
   if (config_.model.moe.experts > 0) moe_stats_ = std::make_shared<nn::MoeStats>();
-  if (config_.model.mtp_layers > 0) mtp_stats_ = std::make_shared<nn::MtpStats>();
+  if (config_.model.mtp_layers > 0) mtp_stats_ = std::make_shared<nn::LossSums>();
+  if (config_.model.z_loss_coef > 0) z_loss_stats_ = std::make_shared<nn::LossSums>();
   if (pp_model_) {
     // zb-auto and zb-v measure their second step (the first pays one-time
     // costs).
@@ -1628,6 +1629,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     nn::ForwardContext ctx{true, t.seed, call};
     ctx.moe_stats = moe_stats_;
     ctx.mtp_stats = mtp_stats_;
+    ctx.z_loss_stats = z_loss_stats_;
     pipeline::PipelineStepResult r = executor.run(batches, ctx, scaler_ ? scaler_->scale() : 1.0);
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -1653,6 +1655,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     ctx.loss_grad = w >= 0 ? loss_scale * w : loss_scale / static_cast<double>(micro);
     ctx.moe_stats = moe_stats_;
     ctx.mtp_stats = mtp_stats_;
+    ctx.z_loss_stats = z_loss_stats_;
     const auto t0 = TraceRecorder::Clock::now();
     // The batch stays on the host: the embedding and the loss check it there
     // and upload what the device needs, never waiting for queued work.
@@ -1721,19 +1724,32 @@ double Trainer::evaluate(size_t set) {
   return mean;
 }
 
-void Trainer::mtp_metrics_into(StepMetrics& m) const {
-  if (!mtp_stats_) return;
-  // Each depth's mean over the micro-batches of every data-parallel rank.
-  const int64_t D = config_.model.mtp_layers;
-  std::vector<double> sums = mtp_stats_->host_sums(D);
-  sums.push_back(static_cast<double>(mtp_stats_->records));
-  Tensor all = from_vector(sums, {D + 1}, DType::F64);
-  if (world_ && world_->size() > 1) world_->all_reduce(all, dist::ReduceOp::Sum)->wait();
+namespace {
+// The mean of each of the n losses `stats` records over the records of
+// every rank (the last stage's micro-batches on every data-parallel rank,
+// each tensor-parallel rank's the same): empty when none recorded any.
+// Every rank calls it (one all-reduce over the world).
+std::vector<double> world_means(const nn::LossSums& stats, int64_t n,
+                                const dist::ProcessGroupPtr& world) {
+  std::vector<double> sums = stats.host_sums(n);
+  sums.push_back(static_cast<double>(stats.records));
+  Tensor all = from_vector(sums, {n + 1}, DType::F64);
+  if (world && world->size() > 1) world->all_reduce(all, dist::ReduceOp::Sum)->wait();
   sums = to_double_vector(all);
-  if (sums[static_cast<size_t>(D)] <= 0) return;
-  m.mtp_losses.clear();
-  for (int64_t k = 0; k < D; ++k)
-    m.mtp_losses.push_back(sums[static_cast<size_t>(k)] / sums[static_cast<size_t>(D)]);
+  const double records = sums[static_cast<size_t>(n)];
+  if (records <= 0) return {};
+  sums.pop_back();
+  for (double& s : sums) s /= records;
+  return sums;
+}
+}  // namespace
+
+void Trainer::side_loss_metrics_into(StepMetrics& m) const {
+  if (mtp_stats_) m.mtp_losses = world_means(*mtp_stats_, config_.model.mtp_layers, world_);
+  if (z_loss_stats_) {
+    const std::vector<double> z = world_means(*z_loss_stats_, 1, world_);
+    if (!z.empty()) m.z_loss = z[0];
+  }
 }
 
 void Trainer::moe_metrics_into(StepMetrics& m) const {
@@ -1900,7 +1916,7 @@ StepMetrics Trainer::step(int64_t index) {
   m.step_ms = ms;
   m.bubble_fraction = bubble;
   moe_metrics_into(m);
-  mtp_metrics_into(m);
+  side_loss_metrics_into(m);
   m.tokens_per_s = static_cast<double>(G * config_.model.seq_len) / (ms / 1000.0);
   // PTD-P model FLOPs (no recomputation) per device, and over the peak.
   const double flops = config_.model.training_flops(static_cast<double>(G));
@@ -2688,6 +2704,7 @@ std::vector<StepMetrics> Trainer::run() {
     }
     if (m.moe_dropped >= 0) extra += fmt::format(" dropped {:.1f}%", 100 * m.moe_dropped);
     if (m.moe_z_loss >= 0) extra += fmt::format(" z-loss {:.3f}", m.moe_z_loss);
+    if (m.z_loss >= 0) extra += fmt::format(" | z-loss {:.4f}", m.z_loss);
     if (!m.mtp_losses.empty()) {
       extra += " | mtp";
       for (double l : m.mtp_losses) extra += fmt::format(" {:.4f}", l);

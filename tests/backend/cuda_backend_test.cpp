@@ -1286,7 +1286,8 @@ TEST(CudaKernels, VocabCrossEntropyLossMatchesTheCpu) {
 // The vocab-parallel head and loss on a shard whose rows the logits pad (67
 // classes -> rows of 128, the last 7 classes padding): the partial, sum of
 // exponentials and in-place backward kernels on row-strided logits, against
-// the CPU, through a world of one (NCCL on the GPU).
+// the CPU, through a world of one (NCCL on the GPU); and with a z-loss
+// (the backward kernel's dlse), its value too.
 TEST(CudaKernels, VocabParallelHeadLossInPaddedRowsMatchesTheCpu) {
   if (!dist::nccl_available()) GTEST_SKIP() << "built without NCCL";
   dist::ProcessGroupPtr world = dist::init_world();
@@ -1296,23 +1297,29 @@ TEST(CudaKernels, VocabParallelHeadLossInPaddedRowsMatchesTheCpu) {
   for (int64_t i = 0; i < 24; ++i) t.push_back((i * 17 + 2) % 60);
   const Tensor targets = from_vector(t, {4, 6}, DType::I64);
   for (DType dtype : {DType::F32, DType::BF16}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    auto run = [&](Device dev, const dist::ProcessGroupPtr& group) {
-      Tensor x = to_device(randn({4, 6, 40}, 5, 1, 1.0, dtype), dev).detach();
-      Tensor w = to_device(randn({67, 40}, 5, 2, 0.3, dtype), dev).detach();
-      x.set_requires_grad(true);
-      w.set_requires_grad(true);
-      Tensor loss = tp::vocab_parallel_linear_cross_entropy(x, w, targets, 0, 60, group);
-      autograd::backward({loss});
-      return std::vector<std::vector<double>>{to_double_vector(loss), to_double_vector(x.grad()),
-                                              to_double_vector(w.grad())};
-    };
-    const auto cpu = run(Device::cpu(), world), gpu = run(kGpu, nccl);
-    const double tol = dtype == DType::F32 ? 1e-5 : 2e-2;
-    expect_close(gpu[0], cpu[0], tol, tol, "loss");
-    expect_close(gpu[1], cpu[1], tol, tol, "dx");
-    expect_close(gpu[2], cpu[2], tol, tol, "dw");
-    for (size_t i = 60 * 40; i < gpu[2].size(); ++i) ASSERT_EQ(gpu[2][i], 0.0) << "padding class";
+    for (bool with_z : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (with_z ? " with a z-loss" : ""));
+      auto run = [&](Device dev, const dist::ProcessGroupPtr& group) {
+        Tensor x = to_device(randn({4, 6, 40}, 5, 1, 1.0, dtype), dev).detach();
+        Tensor w = to_device(randn({67, 40}, 5, 2, 0.3, dtype), dev).detach();
+        x.set_requires_grad(true);
+        w.set_requires_grad(true);
+        Tensor z;
+        Tensor loss = tp::vocab_parallel_linear_cross_entropy(x, w, targets, 0, 60, group, 0.0, {},
+                                                              {}, with_z ? &z : nullptr);
+        autograd::backward({with_z ? add(loss, scale(z, 0.5)) : loss});
+        return std::vector<std::vector<double>>{
+            to_double_vector(loss), to_double_vector(x.grad()), to_double_vector(w.grad()),
+            with_z ? to_double_vector(z) : std::vector<double>{}};
+      };
+      const auto cpu = run(Device::cpu(), world), gpu = run(kGpu, nccl);
+      const double tol = dtype == DType::F32 ? 1e-5 : 2e-2;
+      expect_close(gpu[0], cpu[0], tol, tol, "loss");
+      expect_close(gpu[3], cpu[3], tol, tol, "z-loss");
+      expect_close(gpu[1], cpu[1], tol, tol, "dx");
+      expect_close(gpu[2], cpu[2], tol, tol, "dw");
+      for (size_t i = 60 * 40; i < gpu[2].size(); ++i) ASSERT_EQ(gpu[2][i], 0.0) << "padding class";
+    }
   }
 }
 

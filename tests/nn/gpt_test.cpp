@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <cmath>
 
@@ -194,6 +197,69 @@ TEST(Gpt, RejectsBadConfigsAndInputs) {
   EXPECT_THROW(m.forward(zeros({2, 9}, DType::I64)), ShapeError);     // longer than seq_len
   EXPECT_THROW(m.forward(full({1, 2}, 23, DType::I64)), ValueError);  // id >= vocab
   EXPECT_THROW(Gpt(tiny(), 1, DType::I32), NotSupportedError);
+}
+
+// model.z_loss_coef: while training the loss's value stays the cross
+// entropy (evaluation's), the z-loss is recorded beside it, and the
+// gradient is that of loss_grad * (loss + coef * z), written out here from
+// the unfused logits; a coefficient that is negative or not finite is named.
+TEST(Gpt, ZLossJoinsTheGradientNotTheValue) {
+  GptConfig cfg = tiny();
+  cfg.z_loss_coef = 0.05;
+  Gpt model(cfg, 3);
+  std::vector<int64_t> ids, targets;
+  for (int64_t i = 0; i < 16; ++i) {
+    ids.push_back((i * 7 + 2) % 23);
+    targets.push_back(i == 5 ? -100 : (i * 11 + 4) % 23);
+  }
+  const Tensor x = from_vector(ids, {2, 8}), t = from_vector(targets, {2, 8});
+  ForwardContext ctx;
+  ctx.loss_grad = 0.5;
+  ctx.z_loss_stats = std::make_shared<LossSums>();
+  const Tensor loss = model.loss(x, t, ctx);
+  ForwardContext eval;
+  eval.training = false;
+  EXPECT_NEAR(item(loss), item(model.loss(x, t, eval)), 1e-6);
+  ASSERT_EQ(ctx.z_loss_stats->records, 1);
+  autograd::backward({scale(loss, ctx.loss_grad)});
+  std::map<std::string, std::vector<double>> got;
+  for (auto& [name, p] : model.named_parameters()) {
+    got[name] = to_double_vector(p.grad());
+    p.set_grad(Tensor());
+  }
+  Tensor z;
+  const Tensor plain = cross_entropy(model.forward(x, eval), t, -100, &z);
+  EXPECT_NEAR(ctx.z_loss_stats->host_sums(1)[0], item(z), 1e-5 * item(z));
+  autograd::backward({scale(add(plain, scale(z, 0.05)), 0.5)});
+  double moved = 0;  // how far the z-loss moved the head's gradient
+  for (auto& [name, p] : model.named_parameters()) {
+    const std::vector<double> want = to_double_vector(p.grad());
+    ASSERT_EQ(got[name].size(), want.size()) << name;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[name][i], want[i], 1e-6 + 1e-4 * std::abs(want[i]))
+          << name << "[" << i << "]";
+    }
+  }
+  // Without the coefficient the gradients differ (the test sees the z-loss).
+  GptConfig none = cfg;
+  none.z_loss_coef = 0;
+  Gpt without(none, 3);
+  autograd::backward({scale(without.loss(x, t, ctx), 0.5)});
+  for (auto& [name, p] : without.named_parameters()) {
+    const std::vector<double> g = to_double_vector(p.grad());
+    for (size_t i = 0; i < g.size(); ++i) moved += std::abs(g[i] - got[name][i]);
+  }
+  EXPECT_GT(moved, 1e-3);
+  for (double bad : {-1e-4, std::nan("")}) {
+    GptConfig c = tiny();
+    c.z_loss_coef = bad;
+    try {
+      Gpt m(c, 1);
+      FAIL() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.z_loss_coef"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Mixed precision: half parameters are the f32 initial values rounded once,

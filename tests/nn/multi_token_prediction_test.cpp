@@ -83,7 +83,7 @@ TEST(MultiTokenPrediction, TheLossStaysTheNextTokensAndItsGradientCarriesTheDept
   const Tensor targets = some_ids(3, cfg.seq_len, cfg.vocab_size, 12);
   ForwardContext ctx;
   ctx.loss_grad = 0.5;
-  ctx.mtp_stats = std::make_shared<MtpStats>();
+  ctx.mtp_stats = std::make_shared<LossSums>();
   const Tensor loss = model.loss(ids, targets, ctx);
   EXPECT_NEAR(item(loss), item(plain.loss(ids, targets)), 1e-6);
   ASSERT_EQ(ctx.mtp_stats->records, 1);
@@ -128,7 +128,7 @@ TEST(MultiTokenPrediction, EvaluationRunsNoPredictionModule) {
   const Tensor ids = some_ids(2, cfg.seq_len, cfg.vocab_size, 3);
   ForwardContext eval;
   eval.training = false;
-  eval.mtp_stats = std::make_shared<MtpStats>();
+  eval.mtp_stats = std::make_shared<LossSums>();
   const Tensor loss = model.loss(ids, ids, eval);
   EXPECT_EQ(eval.mtp_stats->records, 0);
   autograd::backward({loss});

@@ -6,6 +6,7 @@
 // the GPU suite its kernels against the CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -121,6 +122,43 @@ TEST(LinearCrossEntropy, ABiasedHeadEqualsCrossEntropyOfLinearWithItsBias) {
     FAIL() << "a bias of the wrong length was accepted";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("bias [66]"), std::string::npos) << e.what();
+  }
+}
+
+// The z-loss (the op's second output, model.z_loss_coef's): the mean over
+// the scored rows of each row's squared log-sum-exp, of the capped logits
+// under a soft cap, computed here on the host; the loss beside it is the
+// loss without it, bitwise. cross_entropy's agrees.
+TEST(LinearCrossEntropy, ZLossIsTheMeanSquaredLogSumExpOfTheScoredRows) {
+  for (double softcap : {0.0, 2.0}) {
+    SCOPED_TRACE("cap " + std::to_string(softcap));
+    const Tensor x = randn({2, 5, 12}, 3, 1, 1.0, DType::F64);
+    const Tensor w = randn({67, 12}, 3, 2, 0.6, DType::F64);
+    std::vector<int64_t> t;
+    for (int64_t i = 0; i < 10; ++i) t.push_back(i == 4 || i == 7 ? -100 : (i * 37 + 5) % 67);
+    const Tensor targets = from_vector(t, {2, 5}, DType::I64);
+    Tensor z;
+    const Tensor loss = linear_cross_entropy(x, w, targets, -100, softcap, {}, &z);
+    EXPECT_EQ(item(loss), item(linear_cross_entropy(x, w, targets, -100, softcap)));
+    const Tensor capped = softcap > 0 ? soft_cap(linear(x, w), softcap) : linear(x, w);
+    const std::vector<double> logits = to_double_vector(capped);
+    double sum = 0;
+    int64_t scored = 0;
+    for (int64_t i = 0; i < 10; ++i) {
+      if (t[static_cast<size_t>(i)] == -100) continue;
+      double m = -1e300, e = 0;
+      for (int64_t j = 0; j < 67; ++j) m = std::max(m, logits[static_cast<size_t>(i * 67 + j)]);
+      for (int64_t j = 0; j < 67; ++j) e += std::exp(logits[static_cast<size_t>(i * 67 + j)] - m);
+      const double lse = m + std::log(e);
+      sum += lse * lse;
+      ++scored;
+    }
+    const double expected = sum / static_cast<double>(scored);
+    EXPECT_GT(expected, 1.0);  // (far from any value a mistake would give by chance)
+    EXPECT_NEAR(item(z), expected, 1e-12 * expected);
+    Tensor z_plain;
+    cross_entropy(capped, targets, -100, &z_plain);
+    EXPECT_NEAR(item(z_plain), expected, 1e-12 * expected);
   }
 }
 

@@ -579,6 +579,18 @@ inline std::vector<OpCase> op_cases() {
        [](const std::vector<Tensor>& x) {
          return cross_entropy(x[0], to_device(ids({1, 6, -100, 0, 3, 3}, {2, 3}), x[0].device()));
        }});
+  // The z-loss beside the loss (model.z_loss_coef): both outputs' gradients
+  // in one backward; an ignored row in neither.
+  c.push_back({"cross_entropy_z_loss",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 7}, d, 1, 2.0)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 Tensor z;
+                 const Tensor loss = cross_entropy(
+                     x[0], to_device(ids({1, 6, -100, 0, 3, 3}, {2, 3}), x[0].device()), -100, &z);
+                 return cast(add(loss, scale(z, 0.3)), x[0].dtype());  // (the seed's dtype)
+               }});
   // The fused head + loss: 67 classes in rows padded to 128.
   c.push_back({"linear_cross_entropy",
                [](DType d) {
@@ -598,6 +610,30 @@ inline std::vector<OpCase> op_cases() {
                  return linear_cross_entropy(
                      x[0], x[1], to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()),
                      -100, 1.0);
+               }});
+  // The z-loss over soft-capped logits, and the z-loss alone (the loss's
+  // gradient zero).
+  c.push_back({"linear_cross_entropy_softcap_z_loss",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 5}, d, 1), rnd({67, 5}, d, 2)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 Tensor z;
+                 const Tensor loss = linear_cross_entropy(
+                     x[0], x[1], to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()),
+                     -100, 1.5, {}, &z);
+                 return cast(add(loss, scale(z, 0.5)), x[0].dtype());
+               }});
+  c.push_back({"linear_cross_entropy_z_loss_alone",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 5}, d, 1), rnd({67, 5}, d, 2, 0.5)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 Tensor z;
+                 linear_cross_entropy(
+                     x[0], x[1], to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()),
+                     -100, 0.0, {}, &z);
+                 return z;
                }});
   // A biased head (Phi-2's lm_head.bias), soft-capped after the bias: the
   // bias's gradient sums the padded rows' valid columns.

@@ -216,7 +216,7 @@ void expect_mtp_step_zero_matches(const nn::Gpt& model, const std::map<std::stri
   const Tensor ids = cast(ref.at("input_ids"), DType::I64);
   const Tensor targets = cast(ref.at("targets"), DType::I64);
   nn::ForwardContext ctx;
-  ctx.mtp_stats = std::make_shared<nn::MtpStats>();
+  ctx.mtp_stats = std::make_shared<nn::LossSums>();
   const Tensor loss = model.loss(ids, targets, ctx);
   const double ref_loss = item(ref.at(prefix + "loss"));
   EXPECT_NEAR(item(loss), ref_loss, 1e-6 * ref_loss);

@@ -82,6 +82,12 @@ TEST(Config, ParsesDefaultsAndOverrides) {
                       "data.val: expected a path or glob, or a mapping of names to them");
   EXPECT_FALSE(c.data_shuffle);
   EXPECT_TRUE(parse_config(to_yaml(parse_config(kValid, {"data.shuffle=true"}))).data_shuffle);
+  // The output z-loss: off by default, round-tripped, a negative one named.
+  EXPECT_EQ(c.model.z_loss_coef, 0.0);
+  EXPECT_DOUBLE_EQ(
+      parse_config(to_yaml(parse_config(kValid, {"model.z_loss_coef=1e-4"}))).model.z_loss_coef,
+      1e-4);
+  expect_config_error(kValid, {"model.z_loss_coef=-0.1"}, "model.z_loss_coef (-0.100000)");
 }
 
 // YAML forbids a key given twice in one mapping; yaml-cpp would keep the

@@ -22,9 +22,9 @@
 # texts' last words (eval.lambada): the words' loss must match one
 # process's at the same tolerance, and in fp32 the share greedy decoding
 # gets right must be one process's.
-# A mixture of experts' moe_balance, moe_dropped and moe_z_loss, and
-# multi-token prediction's mtp_losses, when one process reports them, must
-# match too.
+# A mixture of experts' moe_balance, moe_dropped and moe_z_loss,
+# multi-token prediction's mtp_losses and the output z_loss, when one
+# process reports them, must match too.
 # With SAMPLES (ON), every evaluation also continues two prompts greedily
 # (eval.samples, the model gathered whole from the layout's ranks): in fp32
 # the texts must be one process's.
@@ -107,6 +107,12 @@ field(${WORK}/reference moe_z_loss reference_moe_z_loss)
 foreach(depth 0 1 2)
   field(${WORK}/reference "mtp_losses;${depth}" reference_mtp_${depth})
 endforeach()
+# The output z-loss (model.z_loss_coef), which one process must report when
+# the run has one.
+field(${WORK}/reference z_loss reference_z_loss)
+if("${EXTRA}" MATCHES "model.z_loss_coef" AND NOT reference_z_loss)
+  message(FATAL_ERROR "one process reported no z_loss with model.z_loss_coef set")
+endif()
 steps_marked(${WORK}/reference spike reference_spikes)
 if(DEFINED SPIKES AND NOT "${reference_spikes}" STREQUAL "${SPIKES}")
   message(FATAL_ERROR "one process skipped steps [${reference_spikes}] as spikes, expected [${SPIKES}]")
@@ -178,7 +184,7 @@ foreach(layout IN LISTS layouts)
                "${got_param_norms}" ${loss_div})
   field(${dir} val_loss got_val)
   expect_close("${ranks} ranks ${flags} validation loss" "${reference_val}" "${got_val}" ${loss_div})
-  foreach(name moe_balance moe_dropped moe_z_loss)
+  foreach(name moe_balance moe_dropped moe_z_loss z_loss)
     if(reference_${name})
       field(${dir} ${name} got_${name})
       expect_close("${ranks} ranks ${flags} ${name}" "${reference_${name}}" "${got_${name}}" ${loss_div})

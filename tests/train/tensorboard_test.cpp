@@ -113,6 +113,7 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.choice_sets = {{"hella", *m.choices}, {"arc", {50, 0.75, 0.625, 0.125, 1.5}}};
     m.lambada = StepMetrics::LambadaScores{5153, 0.375, 3.5, 33.125};
     m.lambada_sets = {{"en", *m.lambada}, {"de", {5000, 0.25, 4.5, 90.0}}};
+    m.z_loss = 20.5;  // (model.z_loss_coef's)
     w.write(m);
     m.step = 4;
     m.val_loss.reset();
@@ -122,6 +123,7 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.lambada.reset();
     m.lambada_sets.clear();
     m.mfu = 0.5;
+    m.z_loss = -1;
     m.skipped = m.spike = true;  // (train.spike_sigma's)
     w.write(m);
     w.restart(9);  // a resumed run's first step
@@ -165,6 +167,8 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[3].count("train/mfu"), 0u);  // no peak configured
   EXPECT_EQ(by_step[4].count("val/loss"), 0u);   // not evaluated
   EXPECT_EQ(by_step[4].at("train/mfu"), 0.5f);
+  EXPECT_EQ(by_step[3].at("train/z_loss"), 20.5f);
+  EXPECT_EQ(by_step[4].count("train/z_loss"), 0u);
   EXPECT_EQ(by_step[3].count("train/skipped"), 0u);
   EXPECT_EQ(by_step[4].at("train/skipped"), 1.0f);
   EXPECT_EQ(by_step[4].at("train/spike"), 1.0f);

@@ -477,6 +477,26 @@ TEST(Trainer, ParamNormIsTheNormOfTheTrainedWeightsAfterTheUpdate) {
   EXPECT_NEAR(frozen.param_norm, norm_of(part.full_state_dict(), {"wte.weight"}), 1e-7 * after);
 }
 
+// model.z_loss_coef: the step's loss is the cross entropy still (the first
+// step's bitwise that of a run without it), the z-loss is reported beside
+// it, and the update differs (the second step's loss).
+TEST(Trainer, ZLossIsReportedBesideTheLossItLeavesAlone) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  Trainer plain(c);
+  const StepMetrics p0 = plain.step(0), p1 = plain.step(1);
+  EXPECT_LT(p0.z_loss, 0);
+  c.model.z_loss_coef = 0.05;
+  Trainer with_z(c);
+  const StepMetrics z0 = with_z.step(0), z1 = with_z.step(1);
+  EXPECT_EQ(z0.loss, p0.loss);
+  // log(32) is about 3.47 for uniform logits at the start: lse^2 about 12.
+  EXPECT_GT(z0.z_loss, 10.0);
+  EXPECT_LT(z0.z_loss, 15.0);
+  EXPECT_GT(std::abs(z1.loss - p1.loss), 1e-6);
+  EXPECT_LT(z1.z_loss, z0.z_loss);  // the z-loss pulls lse toward 0
+}
+
 // model.lora: only the adapters train (their optimizer state is all there
 // is), the base weights stay bit for bit, and model.safetensors holds the
 // model with the adapters merged in under the model's own names.

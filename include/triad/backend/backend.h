@@ -306,11 +306,14 @@ class Backend {
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                      int64_t ignore_index, Tensor& losses, Tensor& lse) = 0;
   // dlogits = (softmax(logits) - onehot(target)) * dlosses[row]; ignored rows 0.
+  // dlse (N) in stat_dtype, when defined: the gradient of each row's lse as
+  // well (a z-loss over it), adding dlse[row] * softmax(logits) (ignored
+  // rows still 0); undefined: none.
   // softcap > 0: the logits hold soft-capped values z = softcap * tanh(x /
   // softcap) (soft_cap, in place), and dlogits is the gradient with respect
   // to x, each element times 1 - (z / softcap)^2; 0: no cap.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                                      const Tensor& lse, const Tensor& dlosses,
+                                      const Tensor& lse, const Tensor& dlosses, const Tensor& dlse,
                                       int64_t ignore_index, Tensor& dlogits, double softcap) = 0;
 
   // Vocab-parallel cross entropy over a shard of the vocabulary: logits
@@ -330,11 +333,14 @@ class Backend {
   // where they are (the host never waits to read them).
   virtual void vocab_ce_loss(const Tensor& global_max, const Tensor& target_logit,
                              const Tensor& sumexp, Tensor& losses) = 0;
-  // Backward: dlogits = (exp(logit - max) / sumexp - onehot) * dloss[row];
-  // padding columns get 0; softcap as for cross_entropy_backward.
+  // Backward: dlogits = (exp(logit - max) / sumexp - onehot) * dloss[row]
+  // + exp(logit - max) / sumexp * dlse[row] (dlse (N) as for
+  // cross_entropy_backward, or undefined); padding columns get 0; softcap as
+  // for cross_entropy_backward.
   virtual void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                  int64_t valid, const Tensor& global_max, const Tensor& sumexp,
-                                 const Tensor& dloss, Tensor& dlogits, double softcap) = 0;
+                                 const Tensor& dloss, const Tensor& dlse, Tensor& dlogits,
+                                 double softcap) = 0;
 
   // y = x * keep / (1 - p), keep = philox_uniform(seed, stream, offset + i) >= p.
   // The same call maps dy to dx in backward.

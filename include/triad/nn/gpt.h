@@ -20,7 +20,7 @@
 namespace triad::nn {
 
 struct MoeStats;          // nn/moe.h
-struct MtpStats;          // below
+struct LossSums;          // below
 class MoeMlp;             // nn/moe.h
 class LatentProjections;  // nn/latent_attention.h
 
@@ -261,6 +261,15 @@ struct GptConfig {
   // the cap in size. 0: none.
   double attn_logit_softcap = 0.0;
   double final_logit_softcap = 0.0;
+  // The output logits' z-loss (PaLM's; OLMo 2's; config key
+  // model.z_loss_coef): while training, the objective gains z_loss_coef
+  // times the mean over the scored tokens of log(sum exp(logits))^2, which
+  // keeps the softmax's normaliser near 1 (log 0) and the logits from
+  // drifting (a cause of late-training loss spikes). Its gradient joins the
+  // head's fused cross-entropy backward; the loss reported stays the cross
+  // entropy, the z-loss beside it (train's `z_loss`). Not the router's
+  // (moe.z_loss_coef). 0: none; PaLM used 1e-4.
+  double z_loss_coef = 0.0;
   // Multi-token prediction (DeepSeek-V3's; config keys model.mtp_layers
   // and model.mtp_loss_weight): mtp_layers modules after the blocks
   // (MtpModule), the k-th predicting from each position the token k + 1
@@ -690,7 +699,10 @@ struct ForwardContext {
   std::shared_ptr<MoeStats> moe_stats = {};
   // Where multi-token prediction reports its losses while training (null:
   // nowhere).
-  std::shared_ptr<MtpStats> mtp_stats = {};
+  std::shared_ptr<LossSums> mtp_stats = {};
+  // Where the output logits' z-loss (model.z_loss_coef) is reported while
+  // training (null: nowhere).
+  std::shared_ptr<LossSums> z_loss_stats = {};
 };
 
 // Multi-head causal self-attention: c_attn (C -> 3C), fused attention, c_proj;
@@ -791,11 +803,12 @@ class Block : public Module {
   Tensor joining(const std::shared_ptr<LayerNorm>& norm, const Tensor& y) const;
 };
 
-// Multi-token prediction's losses while training (ForwardContext::mtp_stats):
-// each depth's loss (model.mtp_layers of them) summed over the micro-batches
-// recorded, as f64 scalars on the loss's device, so that nothing waits for
-// them until the step reads them.
-struct MtpStats {
+// Losses reported beside the objective while training
+// (ForwardContext::mtp_stats: each multi-token-prediction depth's loss,
+// model.mtp_layers of them; z_loss_stats: the output z-loss), each summed
+// over the micro-batches recorded, as f64 scalars on the loss's device, so
+// that nothing waits for them until the step reads them.
+struct LossSums {
   std::vector<Tensor> sums;
   int64_t records = 0;
   // One micro-batch's losses, one per depth.
@@ -825,6 +838,12 @@ Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k);
 // (attach_loss); ctx.mtp_stats records them.
 Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vector<Tensor>& depths,
                        const ForwardContext& ctx);
+// The next-token loss carrying the output z-loss `z` (the head's
+// cross-entropy op's second output) into backward: its value unchanged, z
+// joining its gradient with weight cfg.z_loss_coef * ctx.loss_grad
+// (attach_loss); ctx.z_loss_stats records z.
+Tensor with_z_loss(const GptConfig& cfg, const Tensor& loss, const Tensor& z,
+                   const ForwardContext& ctx);
 
 // Multi-token prediction module k (DeepSeek-V3's MTP module; k from 1 to
 // model.mtp_layers): from the previous depth's hidden states h (B, T, C;
@@ -878,6 +897,8 @@ class Gpt : public Module {
   // (ctx.training), the multi-token-prediction modules' losses join its
   // gradient (attach_loss: mtp_loss_weight / mtp_layers * ctx.loss_grad
   // each), its value staying the next token's; ctx.mtp_stats gets them.
+  // With model.z_loss_coef, while training, the z-loss joins it the same
+  // way (with_z_loss).
   Tensor loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx = {}) const;
   // Multi-token prediction's loss at each depth for hidden, the blocks'
   // output (trunk) on ids under ctx (its documents already filled in).

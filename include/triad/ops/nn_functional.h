@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "triad/core/attention_heads.h"
 #include "triad/core/rope_scaling.h"
@@ -159,7 +160,12 @@ Tensor attach_loss(const Tensor& x, const Tensor& loss, double grad);
 // or f64 for f64 logits: half logits give an f32 loss); 0 when
 // every row is ignored. Targets are on the logits' device or on the host
 // (checked there without waiting for the device, then uploaded).
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// z_loss, when not null, receives a second output of the same node: the
+// mean over those rows of log(sum exp(logits))^2 (PaLM's z-loss, without
+// its coefficient), f32 like the loss; a gradient reaching it joins the
+// loss's in one fused backward.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     Tensor* z_loss = nullptr);
 
 // A language model's head and its loss in one op: cross_entropy(x @
 // weight^T, targets) for x (..., C), weight (V, C), targets (...). The logits
@@ -175,19 +181,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // bias (V), when defined (Phi-2's biased head): the logits are x @
 // weight^T + bias (before the cap); its gradient, the logits' gradient
 // summed over the rows, is deferrable with the weight's.
+// z_loss: as for cross_entropy, over the (capped) logits.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index = -100, double softcap = 0.0,
-                            const Tensor& bias = {});
+                            const Tensor& bias = {}, Tensor* z_loss = nullptr);
 // Elements from one row of linear_cross_entropy's logits to the next: V
 // rounded up to a multiple of 64.
 int64_t padded_logits_row(int64_t classes);
 
 // A loss over a linear head's logits, as linear_head_loss takes it: the loss
-// (a scalar) and how to write the logits' gradient over them given the
-// loss's gradient.
+// (a scalar), optionally a z-loss beside it (a second scalar output; else
+// undefined), and how to write the logits' gradient over them given the
+// outputs' gradients (the loss's, then the z-loss's when there is one).
 struct HeadLoss {
   Tensor loss;
-  std::function<void(const Tensor& grad_loss, Tensor& logits)> backward;
+  Tensor z_loss;
+  std::function<void(const std::vector<Tensor>& grads, Tensor& logits)> backward;
 };
 // The machinery of linear_cross_entropy for any loss over a head's logits
 // (the vocab-parallel cross entropy uses it too): logits = x @ weight^T in
@@ -201,8 +210,19 @@ struct HeadLoss {
 // the weight's gradient, as for linear (InputGradComm). A defined `bias`
 // (classes) is added to the logits before the cap; its gradient, deferrable
 // with the weight's, is the logits' gradient summed over the rows.
-Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        const std::function<HeadLoss(const Tensor& logits)>& loss_of,
-                        double softcap = 0.0, const InputGradComm& comm = {});
+// Returns the op's outputs: the loss, then the z-loss when loss_of gave one.
+std::vector<Tensor> linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
+                                     const Tensor& bias,
+                                     const std::function<HeadLoss(const Tensor& logits)>& loss_of,
+                                     double softcap = 0.0, const InputGradComm& comm = {});
+
+// A z-loss from a cross entropy's per-row log-sum-exp lse (N, stat dtype),
+// for the cross entropies here and the vocab-parallel one: sum_i w_i *
+// lse_i^2 with the rows' weights w (N; an ignored row's 0), or `mean` for
+// every row when row_weight is undefined. A scalar, outside autograd.
+Tensor z_loss_of(const Tensor& lse, const Tensor& row_weight, double mean);
+// Its gradient with respect to lse (N) given its own (grad_z, a scalar on
+// lse's device): grad_z * 2 * w_i * lse_i.
+Tensor z_loss_dlse(const Tensor& lse, const Tensor& grad_z, const Tensor& row_weight, double mean);
 
 }  // namespace triad

@@ -44,6 +44,10 @@ struct StepMetrics {
   // k's of the token k + 1 ahead of the next), the mean over the step's
   // micro-batches and data-parallel ranks. Empty otherwise.
   std::vector<double> mtp_losses;
+  // With model.z_loss_coef: the output logits' z-loss (the mean over scored
+  // tokens of log(sum exp(logits))^2, before its coefficient), the mean over
+  // the step's micro-batches and data-parallel ranks. Negative otherwise.
+  double z_loss = -1;
   // A non-finite gradient on some rank, or a spike (train.spike_sigma):
   // every rank skipped the update.
   bool skipped = false;

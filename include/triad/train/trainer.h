@@ -126,15 +126,17 @@ class Trainer {
   // The step's MoE routing statistics (model.moe), gathered from every rank
   // into m.
   void moe_metrics_into(StepMetrics& m) const;
-  // Multi-token prediction's losses this step (model.mtp_layers), into m.
-  void mtp_metrics_into(StepMetrics& m) const;
+  // Multi-token prediction's losses (model.mtp_layers) and the z-loss
+  // (model.z_loss_coef) this step, into m.
+  void side_loss_metrics_into(StepMetrics& m) const;
   // model.moe.expert_bias: the step's loads of every MoE layer, summed over
   // every rank, move the biases this rank holds (after an applied step).
   void update_expert_biases();
   // (layer, its expert biases) on this rank, found at the first update.
   std::optional<std::vector<std::pair<int64_t, Tensor>>> expert_biases_;
   std::shared_ptr<nn::MoeStats> moe_stats_;  // this step's, on this rank (model.moe)
-  std::shared_ptr<nn::MtpStats> mtp_stats_;  // this step's, on this rank (model.mtp_layers)
+  // This step's, on this rank: model.mtp_layers's, model.z_loss_coef's.
+  std::shared_ptr<nn::LossSums> mtp_stats_, z_loss_stats_;
 
   Config config_;
   dist::ProcessGroupPtr world_;

@@ -70,8 +70,8 @@ class CpuBackend final : public Backend {
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                              Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              const Tensor& dlosses, int64_t ignore_index, Tensor& dlogits,
-                              double softcap) override;
+                              const Tensor& dlosses, const Tensor& dlse, int64_t ignore_index,
+                              Tensor& dlogits, double softcap) override;
   void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                         int64_t valid, Tensor& row_max, Tensor& target_logit) override;
   void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
@@ -80,7 +80,8 @@ class CpuBackend final : public Backend {
                      Tensor& losses) override;
   void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                          int64_t valid, const Tensor& global_max, const Tensor& sumexp,
-                         const Tensor& dloss, Tensor& dlogits, double softcap) override;
+                         const Tensor& dloss, const Tensor& dlse, Tensor& dlogits,
+                         double softcap) override;
   void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
                Tensor& y) override;
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& hp) override;

@@ -963,7 +963,8 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
 
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                         const Tensor& lse, const Tensor& dlosses,
-                                        int64_t ignore_index, Tensor& dlogits, double softcap) {
+                                        const Tensor& dlse, int64_t ignore_index, Tensor& dlogits,
+                                        double softcap) {
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
@@ -972,16 +973,18 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     const T* px = logits.data<T>();
     const T* ps = lse.data<T>();
     const T* pg = dlosses.data<T>();
+    const T* pz = dlse.defined() ? dlse.data<T>() : nullptr;
     T* pd = dlogits.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       const int64_t t = load_index(targets, i);
       // Ignored rows: no gradient at all.
       const T g = t == ignore_index ? T(0) : pg[i];
+      const T gs = t == ignore_index ? T(0) : g + (pz ? pz[i] : T(0));  // softmax's weight
       // (The target's slope is read before the row is overwritten.)
       const T cap = static_cast<T>(softcap);
       const T gt = t == ignore_index ? T(0) : g * cap_slope(px[i * ld + t], cap);
-      row_scaled_exp_capped(px + i * ld, V, V, ps[i], g, cap, pd + i * ld);
+      row_scaled_exp_capped(px + i * ld, V, V, ps[i], gs, cap, pd + i * ld);
       if (t != ignore_index) pd[i * ld + t] -= gt;
     }
   });
@@ -1037,7 +1040,8 @@ void CpuBackend::vocab_ce_loss(const Tensor& global_max, const Tensor& target_lo
 
 void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                    int64_t valid, const Tensor& global_max, const Tensor& sumexp,
-                                   const Tensor& dloss, Tensor& dlogits, double softcap) {
+                                   const Tensor& dloss, const Tensor& dlse, Tensor& dlogits,
+                                   double softcap) {
   dispatch_float(logits.dtype(), "vocab_ce_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
@@ -1046,6 +1050,7 @@ void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, 
     const T* pm = global_max.data<T>();
     const T* ps = sumexp.data<T>();
     const T* pg = dloss.data<T>();
+    const T* pz = dlse.defined() ? dlse.data<T>() : nullptr;
     T* pd = dlogits.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
@@ -1053,7 +1058,8 @@ void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, 
       const bool here = t >= 0 && t < valid;
       const T cap = static_cast<T>(softcap);
       const T gt = here ? pg[i] * cap_slope(px[i * ld + t], cap) : T(0);
-      row_scaled_exp_capped(px + i * ld, valid, V, pm[i], pg[i] / ps[i], cap, pd + i * ld);
+      const T gs = pg[i] + (pz ? pz[i] : T(0));  // softmax's weight
+      row_scaled_exp_capped(px + i * ld, valid, V, pm[i], gs / ps[i], cap, pd + i * ld);
       if (here) pd[i * ld + t] -= gt;
     }
   });

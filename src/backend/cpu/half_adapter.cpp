@@ -247,12 +247,13 @@ void HalfAdapter::cross_entropy_forward(const Tensor& logits, const Tensor& targ
 
 void HalfAdapter::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                          const Tensor& lse, const Tensor& dlosses,
-                                         int64_t ignore_index, Tensor& dlogits, double softcap) {
+                                         const Tensor& dlse, int64_t ignore_index, Tensor& dlogits,
+                                         double softcap) {
   Widen w(inner_);
   // In place (the gradient over the logits): one widened copy serves both.
   Tensor o = same_data(logits, dlogits) ? w.inout(dlogits) : w.out(dlogits);
   inner_.cross_entropy_backward(same_data(logits, dlogits) ? o : w.in(logits), targets, lse,
-                                dlosses, ignore_index, o, softcap);
+                                dlosses, dlse, ignore_index, o, softcap);
   w.finish();
 }
 
@@ -275,12 +276,12 @@ void HalfAdapter::vocab_ce_loss(const Tensor& global_max, const Tensor& target_l
 
 void HalfAdapter::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid, const Tensor& global_max,
-                                    const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits,
-                                    double softcap) {
+                                    const Tensor& sumexp, const Tensor& dloss, const Tensor& dlse,
+                                    Tensor& dlogits, double softcap) {
   Widen w(inner_);
   Tensor o = same_data(logits, dlogits) ? w.inout(dlogits) : w.out(dlogits);
   inner_.vocab_ce_backward(same_data(logits, dlogits) ? o : w.in(logits), targets, vocab_start,
-                           valid, global_max, sumexp, dloss, o, softcap);
+                           valid, global_max, sumexp, dloss, dlse, o, softcap);
   w.finish();
 }
 

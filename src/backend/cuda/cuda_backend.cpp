@@ -1289,6 +1289,19 @@ void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, 
   });
 }
 
+namespace {
+// A cross entropy's optional per-row statistic (dlse): f32 of `rows`, or
+// undefined (null).
+const float* stats_or_null(const Tensor& t, int64_t rows, const char* op) {
+  if (!t.defined()) return nullptr;
+  if (t.dtype() != DType::F32 || t.numel() != rows) {
+    throw ValueError(std::string(op) + ": dlse must be f32 of " + std::to_string(rows) +
+                     " rows, got " + dtype_name(t.dtype()) + " " + shape_str(t.shape()));
+  }
+  return t.data<float>();
+}
+}  // namespace
+
 void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                         int64_t ignore_index, Tensor& losses, Tensor& lse) {
   require_nn("cross_entropy", logits.dtype());
@@ -1308,7 +1321,8 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targ
 
 void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                          const Tensor& lse, const Tensor& dlosses,
-                                         int64_t ignore_index, Tensor& dlogits, double softcap) {
+                                         const Tensor& dlse, int64_t ignore_index, Tensor& dlogits,
+                                         double softcap) {
   require_nn("cross_entropy_backward", logits.dtype());
   require_index("cross_entropy_backward", targets);
   // Padded rows: dlogits takes the logits' layout (and may be the logits).
@@ -1316,10 +1330,11 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "cross_entropy_backward", [&] {
-    k::cross_entropy_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
-                              targets.dtype() == DType::I64, lse.data<float>(),
-                              dlosses.data<float>(), logits.size(0), logits.size(1), ld,
-                              ignore_index, softcap, dlogits.raw_data(), s.stream);
+    k::cross_entropy_backward(
+        logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
+        targets.dtype() == DType::I64, lse.data<float>(), dlosses.data<float>(),
+        stats_or_null(dlse, logits.size(0), "cross_entropy_backward"), logits.size(0),
+        logits.size(1), ld, ignore_index, softcap, dlogits.raw_data(), s.stream);
   });
 }
 
@@ -1370,8 +1385,8 @@ void CudaBackend::vocab_ce_loss(const Tensor& global_max, const Tensor& target_l
 
 void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid, const Tensor& global_max,
-                                    const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits,
-                                    double softcap) {
+                                    const Tensor& sumexp, const Tensor& dloss, const Tensor& dlse,
+                                    Tensor& dlogits, double softcap) {
   require_nn("vocab_ce_backward", logits.dtype());
   require_index("vocab_ce_backward", targets);
   const int64_t ld = same_row_stride(logits, dlogits, "vocab_ce_backward");
@@ -1381,7 +1396,9 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
     k::vocab_ce_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
                          targets.dtype() == DType::I64, logits.size(0), logits.size(1), ld,
                          vocab_start, valid, global_max.data<float>(), sumexp.data<float>(),
-                         dloss.data<float>(), softcap, dlogits.raw_data(), s.stream);
+                         dloss.data<float>(),
+                         stats_or_null(dlse, logits.size(0), "vocab_ce_backward"), softcap,
+                         dlogits.raw_data(), s.stream);
   });
 }
 

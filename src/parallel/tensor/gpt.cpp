@@ -907,7 +907,7 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
 }
 
 Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tensor& hidden,
-                                          const Tensor& targets) const {
+                                          const Tensor& targets, Tensor* z_loss) const {
   // Checked where they are read anyway (host targets; device ones are the
   // caller's): the shards see only their own vocabulary, so a target past
   // the whole of it would silently score 0 on every rank.
@@ -926,13 +926,13 @@ Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tenso
   Tensor y = nn::scale_for_head(cfg_, norm.forward(hidden));
   const RegionInput in = enter_region(y, group_, sp_);
   if (!cp_) {
-    return vocab_parallel_linear_cross_entropy(in.input, head_->weight(), targets,
-                                               head_->vocab_start(), head_->valid_rows(), group_,
-                                               cfg_.final_logit_softcap, in.comm, head_->bias());
+    return vocab_parallel_linear_cross_entropy(
+        in.input, head_->weight(), targets, head_->vocab_start(), head_->valid_rows(), group_,
+        cfg_.final_logit_softcap, in.comm, head_->bias(), z_loss);
   }
   // Context parallelism: this rank's chunk of the targets; its mean loss
   // over them, weighed by its share of the sequence's scored targets,
-  // times P (the group's mean is then the whole mean).
+  // times P (the group's mean is then the whole mean); a z-loss alike.
   if (targets.dim() != 2)
     throw ShapeError("TensorParallelGpt: targets must be (B, T), got " +
                      shape_str(targets.shape()));
@@ -948,9 +948,11 @@ Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tenso
   const int64_t total = scored(all), here = scored(mine);
   const Tensor loss = vocab_parallel_linear_cross_entropy(
       in.input, head_->weight(), mine, head_->vocab_start(), head_->valid_rows(), group_,
-      cfg_.final_logit_softcap, in.comm, head_->bias());
-  return scale(loss,
-               total ? static_cast<double>(here * cp_->size()) / static_cast<double>(total) : 0.0);
+      cfg_.final_logit_softcap, in.comm, head_->bias(), z_loss);
+  const double share =
+      total ? static_cast<double>(here * cp_->size()) / static_cast<double>(total) : 0.0;
+  if (z_loss) *z_loss = scale(*z_loss, share);
+  return scale(loss, share);
 }
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
@@ -1046,7 +1048,16 @@ Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
 Tensor TensorParallelGpt::head_objective(const Tensor& hidden, const Tensor& ids,
                                          const Tensor& targets,
                                          const nn::ForwardContext& ctx) const {
-  const Tensor loss = head_loss(hidden, targets);
+  const bool z = cfg_.z_loss_coef > 0 && ctx.training;
+  Tensor loss;
+  if (z) {
+    require(plan_.head, "the output head");
+    fence(ln_f_.get());
+    Tensor z_loss;
+    loss = nn::with_z_loss(cfg_, head_loss_after(*ln_f_, hidden, targets, &z_loss), z_loss, ctx);
+  } else {
+    loss = head_loss(hidden, targets);
+  }
   if (mtp_.empty() || !ctx.training) return loss;
   return nn::with_mtp_losses(cfg_, loss, mtp_losses(hidden, ids, targets, ctx), ctx);
 }

@@ -154,24 +154,30 @@ struct VocabCrossEntropy {
   // Each row's weight in the mean when some rows are ignored: 1/count for
   // the others, 0 for them ((N), on the logits' device); undefined: 1/N.
   Tensor row_weight;
+  Tensor lse;  // (N) each row's log-sum-exp, when a z-loss was asked for
   int64_t vocab_start = 0, valid = 0;
   double softcap = 0.0;  // > 0: the logits are soft-capped (the gradient is the uncapped ones')
 
-  // dlogits (the logits' layout; may be the logits) from the loss's gradient.
-  void backward(const Tensor& g, const Tensor& logits, Tensor& dlogits) const {
+  // dlogits (the logits' layout; may be the logits) from the gradients of
+  // the loss and (g[1], when there) of the z-loss.
+  void backward(const autograd::TensorList& g, const Tensor& logits, Tensor& dlogits) const {
     const int64_t N = logits.size(0);
     const DType sd = stat_dtype(logits.dtype());
+    const double mean = N ? 1.0 / static_cast<double>(N) : 0.0;
     // dloss_i = g * weight_i for every row, on the device.
-    Tensor gl = cast(g, sd);
+    Tensor gl = cast(g[0], sd);
     Tensor dl = empty({N}, sd, logits.device());
     backend_for(logits).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
     if (row_weight.defined()) {
       dl = mul(dl, row_weight);
-    } else if (N) {
-      backend_for(dl).affine(dl, 1.0 / static_cast<double>(N), 0.0, dl);
+    } else {
+      backend_for(dl).affine(dl, mean, 0.0, dl);
     }
+    // The z-loss's: its rows weigh as the loss's (ignored rows 0).
+    const Tensor dlse =
+        g.size() > 1 && g[1].defined() ? z_loss_dlse(lse, g[1], row_weight, mean) : Tensor();
     backend_for(logits).vocab_ce_backward(logits, targets, vocab_start, valid, gmax, sumexp, dl,
-                                          dlogits, softcap);
+                                          dlse, dlogits, softcap);
   }
 };
 
@@ -195,10 +201,11 @@ Tensor ignored_row_weights(const Tensor& targets, int64_t ignore_index, DType dt
 }
 
 // The forward over logits (N, Vl) (contiguous or row-strided): the mean
-// loss into *loss.
+// loss into *loss and, when z_loss is not null, the mean over the same rows
+// of the squared log-sum-exp into *z_loss.
 VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, int64_t vocab_start,
                                       int64_t valid, const dist::ProcessGroupPtr& group,
-                                      Tensor* loss) {
+                                      Tensor* loss, Tensor* z_loss) {
   const int64_t N = lc.size(0);
   const DType sd = stat_dtype(lc.dtype());
   VocabCrossEntropy r;
@@ -230,6 +237,12 @@ VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, i
     be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
     *loss = scale(total, N ? 1.0 / static_cast<double>(N) : 0.0).detach();  // f32 for half
   }
+  if (z_loss) {
+    // lse_i = log(sumexp_i) + max_i: the loss of a target logit 0.
+    r.lse = empty({N}, sd, lc.device());
+    be.vocab_ce_loss(r.gmax, zeros({N}, sd, lc.device()), r.sumexp, r.lse);
+    *z_loss = z_loss_of(r.lse, r.row_weight, N ? 1.0 / static_cast<double>(N) : 0.0);
+  }
   return r;
 }
 
@@ -244,42 +257,49 @@ void check_vocab_targets(const char* op, const Tensor& targets, int64_t rows, co
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid,
-                                    const dist::ProcessGroupPtr& group) {
+                                    const dist::ProcessGroupPtr& group, Tensor* z_loss) {
   const int64_t V = logits.size(-1), N = logits.numel() / std::max<int64_t>(V, 1);
   check_vocab_targets("vocab_parallel_cross_entropy", targets, N, logits);
   Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
   Tensor loss;
-  const VocabCrossEntropy ce = vocab_cross_entropy(lc, targets, vocab_start, valid, group, &loss);
+  const VocabCrossEntropy ce =
+      vocab_cross_entropy(lc, targets, vocab_start, valid, group, &loss, z_loss);
   const Shape ls = logits.shape();
-  autograd::record("vocab_parallel_cross_entropy", {logits}, {loss},
+  autograd::TensorList outputs{loss};
+  if (z_loss) outputs.push_back(*z_loss);
+  autograd::record("vocab_parallel_cross_entropy", {logits}, outputs,
                    [lc, ce, ls](const autograd::TensorList& g) -> autograd::TensorList {
                      Tensor d = empty_like(lc);
-                     ce.backward(g[0], lc, d);
+                     ce.backward(g, lc, d);
                      return {reshape(d, ls)};
                    });
-  return loss;
+  if (z_loss) *z_loss = outputs[1];
+  return outputs[0];
 }
 
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
                                            const Tensor& targets, int64_t vocab_start,
                                            int64_t valid, const dist::ProcessGroupPtr& group,
                                            double softcap, const InputGradComm& comm,
-                                           const Tensor& bias) {
+                                           const Tensor& bias, Tensor* z_loss) {
   const char* op = "vocab_parallel_linear_cross_entropy";
   const int64_t C = x.dim() ? x.size(-1) : 0;
   check_vocab_targets(op, targets, C ? x.numel() / C : 0, x);
-  return linear_head_loss(
+  const autograd::TensorList out = linear_head_loss(
       op, x, weight, bias,
       [&](const Tensor& logits) {
-        Tensor loss;
-        VocabCrossEntropy ce =
-            vocab_cross_entropy(logits, targets, vocab_start, valid, group, &loss);
+        Tensor loss, z;
+        VocabCrossEntropy ce = vocab_cross_entropy(logits, targets, vocab_start, valid, group,
+                                                   &loss, z_loss ? &z : nullptr);
         ce.softcap = softcap;
-        return HeadLoss{loss, [ce = std::move(ce)](const Tensor& g, Tensor& dlogits) {
+        return HeadLoss{loss, z,
+                        [ce = std::move(ce)](const autograd::TensorList& g, Tensor& dlogits) {
                           ce.backward(g, dlogits, dlogits);
                         }};
       },
       softcap, comm);
+  if (z_loss) *z_loss = out[1];
+  return out[0];
 }
 
 }  // namespace triad::tp

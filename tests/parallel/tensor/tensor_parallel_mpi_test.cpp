@@ -287,24 +287,29 @@ TEST(ColumnParallelLinear, SequenceParallelKeepsOnlyTheInputShardForBackward) {
 // The vocab-parallel loss of x (2, 6, C) against this rank's shard of
 // w_full (`shard` rows from rank * shard; the vocabulary is its first V):
 // fused with the head, or after a plain linear. The loss, x's gradient
-// summed over the ranks (as copy_to_region sums it) and the shard's.
+// summed over the ranks (as copy_to_region sums it) and the shard's. With
+// z_coef > 0 the objective is the loss plus z_coef times its z-loss (z).
 struct VocabLoss {
-  double loss;
+  double loss, z = 0;
   std::vector<double> dx, dw;
 };
 VocabLoss vocab_loss(bool fused, const Tensor& w_full, const Tensor& targets, int64_t shard,
-                     int64_t V) {
+                     int64_t V, double z_coef = 0.0) {
   const int64_t start = g_world->rank() * shard, valid = std::min(shard, V - start);
   Tensor x = randn({2, 6, w_full.size(1)}, 3, 1);
   Tensor w = contiguous(narrow(w_full, 0, start, shard)).detach();
   x.set_requires_grad(true);
   w.set_requires_grad(true);
-  Tensor loss = fused ? vocab_parallel_linear_cross_entropy(x, w, targets, start, valid, g_world)
-                      : vocab_parallel_cross_entropy(linear(x, w), targets, start, valid, g_world);
-  autograd::backward({loss});
+  Tensor z;
+  Tensor* z_out = z_coef > 0 ? &z : nullptr;
+  Tensor loss =
+      fused ? vocab_parallel_linear_cross_entropy(x, w, targets, start, valid, g_world, 0.0, {}, {},
+                                                  z_out)
+            : vocab_parallel_cross_entropy(linear(x, w), targets, start, valid, g_world, z_out);
+  autograd::backward({z_coef > 0 ? add(loss, scale(z, z_coef)) : loss});
   Tensor dx = x.grad();
   g_world->all_reduce(dx, dist::ReduceOp::Sum)->wait();
-  return {item(loss), to_double_vector(dx), to_double_vector(w.grad())};
+  return {item(loss), z_coef > 0 ? item(z) : 0.0, to_double_vector(dx), to_double_vector(w.grad())};
 }
 
 // The fused head + vocab-parallel loss (the GPT's last stage) against the
@@ -363,6 +368,46 @@ TEST(VocabParallel, IgnoredTargetsAreLeftOutOfTheMean) {
     EXPECT_NEAR(got.loss, item(ref), 1e-6 * item(ref)) << (fused ? "fused" : "unfused");
     expect_close(got.dx, to_double_vector(x_ref.grad()), 1e-7, 1e-5,
                  fused ? "dx (fused)" : "dx (unfused)");
+  }
+}
+
+// The z-loss over the vocabulary's shards: its value, and the gradients of
+// loss + 0.5 z, those of one process's over the whole vocabulary, fused and
+// unfused, ignored rows left out of both means.
+TEST(VocabParallel, ZLossMatchesTheUnshardedOne) {
+  const int P = g_world->size(), me = g_world->rank();
+  const int64_t shard = 37, V = shard * P - 5, C = 16;
+  const Tensor w_full = randn({shard * P, C}, 3, 2, 0.6);
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < 12; ++i) t.push_back(i % 5 == 2 ? -100 : (i * 29 + 3) % V);
+  const Tensor targets = from_vector(t, {2, 6});
+  Tensor x = randn({2, 6, C}, 3, 1);
+  Tensor w = contiguous(narrow(w_full, 0, 0, V)).detach();
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  Tensor z;
+  Tensor loss = cross_entropy(linear(x, w), targets, -100, &z);
+  autograd::backward({add(loss, scale(z, 0.5))});
+  const std::vector<double> dw_full = to_double_vector(w.grad());
+  const int64_t start = me * shard, valid = std::min(shard, V - start);
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "unfused");
+    const VocabLoss got = vocab_loss(fused, w_full, targets, shard, V, 0.5);
+    EXPECT_NEAR(got.loss, item(loss), 1e-6 * item(loss));
+    EXPECT_NEAR(got.z, item(z), 1e-6 * item(z));
+    expect_close(got.dx, to_double_vector(x.grad()), 1e-7, 1e-5, "dx");
+    for (int64_t r = 0; r < valid; ++r) {
+      for (int64_t c = 0; c < C; ++c) {
+        ASSERT_NEAR(got.dw[r * C + c], dw_full[(start + r) * C + c],
+                    1e-7 + 1e-5 * std::abs(dw_full[(start + r) * C + c]))
+            << "dw row " << start + r;
+      }
+    }
+    // (Without the z-loss's gradient, x's differs.)
+    const VocabLoss plain = vocab_loss(fused, w_full, targets, shard, V);
+    double apart = 0;
+    for (size_t i = 0; i < plain.dx.size(); ++i) apart += std::abs(plain.dx[i] - got.dx[i]);
+    EXPECT_GT(apart, 1e-3);
   }
 }
 

@@ -110,13 +110,14 @@ class TensorParallelGpt : public nn::Module {
   Tensor block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
   // hidden -> mean loss against targets (B, T).
   Tensor head_loss(const Tensor& hidden, const Tensor& targets) const;
-  // With model.mtp_layers, while training, the multi-token-prediction
-  // modules' losses join the gradient as nn::Gpt::loss's do.
+  // With model.mtp_layers or model.z_loss_coef, while training, the
+  // multi-token-prediction modules' losses and the z-loss join the gradient
+  // as nn::Gpt::loss's do.
   Tensor loss(const Tensor& ids, const Tensor& targets, const nn::ForwardContext& ctx = {}) const;
   // The last stage's loss: head_loss of hidden (the last block's output)
-  // against targets, with model.mtp_layers, while training, carrying the
-  // prediction modules' losses as loss() does; ids (B, T) are the
-  // micro-batch's inputs and ctx its with_documents'.
+  // against targets, while training carrying the prediction modules' losses
+  // and the z-loss as loss() does; ids (B, T) are the micro-batch's inputs
+  // and ctx its with_documents'.
   Tensor head_objective(const Tensor& hidden, const Tensor& ids, const Tensor& targets,
                         const nn::ForwardContext& ctx) const;
   // Multi-token prediction's loss at each depth (nn::Gpt::mtp_losses) for
@@ -201,9 +202,10 @@ class TensorParallelGpt : public nn::Module {
   // grad_norm_squared (of_grads) or param_norm_squared.
   Tensor norm_squared(bool count_embedding, bool of_grads) const;
   Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
-  // head_loss with `norm` in ln_f's place (a prediction module's ln_out).
-  Tensor head_loss_after(const nn::LayerNorm& norm, const Tensor& hidden,
-                         const Tensor& targets) const;
+  // head_loss with `norm` in ln_f's place (a prediction module's ln_out);
+  // z_loss, when not null, receives the cross entropy's z-loss beside it.
+  Tensor head_loss_after(const nn::LayerNorm& norm, const Tensor& hidden, const Tensor& targets,
+                         Tensor* z_loss = nullptr) const;
   // embed() on this rank's chunk of the ids (all of them without context
   // parallelism).
   Tensor embed_chunk(const Tensor& ids, const nn::ForwardContext& ctx) const;

@@ -117,10 +117,11 @@ class VocabParallelEmbedding : public nn::Module {
 // on the logits' device or the host (read there once: host targets never
 // make the host wait); a target of -100 is ignored, as by cross_entropy:
 // the mean is over the other rows. The loss is computed on the logits'
-// device (nothing is read back).
+// device (nothing is read back). z_loss: as for cross_entropy (the same on
+// every rank of the group).
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid,
-                                    const dist::ProcessGroupPtr& group);
+                                    const dist::ProcessGroupPtr& group, Tensor* z_loss = nullptr);
 // The head and that loss in one op (linear_head_loss): this rank's logits
 // x @ weight^T (weight its vocabulary shard) in padded rows, overwritten by
 // their gradient in backward — what the GPT's last stage runs. softcap > 0
@@ -129,11 +130,11 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 // (enter_region's) takes x's gradient back through the TP collective while
 // the head's weight gradient computes.
 // bias: this rank's shard of the head's bias (model.head_bias), or
-// undefined.
+// undefined. z_loss: as for cross_entropy.
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
                                            const Tensor& targets, int64_t vocab_start,
                                            int64_t valid, const dist::ProcessGroupPtr& group,
                                            double softcap = 0.0, const InputGradComm& comm = {},
-                                           const Tensor& bias = {});
+                                           const Tensor& bias = {}, Tensor* z_loss = nullptr);
 
 }  // namespace triad::tp
