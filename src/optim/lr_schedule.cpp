@@ -29,6 +29,25 @@ const char* lr_decay_name(LrDecay decay) {
   return "unknown";
 }
 
+CooldownShape cooldown_shape_from_string(const std::string& name) {
+  if (name == "linear") return CooldownShape::Linear;
+  if (name == "cosine") return CooldownShape::Cosine;
+  if (name == "1-sqrt") return CooldownShape::OneMinusSqrt;
+  throw ValueError("cool-down shape '" + name + "' must be linear, cosine or 1-sqrt");
+}
+
+const char* cooldown_shape_name(CooldownShape shape) {
+  switch (shape) {
+    case CooldownShape::Linear:
+      return "linear";
+    case CooldownShape::Cosine:
+      return "cosine";
+    case CooldownShape::OneMinusSqrt:
+      return "1-sqrt";
+  }
+  return "unknown";
+}
+
 LrSchedule::LrSchedule(const LrScheduleOptions& o) : o_(o) {
   if (o.warmup_steps < 0)
     throw ValueError("warmup_steps (" + std::to_string(o.warmup_steps) + ") must be >= 0");
@@ -46,9 +65,12 @@ LrSchedule::LrSchedule(const LrScheduleOptions& o) : o_(o) {
                        std::to_string(o.decay_steps) + " - " + std::to_string(o.warmup_steps) +
                        " = " + std::to_string(span) + ")");
     }
-  } else if (o.cooldown_steps != 0) {
-    throw ValueError("cooldown_steps (" + std::to_string(o.cooldown_steps) +
-                     ") applies to the wsd decay only, not " + lr_decay_name(o.decay));
+  } else if (o.cooldown_steps != 0 || o.cooldown_shape != CooldownShape::Linear) {
+    throw ValueError(
+        std::string(o.cooldown_steps != 0
+                        ? "cooldown_steps (" + std::to_string(o.cooldown_steps) + ")"
+                        : std::string("cooldown_shape ") + cooldown_shape_name(o.cooldown_shape)) +
+        " applies to the wsd decay only, not " + lr_decay_name(o.decay));
   }
 }
 
@@ -69,7 +91,13 @@ double LrSchedule::at(double step) const {
   if (o.decay == LrDecay::Cosine) {
     return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(M_PI * progress));
   }
-  return o.lr - (o.lr - o.min_lr) * progress;  // linear, and wsd's cool-down
+  double fallen = progress;  // linear, and wsd's cool-down by its shape
+  if (o.decay == LrDecay::Wsd && o.cooldown_shape == CooldownShape::Cosine) {
+    fallen = 0.5 * (1.0 - std::cos(M_PI * progress));
+  } else if (o.decay == LrDecay::Wsd && o.cooldown_shape == CooldownShape::OneMinusSqrt) {
+    fallen = std::sqrt(progress);
+  }
+  return o.lr - (o.lr - o.min_lr) * fallen;
 }
 
 }  // namespace triad::optim

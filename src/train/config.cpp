@@ -559,6 +559,10 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.lr_decay_steps >= 0, "train.lr_decay_steps", t.lr_decay_steps,
           "must be >= 0 (0: train.steps)");
   require(t.cooldown_steps >= 0, "train.cooldown_steps", t.cooldown_steps, "must be >= 0");
+  if (t.cooldown_shape != "linear" && t.lr_decay != "wsd") {
+    throw ConfigError("train.cooldown_shape ('" + t.cooldown_shape +
+                      "') applies to train.lr_decay 'wsd', not '" + t.lr_decay + "'");
+  }
   if (t.cooldown_steps > 0 && t.lr_decay != "wsd") {
     throw ConfigError("train.cooldown_steps (" + std::to_string(t.cooldown_steps) +
                       ") applies to train.lr_decay 'wsd', not '" + t.lr_decay + "'");
@@ -910,6 +914,7 @@ optim::LrScheduleOptions TrainSection::lr_schedule() const {
     o.cooldown_steps = cooldown_steps > 0
                            ? cooldown_steps
                            : std::max<int64_t>(1, (o.decay_steps - warmup_steps) / 5);
+    o.cooldown_shape = optim::cooldown_shape_from_string(cooldown_shape);
   }
   return o;
 }
@@ -1187,6 +1192,16 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"lr_decay_steps", {false, [&](auto& v, auto& k) { t.lr_decay_steps = get_int(v, k); }}},
       {"cooldown_steps", {false, [&](auto& v, auto& k) { t.cooldown_steps = get_int(v, k); }}},
+      {"cooldown_shape",
+       {false,
+        [&](auto& v, auto& k) {
+          t.cooldown_shape = get_string(v, k);
+          try {
+            optim::cooldown_shape_from_string(t.cooldown_shape);
+          } catch (const ValueError&) {
+            throw ConfigError(k + " ('" + t.cooldown_shape + "') must be linear, cosine or 1-sqrt");
+          }
+        }}},
       {"weight_decay", {false, [&](auto& v, auto& k) { t.weight_decay = get_double(v, k); }}},
       {"beta1", {false, [&](auto& v, auto& k) { t.beta1 = get_double(v, k); }}},
       {"beta2", {false, [&](auto& v, auto& k) { t.beta2 = get_double(v, k); }}},
@@ -1857,6 +1872,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "lr_decay" << YAML::Value << t.lr_decay;
   if (t.lr_decay_steps > 0) e << YAML::Key << "lr_decay_steps" << YAML::Value << t.lr_decay_steps;
   if (t.cooldown_steps > 0) e << YAML::Key << "cooldown_steps" << YAML::Value << t.cooldown_steps;
+  if (t.cooldown_shape != "linear")
+    e << YAML::Key << "cooldown_shape" << YAML::Value << t.cooldown_shape;
   e << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay;
   e << YAML::Key << "beta1" << YAML::Value << t.beta1;
   e << YAML::Key << "beta2" << YAML::Value << t.beta2;

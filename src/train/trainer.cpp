@@ -216,6 +216,7 @@ optim::LrSchedule initial_schedule(const TrainSection& t) {
   if (t.epochs > 0 && t.steps == 0) {
     o.decay = optim::LrDecay::Constant;
     o.cooldown_steps = 0;
+    o.cooldown_shape = optim::CooldownShape::Linear;
   }
   return optim::LrSchedule(o);
 }

@@ -304,6 +304,28 @@ TEST(LrSchedule, FractionalStepsInterpolate) {
   EXPECT_GT(s.at(60.5), s.at(61.0));
 }
 
+// wsd's cool-down shapes over steps 90 to 110 (lr 1 to min_lr 0.1): cosine
+// half way at its middle, 1-sqrt down by sqrt(p) of the way (a quarter in:
+// half way down), each the stable phase before and min_lr after, and each
+// falling every step.
+TEST(LrSchedule, WarmupStableDecayCoolsDownInTheShapeAsked) {
+  LrSchedule cosine({1.0, 0.1, 10, 110, LrDecay::Wsd, 20, CooldownShape::Cosine});
+  LrSchedule root({1.0, 0.1, 10, 110, LrDecay::Wsd, 20, CooldownShape::OneMinusSqrt});
+  for (const LrSchedule* s : {&cosine, &root}) {
+    for (int k : {10, 50, 90}) EXPECT_EQ(s->at(k), 1.0) << k;
+    for (int k = 91; k <= 110; ++k) EXPECT_LT(s->at(k), s->at(k - 1)) << k;
+    EXPECT_NEAR(s->at(110), 0.1, 1e-12);
+    EXPECT_NEAR(s->at(200), 0.1, 1e-12);
+  }
+  EXPECT_NEAR(cosine.at(100), 0.55, 1e-12);
+  EXPECT_NEAR(cosine.at(95), 1.0 - 0.9 * 0.5 * (1.0 - std::cos(M_PI / 4)), 1e-12);
+  EXPECT_NEAR(root.at(95), 0.55, 1e-12);
+  EXPECT_NEAR(root.at(100), 1.0 - 0.9 * std::sqrt(0.5), 1e-12);
+  EXPECT_EQ(cooldown_shape_from_string("1-sqrt"), CooldownShape::OneMinusSqrt);
+  EXPECT_STREQ(cooldown_shape_name(CooldownShape::Cosine), "cosine");
+  EXPECT_THROW(cooldown_shape_from_string("exp"), ValueError);
+}
+
 TEST(LrSchedule, LinearConstantAndWarmupStableDecay) {
   LrSchedule linear = schedule(LrDecay::Linear, 10, 110);
   EXPECT_NEAR(linear.at(4), 0.5, 1e-12);
@@ -341,6 +363,8 @@ TEST(LrSchedule, LinearConstantAndWarmupStableDecay) {
   expect_error({1.0, 0.1, 10, 110, LrDecay::Cosine, 5},
                "cooldown_steps (5) applies to the wsd decay only, not cosine");
   expect_error({1.0, 0.1, -1, 110}, "warmup_steps (-1) must be >= 0");
+  expect_error({1.0, 0.1, 10, 110, LrDecay::Linear, 0, CooldownShape::OneMinusSqrt},
+               "cooldown_shape 1-sqrt applies to the wsd decay only, not linear");
   EXPECT_EQ(lr_decay_from_string("wsd"), LrDecay::Wsd);
   EXPECT_STREQ(lr_decay_name(LrDecay::Linear), "linear");
   EXPECT_THROW(lr_decay_from_string("step"), ValueError);

@@ -188,6 +188,17 @@ TEST(Config, LearningRateDecayKeys) {
             50);
   EXPECT_EQ(parse_config(kValid, {"train.lr_decay=linear"}).train.lr_schedule().decay,
             optim::LrDecay::Linear);
+  EXPECT_EQ(o.cooldown_shape, optim::CooldownShape::Linear);
+  EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"train.steps=1000", "train.lr_decay=wsd",
+                                                       "train.cooldown_shape=1-sqrt"})))
+                .train.lr_schedule()
+                .cooldown_shape,
+            optim::CooldownShape::OneMinusSqrt);
+  expect_config_error(kValid, {"train.lr_decay=wsd", "train.cooldown_shape=exponential"},
+                      "train.cooldown_shape ('exponential') must be linear, cosine or 1-sqrt");
+  expect_config_error(kValid, {"train.cooldown_shape=cosine"},
+                      "train.cooldown_shape ('cosine') applies to train.lr_decay 'wsd', not "
+                      "'cosine'");
   expect_config_error(kValid, {"train.lr_decay=step"},
                       "train.lr_decay ('step') must be cosine, linear, constant or wsd");
   expect_config_error(kValid, {"train.cooldown_steps=2"},

@@ -10,11 +10,23 @@ enum class LrDecay {
   Cosine,    // half a cosine from lr to min_lr at decay_steps
   Linear,    // a straight line from lr to min_lr at decay_steps
   Constant,  // lr throughout (min_lr unused)
-  Wsd,       // warm-up, stable at lr, then a linear cool-down to min_lr over the
-             // last cooldown_steps before decay_steps
+  Wsd,       // warm-up, stable at lr, then a cool-down to min_lr over the last
+             // cooldown_steps before decay_steps, of cooldown_shape
 };
 LrDecay lr_decay_from_string(const std::string& name);  // cosine | linear | constant | wsd
 const char* lr_decay_name(LrDecay decay);
+
+// The curve of wsd's cool-down, from lr (progress p = 0) to min_lr (p = 1):
+// lr - (lr - min_lr) * f(p).
+enum class CooldownShape {
+  Linear,        // f = p
+  Cosine,        // f = (1 - cos(pi p)) / 2
+  OneMinusSqrt,  // f = sqrt(p): "1-sqrt" (Hägele et al. 2024: a lower final
+                 // loss than a linear cool-down of the same length;
+                 // Megatron-LM's minus_sqrt)
+};
+CooldownShape cooldown_shape_from_string(const std::string& name);  // linear | cosine | 1-sqrt
+const char* cooldown_shape_name(CooldownShape shape);
 
 struct LrScheduleOptions {
   double lr = 3e-4;
@@ -23,6 +35,7 @@ struct LrScheduleOptions {
   int64_t decay_steps = 0;  // where the decay reaches min_lr (min_lr after it)
   LrDecay decay = LrDecay::Cosine;
   int64_t cooldown_steps = 0;  // wsd only: >= 1 and at most decay_steps - warmup_steps
+  CooldownShape cooldown_shape = CooldownShape::Linear;  // wsd only
 };
 
 // Linear warm-up from lr/warmup_steps to lr over warmup_steps, then the

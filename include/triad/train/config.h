@@ -26,6 +26,7 @@ struct TrainSection {
   std::string lr_decay = "cosine";  // cosine | linear | constant | wsd
   int64_t lr_decay_steps = 0;       // where the decay reaches min_lr; 0: steps
   int64_t cooldown_steps = 0;       // wsd: the final decay's length; 0: a fifth of the decay span
+  std::string cooldown_shape = "linear";  // wsd: linear | cosine | 1-sqrt
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
