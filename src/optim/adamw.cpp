@@ -1,6 +1,7 @@
 #include "triad/optim/adamw.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/backend.h"
@@ -8,6 +9,15 @@
 #include "triad/ops/elementwise.h"
 
 namespace triad::optim {
+
+void check_lr_scale(const std::map<std::string, double>& lr_scale, const std::string& who) {
+  for (const auto& [name, factor] : lr_scale) {
+    if (!(factor > 0) || !std::isfinite(factor)) {
+      throw ValueError(who + ": the learning-rate factor of '" + name + "' (" +
+                       std::to_string(factor) + ") must be a finite number > 0");
+    }
+  }
+}
 
 void check_moment_dtype(DType dtype, const std::string& who) {
   if (dtype != DType::F32 && dtype != DType::BF16) {
@@ -26,6 +36,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
   }
   if (!(options.eps > 0)) throw ValueError("AdamW: eps must be > 0");
   if (!(options.weight_decay >= 0)) throw ValueError("AdamW: weight_decay must be >= 0");
+  check_lr_scale(options.lr_scale, "AdamW");
   check_moment_dtype(options.moment_dtype, "AdamW");
   for (auto& [name, p] : named_params) {
     if (!p.is_contiguous()) throw ValueError("AdamW: parameter '" + name + "' is not contiguous");
@@ -35,7 +46,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
       copy_(master, p);
       state_.push_back({name, p, zeros(p.shape(), options.moment_dtype, p.device()),
                         zeros(p.shape(), options.moment_dtype, p.device()), options.decays(name, p),
-                        master});
+                        master, options.lr_factor(name)});
     } else {
       // Moments of the parameter's own type (f32, f64), or bf16 beside f32.
       const bool bf16 = options.moment_dtype == DType::BF16;
@@ -47,7 +58,8 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
       }
       const DType moments = bf16 ? DType::BF16 : p.dtype();
       state_.push_back({name, p, zeros(p.shape(), moments, p.device()),
-                        zeros(p.shape(), moments, p.device()), options.decays(name, p), Tensor()});
+                        zeros(p.shape(), moments, p.device()), options.decays(name, p), Tensor(),
+                        options.lr_factor(name)});
     }
   }
 }
@@ -61,9 +73,14 @@ void AdamW::step(double lr, double grad_scale) {
   hp.beta2 = options_.beta2;
   hp.eps = options_.eps;
   hp.step = step_;
-  // One backend call per device for the whole step (the CUDA backend's
-  // multi-tensor launches), entries in parameter order.
-  std::vector<std::pair<Device, std::vector<Backend::AdamWEntry>>> by_device;
+  // One backend call per device and learning-rate factor for the whole step
+  // (the CUDA backend's multi-tensor launches), entries in parameter order.
+  struct Group {
+    Device device;
+    double lr_factor;
+    std::vector<Backend::AdamWEntry> entries;
+  };
+  std::vector<Group> groups;
   for (auto& s : state_) {
     Tensor g = s.param.grad();
     if (!g.defined()) continue;
@@ -75,15 +92,19 @@ void AdamW::step(double lr, double grad_scale) {
     e.grad_scale = grad_scale;
     e.grad = g;
     e.weight_decay = s.decay ? options_.weight_decay : 0.0;
-    auto it = std::find_if(by_device.begin(), by_device.end(),
-                           [&](const auto& d) { return d.first == s.param.device(); });
-    if (it == by_device.end()) {
-      by_device.push_back({s.param.device(), {}});
-      it = by_device.end() - 1;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.device == s.param.device() && g.lr_factor == s.lr_factor;
+    });
+    if (it == groups.end()) {
+      groups.push_back({s.param.device(), s.lr_factor, {}});
+      it = groups.end() - 1;
     }
-    it->second.push_back(std::move(e));
+    it->entries.push_back(std::move(e));
   }
-  for (auto& [device, entries] : by_device) backend_for(device.type).adamw_many(entries, hp);
+  for (Group& g : groups) {
+    hp.lr = lr * g.lr_factor;
+    backend_for(g.device.type).adamw_many(g.entries, hp);
+  }
 }
 
 void AdamW::sync_params_from_masters() {

@@ -109,6 +109,7 @@ Muon::Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions opti
   }
   if (!(options.weight_decay >= 0)) throw ValueError("Muon: weight_decay must be >= 0");
   check_moment_dtype(options.moment_dtype, "Muon");
+  check_lr_scale(options.lr_scale, "Muon");
   const bool bf16 = options.moment_dtype == DType::BF16;
   for (auto& [matrix, p] : matrices) {
     if (p.dim() != 2) {
@@ -166,7 +167,8 @@ void Muon::step(double lr, double grad_scale) {
                        ", its parameter " + s.param.str());
     }
     Tensor& target = s.master.defined() ? s.master : s.param;
-    apply_muon_update(target, update, lr, options_.decay_of(s.matrix.name));
+    apply_muon_update(target, update, lr * options_.lr_factor(s.matrix.name),
+                      options_.decay_of(s.matrix.name));
     if (s.master.defined()) copy_(s.param, s.master);
   };
   if (updater_) {

@@ -626,6 +626,7 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("train.freeze freezes every parameter of the model: nothing would train");
   }
   c.no_decay_parameters();  // (a pattern that matches nothing is an error)
+  c.lr_scale_factors();     // (nor may two patterns match one parameter)
   require(c.log_interval > 0, "log.interval", c.log_interval, "must be positive");
   const auto& ck = c.checkpoint;
   require(t.exit_after_minutes == 0 || !ck.dir.empty(), "train.exit_after_minutes",
@@ -1171,6 +1172,20 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"freeze", {false, [&](auto& v, auto& k) { t.freeze = get_patterns(v, k); }}},
       {"no_weight_decay",
        {false, [&](auto& v, auto& k) { t.no_weight_decay = get_patterns(v, k); }}},
+      {"lr_scale",
+       {false,
+        [&](auto& v, auto& k) {
+          if (!v.IsMap()) {
+            throw ConfigError(k +
+                              ": expected a mapping of parameter patterns to factors, e.g. "
+                              "{wte.weight: 0.5, \"h.*.mlp.*\": 2}");
+          }
+          t.lr_scale.clear();
+          for (auto it = v.begin(); it != v.end(); ++it) {
+            const std::string pattern = it->first.template as<std::string>();
+            t.lr_scale.emplace_back(pattern, get_double(it->second, k + "['" + pattern + "']"));
+          }
+        }}},
       {"lr", {false, [&](auto& v, auto& k) { t.lr = get_double(v, k); }}},
       {"min_lr",
        {false,
@@ -1658,6 +1673,30 @@ std::set<std::string> Config::no_decay_parameters() const {
   return matching(train.no_weight_decay, "train.no_weight_decay");
 }
 
+std::map<std::string, double> Config::lr_scale_factors() const {
+  std::map<std::string, double> factors;
+  std::vector<std::string> patterns;
+  for (const auto& [pattern, factor] : train.lr_scale) patterns.push_back(pattern);
+  matching(patterns, "train.lr_scale");   // (names a pattern that matches nothing)
+  std::map<std::string, std::string> by;  // each name's pattern
+  for (const auto& [pattern, factor] : train.lr_scale) {
+    const std::string key = "train.lr_scale['" + pattern + "']";
+    if (!(factor > 0) || !std::isfinite(factor)) {
+      throw ConfigError(key + " (" + std::to_string(factor) +
+                        ") must be a finite number > 0 (train.freeze keeps a parameter fixed)");
+    }
+    for (const std::string& name : matching({pattern}, key)) {
+      if (by.count(name)) {
+        throw ConfigError(key + " and train.lr_scale['" + by[name] + "'] both match '" + name +
+                          "' (each parameter takes one factor)");
+      }
+      by[name] = pattern;
+      factors[name] = factor;
+    }
+  }
+  return factors;
+}
+
 std::set<std::string> Config::matching(const std::vector<std::string>& patterns,
                                        const std::string& key) const {
   if (patterns.empty()) return {};
@@ -1866,6 +1905,12 @@ std::string to_yaml(const Config& c) {
   if (!t.freeze.empty()) e << YAML::Key << "freeze" << YAML::Value << YAML::Flow << t.freeze;
   if (!t.no_weight_decay.empty())
     e << YAML::Key << "no_weight_decay" << YAML::Value << YAML::Flow << t.no_weight_decay;
+  if (!t.lr_scale.empty()) {
+    e << YAML::Key << "lr_scale" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (const auto& [pattern, factor] : t.lr_scale)
+      e << YAML::Key << pattern << YAML::Value << factor;
+    e << YAML::EndMap;
+  }
   e << YAML::Key << "lr" << YAML::Value << t.lr;
   e << YAML::Key << "min_lr" << YAML::Value << t.min_lr;
   e << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps;

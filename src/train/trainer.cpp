@@ -502,6 +502,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   o.weight_decay = config_.train.weight_decay;
   o.moment_dtype = config_.train.moment_dtype();
   o.no_decay = config_.no_decay_parameters();
+  o.lr_scale = config_.lr_scale_factors();
   if (mesh_ && data_parallel_ranks() > 1) {
     // Gradients still changed after backward are reduced last: the tied
     // embedding (summed across stages) and sequence-parallel partial sums.
@@ -643,6 +644,7 @@ optim::MuonOptions Trainer::muon_options() const {
   mo.ns_dtype = t.muon_ns_dtype();
   mo.moment_dtype = t.moment_dtype();
   mo.no_decay = config_.no_decay_parameters();
+  mo.lr_scale = config_.lr_scale_factors();
   return mo;
 }
 
@@ -2485,6 +2487,15 @@ void Trainer::log_setup() {
     spdlog::info("train.no_weight_decay: {} {} no weight decay{}{}", matrices,
                  matrices == 1 ? "matrix takes" : "matrices take", matrices > 0 ? ": " : "",
                  listed);
+  }
+  if (!config_.train.lr_scale.empty()) {
+    // How many parameters take each factor.
+    std::map<double, int64_t> counts;
+    for (const auto& [name, factor] : config_.lr_scale_factors()) ++counts[factor];
+    std::string listed;
+    for (const auto& [factor, n] : counts)
+      listed += fmt::format("{}{} at x{:g}", listed.empty() ? "" : ", ", n, factor);
+    spdlog::info("train.lr_scale: parameters at the learning rate times a factor: {}", listed);
   }
   if (spikes_.enabled()) {
     spdlog::info(

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -251,34 +252,55 @@ TEST(Muon, ABf16MomentumIsTheF32OneRoundedAfterEachStep) {
   EXPECT_THROW(Muon({{m, zeros({2, 2})}}, bf), ValueError);
 }
 
+// Two matrices (an attention projection and an MLP's) from the same start,
+// after three Muon steps at `lr` under `o`, with the same gradients.
+std::vector<std::vector<double>> two_matrices_stepped(const MuonOptions& o, double lr) {
+  std::vector<std::pair<MuonMatrix, Tensor>> matrices;
+  for (const char* name : {"h.0.attn.c_attn.weight", "h.0.mlp.c_fc.weight"}) {
+    Tensor p = randn({6, 4}, 91, 0).detach();
+    p.set_requires_grad(true);
+    MuonMatrix m;
+    m.name = name;
+    matrices.push_back({m, p});
+  }
+  Muon muon(matrices, o);
+  for (int step = 0; step < 3; ++step) {
+    for (auto& [m, p] : matrices) p.set_grad(randn({6, 4}, 92, static_cast<uint64_t>(step)));
+    muon.step(lr);
+  }
+  return {to_double_vector(matrices[0].second), to_double_vector(matrices[1].second)};
+}
+
 // train.no_weight_decay: a matrix named in no_decay takes Muon's update
 // without the decay, bit for bit as under weight_decay 0.
 TEST(Muon, NoDecayNamesStepAsWithoutWeightDecay) {
   auto run = [](double weight_decay, const std::set<std::string>& no_decay) {
-    std::vector<std::pair<MuonMatrix, Tensor>> matrices;
-    for (const char* name : {"h.0.attn.c_attn.weight", "h.0.mlp.c_fc.weight"}) {
-      Tensor p = randn({6, 4}, 91, 0).detach();
-      p.set_requires_grad(true);
-      MuonMatrix m;
-      m.name = name;
-      matrices.push_back({m, p});
-    }
     MuonOptions o;
     o.weight_decay = weight_decay;
     o.no_decay = no_decay;
-    Muon muon(matrices, o);
-    for (int step = 0; step < 3; ++step) {
-      for (auto& [m, p] : matrices) p.set_grad(randn({6, 4}, 92, static_cast<uint64_t>(step)));
-      muon.step(0.02);
-    }
-    return std::vector<std::vector<double>>{to_double_vector(matrices[0].second),
-                                            to_double_vector(matrices[1].second)};
+    return two_matrices_stepped(o, 0.02);
   };
   const auto some = run(0.5, {"h.0.attn.c_attn.weight"});
   const auto all = run(0.5, {}), none = run(0.0, {});
   EXPECT_EQ(some[0], none[0]);
   EXPECT_EQ(some[1], all[1]);
   EXPECT_NE(some[0], all[0]);
+}
+
+// train.lr_scale on Muon's matrices: a factor steps a matrix as lr times it
+// would, bit for bit (its weight decay too).
+TEST(Muon, LrScaleNamesStepAtTheirFactorTimesLr) {
+  auto run = [](double lr, const std::map<std::string, double>& lr_scale) {
+    MuonOptions o;
+    o.weight_decay = 0.2;
+    o.lr_scale = lr_scale;
+    return two_matrices_stepped(o, lr);
+  };
+  const auto scaled = run(0.02, {{"h.0.mlp.c_fc.weight", 2.0}});
+  const auto plain = run(0.02, {}), twice = run(0.04, {});
+  EXPECT_EQ(scaled[0], plain[0]);
+  EXPECT_EQ(scaled[1], twice[1]);
+  EXPECT_NE(scaled[1], plain[1]);
 }
 
 TEST(Muon, RejectsBadOptionsAndShapes) {

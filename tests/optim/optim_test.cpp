@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "triad/ops.h"
@@ -82,6 +83,49 @@ TEST(AdamW, NoDecayNamesStepAsWithoutWeightDecay) {
   EXPECT_EQ(to_double_vector(some[0].second), to_double_vector(none[0].second));
   EXPECT_EQ(to_double_vector(some[1].second), to_double_vector(all[1].second));
   EXPECT_NE(to_double_vector(some[0].second), to_double_vector(all[0].second));
+}
+
+// train.lr_scale: a parameter with a factor steps as it would at lr times
+// it (weight decay included), bit for bit, while the others take lr; a
+// factor that is not > 0 is named.
+TEST(AdamW, LrScaleNamesStepAtTheirFactorTimesLr) {
+  auto run = [](double lr, const std::map<std::string, double>& lr_scale) {
+    std::vector<std::pair<std::string, Tensor>> params;
+    for (const char* name : {"wte.weight", "h.0.mlp.c_fc.weight", "h.0.mlp.c_fc.bias"}) {
+      Tensor p = randn(name[9] == 'b' ? Shape{5} : Shape{5, 3}, 83, 0).detach();
+      p.set_requires_grad(true);
+      params.push_back({name, p});
+    }
+    AdamWOptions o;
+    o.weight_decay = 0.3;
+    o.lr_scale = lr_scale;
+    AdamW opt(params, o);
+    for (int step = 0; step < 3; ++step) {
+      for (auto& [name, p] : params) p.set_grad(randn(p.shape(), 84, static_cast<uint64_t>(step)));
+      opt.step(lr);
+    }
+    std::vector<std::vector<double>> out;
+    for (auto& [name, p] : params) out.push_back(to_double_vector(p));
+    return out;
+  };
+  const auto scaled = run(0.05, {{"wte.weight", 3.0}, {"h.0.mlp.c_fc.bias", 0.5}});
+  const auto plain = run(0.05, {}), triple = run(0.15, {}), half = run(0.025, {});
+  EXPECT_EQ(scaled[0], triple[0]);
+  EXPECT_EQ(scaled[1], plain[1]);
+  EXPECT_EQ(scaled[2], half[2]);
+  EXPECT_NE(scaled[0], plain[0]);
+  for (double bad : {0.0, -1.0, std::nan("")}) {
+    try {
+      Tensor p = zeros({2, 2});
+      AdamWOptions o;
+      o.lr_scale = {{"w", bad}};
+      AdamW opt({{"w", p}}, o);
+      FAIL() << bad;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("learning-rate factor of 'w'"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // Mixed precision: a bf16 parameter is updated through an f32 master with

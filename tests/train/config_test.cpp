@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 namespace triad::train {
@@ -82,6 +83,26 @@ TEST(Config, ParsesDefaultsAndOverrides) {
                       "data.val: expected a path or glob, or a mapping of names to them");
   EXPECT_FALSE(c.data_shuffle);
   EXPECT_TRUE(parse_config(to_yaml(parse_config(kValid, {"data.shuffle=true"}))).data_shuffle);
+  // train.lr_scale: patterns to factors, in order, round-tripped; a factor
+  // not > 0, a pattern matching nothing, two patterns on one parameter and
+  // a list named.
+  EXPECT_TRUE(c.train.lr_scale.empty());
+  const Config s = parse_config(
+      to_yaml(parse_config(kValid, {"train.lr_scale={wte.weight: 0.5, \"h.*.mlp.*\": 2}"})));
+  ASSERT_EQ(s.train.lr_scale.size(), 2u);
+  EXPECT_EQ(s.train.lr_scale[0], (std::pair<std::string, double>{"wte.weight", 0.5}));
+  const std::map<std::string, double> factors = s.lr_scale_factors();
+  EXPECT_EQ(factors.at("wte.weight"), 0.5);
+  EXPECT_EQ(factors.at("h.1.mlp.c_proj.bias"), 2.0);
+  EXPECT_EQ(factors.count("h.0.attn.c_attn.weight"), 0u);
+  expect_config_error(kValid, {"train.lr_scale={wte.weight: 0}"},
+                      "train.lr_scale['wte.weight'] (0.000000) must be a finite number > 0");
+  expect_config_error(kValid, {"train.lr_scale={lm_head.weight: 2}"},
+                      "train.lr_scale[0]: 'lm_head.weight' matches no parameter");
+  expect_config_error(kValid, {"train.lr_scale={\"h.*\": 2, \"*.bias\": 3}"},
+                      "train.lr_scale['*.bias'] and train.lr_scale['h.*'] both match");
+  expect_config_error(kValid, {"train.lr_scale=[wte.weight]"},
+                      "train.lr_scale: expected a mapping of parameter patterns to factors");
   // The output z-loss: off by default, round-tripped, a negative one named.
   EXPECT_EQ(c.model.z_loss_coef, 0.0);
   EXPECT_DOUBLE_EQ(

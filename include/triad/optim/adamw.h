@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -29,7 +30,18 @@ struct AdamWOptions {
   bool decays(const std::string& name, const Tensor& p) const {
     return p.dim() >= 2 && !no_decay.count(name);
   }
+  // Parameters, by name, whose learning rate is the step's times a factor
+  // (train.lr_scale); the others take the step's.
+  std::map<std::string, double> lr_scale;
+  double lr_factor(const std::string& name) const {
+    const auto it = lr_scale.find(name);
+    return it == lr_scale.end() ? 1.0 : it->second;
+  }
 };
+
+// Throws a ValueError naming `who` and the parameter unless every factor
+// of `lr_scale` is finite and > 0.
+void check_lr_scale(const std::map<std::string, double>& lr_scale, const std::string& who);
 
 // Throws a ValueError naming `who` unless `dtype` is a moment storage the
 // optimizers hold: f32 or bf16.
@@ -39,6 +51,9 @@ void check_moment_dtype(DType dtype, const std::string& who);
 // Weight decay applies to parameters of 2+ dimensions (linear weights,
 // embeddings) but those options.no_decay names, never to biases or
 // LayerNorm parameters.
+//
+// options.lr_scale's parameters step with lr times their factor (their
+// weight decay, lr * weight_decay, with it).
 //
 // Mixed precision: for a bf16/f16 parameter the optimizer keeps an f32
 // master copy and moments of options.moment_dtype; the update runs on the
@@ -62,7 +77,8 @@ class AdamW {
     Tensor param;
     Tensor m, v;  // first and second moments (options.moment_dtype)
     bool decay;
-    Tensor master;  // f32 master weights of a half parameter; undefined otherwise
+    Tensor master;           // f32 master weights of a half parameter; undefined otherwise
+    double lr_factor = 1.0;  // options.lr_scale's
   };
   std::vector<State>& state() { return state_; }
   void set_step_count(int64_t step) { step_ = step; }

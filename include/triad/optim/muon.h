@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -39,6 +40,13 @@ struct MuonOptions {
   std::set<std::string> no_decay;
   double decay_of(const std::string& name) const {
     return no_decay.count(name) ? 0.0 : weight_decay;
+  }
+  // Matrices, by name, whose learning rate is the step's times a factor
+  // (train.lr_scale, as AdamWOptions::lr_scale).
+  std::map<std::string, double> lr_scale;
+  double lr_factor(const std::string& name) const {
+    const auto it = lr_scale.find(name);
+    return it == lr_scale.end() ? 1.0 : it->second;
   }
 };
 

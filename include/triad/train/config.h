@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "triad/nn/gpt.h"
@@ -90,6 +92,11 @@ struct TrainSection {
   // weight decay (AdamW's or Muon's) although they have 2+ dimensions
   // (OLMo 2's embeddings). Empty: every matrix decays.
   std::vector<std::string> no_weight_decay;
+  // (pattern, factor) pairs in the config's order: the parameters a pattern
+  // matches train at the schedule's learning rate times its factor (AdamW's
+  // and Muon's; Megatron-LM's --decoupled-lr for the embedding and head,
+  // say). Empty: every parameter at the schedule's.
+  std::vector<std::pair<std::string, double>> lr_scale;
   // The ramp these keys describe (no ramp when rampup_batch_size is empty).
   BatchSizeRamp batch_ramp() const;
   // The parameter dtype `precision` asks for.
@@ -292,6 +299,9 @@ struct Config {
   std::set<std::string> frozen_parameters() const;
   // The names of the parameters train.no_weight_decay matches, checked so.
   std::set<std::string> no_decay_parameters() const;
+  // Each parameter train.lr_scale matches, with its factor. Each pattern
+  // must match a parameter, and no parameter two patterns.
+  std::map<std::string, double> lr_scale_factors() const;
 
   // The parameters of the whole model that `patterns` match (`key` names
   // them in errors).

@@ -321,6 +321,8 @@ ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options,
       options_(options),
       muon_options_(muon_options),
       updater_(std::move(updater)) {
+  optim::check_lr_scale(options.lr_scale, "ZeroAdamW");
+  optim::check_lr_scale(muon_options.lr_scale, "ZeroAdamW (Muon)");
   for (size_t i = 0; i < reducer_.params().size(); ++i) {
     const auto& [name, p] = reducer_.params()[i];
     auto it = muon.find(name);
@@ -382,7 +384,7 @@ void ZeroAdamW::step(double lr, double grad_scale, double muon_lr) {
   ++step_;
   // One multi-tensor update over every piece (on a GPU a few launches, not
   // one or two per parameter); clipping's coefficient rides in grad_scale.
-  std::vector<Backend::AdamWEntry> entries;
+  std::vector<std::pair<double, std::vector<Backend::AdamWEntry>>> groups;
   const auto& segments = reducer_.shard_segments();
   for (size_t k = 0; k < segments.size(); ++k) {
     const auto& s = segments[k];
@@ -397,15 +399,23 @@ void ZeroAdamW::step(double lr, double grad_scale, double muon_lr) {
     const auto& [name, param] = reducer_.params()[s.param];
     e.weight_decay = options_.decays(name, param) ? options_.weight_decay : 0.0;
     e.grad_scale = grad_scale;
-    entries.push_back(std::move(e));
+    // One launch per learning-rate factor (train.lr_scale), pieces in order.
+    const double factor = options_.lr_factor(name);
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [&](const auto& g) { return g.first == factor; });
+    if (group == groups.end()) {
+      groups.push_back({factor, {}});
+      group = groups.end() - 1;
+    }
+    group->second.push_back(std::move(e));
   }
-  if (!entries.empty()) {
-    AdamWStep hp;
-    hp.lr = lr;
-    hp.beta1 = options_.beta1;
-    hp.beta2 = options_.beta2;
-    hp.eps = options_.eps;
-    hp.step = step_;
+  AdamWStep hp;
+  hp.beta1 = options_.beta1;
+  hp.beta2 = options_.beta2;
+  hp.eps = options_.eps;
+  hp.step = step_;
+  for (auto& [factor, entries] : groups) {
+    hp.lr = lr * factor;
     backend_for(reducer_.flat_params()).adamw_many(entries, hp);
   }
   if (!muon_.empty()) muon_step(muon_lr < 0 ? lr : muon_lr, grad_scale);
@@ -456,7 +466,8 @@ void ZeroAdamW::muon_step(double lr, double grad_scale) {
       const auto& s = segments[k];
       Tensor target = master_.defined() ? range(master_, places_[k].m_at, s.length)
                                         : range(reducer_.flat_params(), s.flat_offset, s.length);
-      optim::apply_muon_update(target, narrow(flat, 0, s.param_offset, s.length), lr,
+      optim::apply_muon_update(target, narrow(flat, 0, s.param_offset, s.length),
+                               lr * muon_options_.lr_factor(names.at(j)),
                                muon_options_.decay_of(names.at(j)));
       if (master_.defined()) {
         Tensor p = range(reducer_.flat_params(), s.flat_offset, s.length);

@@ -455,18 +455,12 @@ TEST(DataParallel, ZeroOneBf16GradientsWithMuonStepAsOneProcessDoes) {
       DType::BF16, 72);
 }
 
-// train.no_weight_decay under ZeRO-1: the pieces of a matrix named in
-// no_decay (one AdamW's, one Muon's) step undecayed, as one process's.
-TEST(DataParallel, ZeroOneStepsNoDecayNamesAsOneProcessDoes) {
+// ZeRO-1 with AdamW options `o` and Muon options `mo` ("c" Muon's, the
+// others AdamW's) steps as one process's optimizers under them do.
+void expect_zero_with_options_as_one_process(const optim::AdamWOptions& o,
+                                             const optim::MuonOptions& mo, uint64_t seed) {
   dp::GradientReducer r(small_params(), g_world, 256.0, true);
-  std::vector<std::pair<std::string, Tensor>> plain = start_alike(r, 101);
-  optim::AdamWOptions o;
-  o.weight_decay = 0.3;
-  o.no_decay = {"a"};
-  optim::MuonOptions mo;
-  mo.weight_decay = 0.3;
-  mo.no_decay = {"c"};
-  // "c" takes Muon's update; "a" (a matrix too) AdamW's, both undecayed.
+  std::vector<std::pair<std::string, Tensor>> plain = start_alike(r, seed);
   dp::ZeroAdamW zero(r, o, {{"c", {"c", {}}}}, mo);
   optim::Muon muon({{{"c", {}}, plain[2].second}}, mo);
   optim::AdamW adamw({plain[0], plain[1], plain[3]}, o);
@@ -476,7 +470,29 @@ TEST(DataParallel, ZeroOneStepsNoDecayNamesAsOneProcessDoes) {
         muon.step(1e-2, 0.8);
         adamw.step(1e-2, 0.8);
       },
-      DType::F32, 102);
+      DType::F32, seed + 1);
+}
+
+// train.no_weight_decay under ZeRO-1: the pieces of a matrix named in
+// no_decay (one AdamW's, one Muon's) step undecayed, as one process's.
+TEST(DataParallel, ZeroOneStepsNoDecayNamesAsOneProcessDoes) {
+  optim::AdamWOptions o;
+  o.weight_decay = 0.3;
+  o.no_decay = {"a"};
+  optim::MuonOptions mo;
+  mo.weight_decay = 0.3;
+  mo.no_decay = {"c"};
+  expect_zero_with_options_as_one_process(o, mo, 101);
+}
+
+// train.lr_scale under ZeRO-1: the pieces of a parameter with a factor (two
+// AdamW's, one Muon's) step at lr times it, as one process's.
+TEST(DataParallel, ZeroOneStepsLrScaledNamesAsOneProcessDoes) {
+  optim::AdamWOptions o;
+  o.lr_scale = {{"a", 3.0}, {"b", 0.5}};
+  optim::MuonOptions mo;
+  mo.lr_scale = {{"c", 2.0}};
+  expect_zero_with_options_as_one_process(o, mo, 103);
 }
 
 TEST(DataParallel, ZeroOneReduceScattersTheGradientsInPlace) {
