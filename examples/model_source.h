@@ -1,13 +1,15 @@
 #pragma once
 
 // Where triad-generate, triad-eval and triad-export take a trained model
-// from: a run's output.dir, a config with a weights file, or a checkpoint;
-// and a PEFT adapter to merge into the weights.
+// from: a run's output.dir, a config with a weights file, or a checkpoint
+// (or the mean of the last few); and a PEFT adapter to merge into the
+// weights.
 
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "triad/core/error.h"
 #include "triad/io/checkpoint.h"
@@ -32,6 +34,11 @@ class ModelSource {
                    "a checkpoint instead of the run's final model: a checkpoint.dir (its latest) "
                    "or one of its step_<N> directories, written under any layout (its own config "
                    "unless --config or --run gives one)");
+    app.add_option("--average", average_,
+                   "with --checkpoint: the mean of the weights of this many checkpoints, the one "
+                   "it names and those before it in its checkpoint.dir (Polyak averaging, as "
+                   "Llama 3 averaged its annealing checkpoints); 1: that checkpoint alone")
+        ->capture_default_str();
     app.add_option("--adapter", adapter_dir_,
                    "a PEFT LoRA adapter's directory, merged into the weights as they are read "
                    "(as init.adapter: a PEFT adapter, or a LoRA run's adapter/ onto its base)");
@@ -48,8 +55,17 @@ class ModelSource {
       if (config_path_.empty()) config_path_ = run_dir_ + "/config.yaml";
       if (weights_.empty() && checkpoint_.empty()) weights_ = run_dir_ + "/model.safetensors";
     }
+    if (average_ != 1 && checkpoint_.empty()) {
+      throw ValueError("--average " + std::to_string(average_) +
+                       " averages checkpoints: give --checkpoint");
+    }
+    if (average_ < 1) {
+      throw ValueError("--average " + std::to_string(average_) +
+                       " (expected 1 or more checkpoints)");
+    }
     if (!checkpoint_.empty()) {
       info_ = io::open_checkpoint(checkpoint_);
+      if (average_ > 1) averaged_ = io::recent_checkpoints(checkpoint_, average_);
       if (config_path_.empty() && info_->config.empty()) {
         throw ValueError("checkpoint '" + info_->step_dir + "' keeps no config: give --config");
       }
@@ -77,7 +93,9 @@ class ModelSource {
   // layout wrote it; its files are checked against their checksums on the
   // first read only: an export reads twice). After resolve().
   void read(const nn::GptConfig& model, const std::function<void(nn::StateDict&&)>& consume) {
-    if (info_) {
+    if (averaged_.size() > 1) {
+      train::read_averaged_checkpoint_weights(averaged_, model, consume);
+    } else if (info_) {
       train::read_checkpoint_weights(*info_, model, consume, {.verify = !verified_});
       verified_ = true;
     } else {
@@ -95,7 +113,9 @@ class ModelSource {
  private:
   std::string run_dir_, config_path_, weights_, checkpoint_, adapter_dir_;
   std::optional<io::CheckpointInfo> info_;
-  std::optional<io::PeftDeltas> adapter_;  // --adapter
+  int64_t average_ = 1;                       // --average
+  std::vector<io::CheckpointInfo> averaged_;  // its checkpoints, newest first (when > 1)
+  std::optional<io::PeftDeltas> adapter_;     // --adapter
   bool verified_ = false;
 };
 

@@ -194,6 +194,15 @@ void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
   fsync_path(dir);
   // Keep the newest `keep` complete checkpoints, and every multiple of
   // keep_every.
+  const std::vector<int64_t> steps = checkpoint_steps(dir);
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
+    if (keep_every > 0 && steps[i] % keep_every == 0) continue;
+    const fs::path old = fs::path(dir) / step_name(steps[i]);
+    fs_op("remove the old checkpoint '" + old.string() + "'", [&] { fs::remove_all(old); });
+  }
+}
+
+std::vector<int64_t> checkpoint_steps(const std::string& dir) {
   std::vector<int64_t> steps;
   fs_op("list '" + dir + "'", [&] {
     for (const auto& e : fs::directory_iterator(dir)) {
@@ -205,11 +214,33 @@ void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
     }
   });
   std::sort(steps.rbegin(), steps.rend());
-  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
-    if (keep_every > 0 && steps[i] % keep_every == 0) continue;
-    const fs::path old = fs::path(dir) / step_name(steps[i]);
-    fs_op("remove the old checkpoint '" + old.string() + "'", [&] { fs::remove_all(old); });
+  return steps;
+}
+
+std::vector<CheckpointInfo> recent_checkpoints(const std::string& path, int64_t count) {
+  if (count < 1) {
+    throw ValueError("recent_checkpoints: a count of " + std::to_string(count) +
+                     " (expected 1 or more)");
   }
+  const CheckpointInfo last = open_checkpoint(path);
+  const std::string dir = fs::path(last.step_dir).lexically_normal().parent_path().string();
+  std::vector<CheckpointInfo> out;
+  std::vector<int64_t> kept;
+  for (const int64_t step : checkpoint_steps(dir)) {
+    if (step > last.step) continue;
+    const fs::path step_dir = fs::path(dir) / step_name(step);
+    if (!fs::exists(step_dir / "manifest.json")) continue;  // (an unfinished write)
+    kept.push_back(step);
+    if (static_cast<int64_t>(out.size()) < count) out.push_back(read_checkpoint(step_dir.string()));
+  }
+  if (static_cast<int64_t>(out.size()) < count) {
+    std::string steps;
+    for (const int64_t s : kept) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+    throw IoError("checkpoint.dir '" + dir + "' holds " + std::to_string(kept.size()) +
+                  " checkpoint(s) up to step " + std::to_string(last.step) + " (" + steps +
+                  "), not the " + std::to_string(count) + " asked for");
+  }
+  return out;
 }
 
 void check_checkpoint_dir_writable(const std::string& dir, int rank) {

@@ -447,6 +447,7 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
   std::vector<int64_t> part_of;
   for (int64_t part = -1; part < model.n_layer; ++part) {
     if (part >= 0 && blocks && !blocks->count(part)) continue;  // another rank's
+    if (part < 0 && !options.outside) continue;
     for (const auto& [name, shape] : expected) {
       if (io::block_index(name) != part) continue;
       order.push_back(name);
@@ -481,6 +482,49 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
                        .headers = headers,
                        .verify = options.verify,
                        .replica = options.replica});
+}
+
+void read_averaged_checkpoint_weights(const std::vector<io::CheckpointInfo>& infos,
+                                      const nn::GptConfig& model,
+                                      const std::function<void(nn::StateDict&&)>& consume) {
+  if (infos.empty()) throw ValueError("read_averaged_checkpoint_weights: no checkpoint to average");
+  std::vector<std::map<int, io::RankHeader>> headers;
+  for (const io::CheckpointInfo& info : infos) {
+    for (const auto& [rank, checksum] : info.checksums) {
+      (void)checksum;
+      io::RankFile verified(info, rank);  // (checked against its checksum here, once)
+    }
+    headers.push_back(read_rank_headers(info));
+  }
+  const double weight = 1.0 / static_cast<double>(infos.size());
+  // Part by part (the tensors outside the blocks, then each block), each
+  // checkpoint's copy of it summed in f64.
+  for (int64_t part = -1; part < model.n_layer; ++part) {
+    const std::set<int64_t> blocks = part < 0 ? std::set<int64_t>{} : std::set<int64_t>{part};
+    nn::StateDict sum;
+    std::map<std::string, DType> dtypes;
+    for (size_t k = 0; k < infos.size(); ++k) {
+      read_checkpoint_weights(
+          infos[k], model,
+          [&](nn::StateDict&& got) {
+            for (auto& [name, t] : got) {
+              const Tensor wide = cast(t, DType::F64);
+              auto it = sum.find(name);
+              if (it == sum.end()) {
+                dtypes.emplace(name, t.dtype());
+                sum.emplace(name, wide);
+              } else {
+                it->second = add(it->second, wide);
+              }
+            }
+          },
+          {.blocks = &blocks, .outside = part < 0, .headers = &headers[k], .verify = false});
+    }
+    if (sum.empty()) continue;
+    nn::StateDict mean;
+    for (auto& [name, t] : sum) mean.emplace(name, cast(scale(t, weight), dtypes.at(name)));
+    consume(std::move(mean));
+  }
 }
 
 FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::string>& names) {

@@ -3,7 +3,9 @@
 # in the same order), an earlier one to other weights, and a path that is no
 # checkpoint or a config it does not fit is refused, naming why.
 # triad-generate --checkpoint samples as the run does, and a new run with
-# init.from the checkpoint trains as one from the final model.
+# init.from the checkpoint trains as one from the final model. --average 2
+# (the mean of steps 3 and 6) exports weights of neither; --average 1 is the
+# latest alone, and more checkpoints than there are is refused.
 # EXTRA: more --set flags for the training run (model.lora: its adapters
 # are merged into the run's model and into what is read of a checkpoint).
 #   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DOTHER_CONFIG= -DDATA= -DWORK= [-DEXTRA=]
@@ -17,6 +19,22 @@ run(training ${TRAIN} --config ${CONFIG} --set data.train=${DATA} ${batch} --set
 run("export of the run" ${EXPORT} --run ${WORK}/run --output ${WORK}/from_run)
 run("export of the latest checkpoint" ${EXPORT} --checkpoint ${WORK}/ck --output ${WORK}/latest)
 run("export of step 3" ${EXPORT} --checkpoint ${WORK}/ck/step_3 --output ${WORK}/step3)
+run("export of the mean of steps 3 and 6" ${EXPORT} --checkpoint ${WORK}/ck --average 2
+    --output ${WORK}/mean)
+run("export of the latest one averaged alone" ${EXPORT} --checkpoint ${WORK}/ck --average 1
+    --output ${WORK}/alone)
+foreach(other latest step3)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/mean/model.safetensors
+                          ${WORK}/${other}/model.safetensors RESULT_VARIABLE differ)
+  if(NOT differ)
+    message(FATAL_ERROR "the mean of steps 3 and 6 is ${other}'s weights")
+  endif()
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/alone/model.safetensors
+                        ${WORK}/latest/model.safetensors RESULT_VARIABLE differ)
+if(differ)
+  message(FATAL_ERROR "--average 1 is not the latest checkpoint's weights")
+endif()
 foreach(f model.safetensors config.json)
   execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/from_run/${f} ${WORK}/latest/${f}
                   RESULT_VARIABLE differ)
@@ -56,6 +74,10 @@ refused("another model" "holds no parameter '[^']+', which the configured model 
         --checkpoint ${WORK}/ck --config ${OTHER_CONFIG} --output ${WORK}/never)
 refused("both sources" "give --weights or --checkpoint, not both"
         --checkpoint ${WORK}/ck --weights ${WORK}/run/model.safetensors --output ${WORK}/never)
+refused("too many to average" "holds 2 checkpoint.s. up to step 6 .6, 3., not the 3 asked for"
+        --checkpoint ${WORK}/ck --average 3 --output ${WORK}/never)
+refused("averaging a run" "--average 2 averages checkpoints: give --checkpoint"
+        --run ${WORK}/run --average 2 --output ${WORK}/never)
 if(EXISTS ${WORK}/never)
   message(FATAL_ERROR "a refused export wrote ${WORK}/never")
 endif()

@@ -403,6 +403,56 @@ TEST(Checkpoint, RotationKeepsTheNewestAndEveryMilestone) {
   EXPECT_EQ(left, (std::vector<std::string>{"step_3", "step_6", "step_7", "step_8"}));
 }
 
+// Averaged checkpoints (--average): the last three of a run's, up to a
+// step directory or the dir's latest, parameter by parameter the mean of
+// each one's weights as read_checkpoint_weights gives them, handed over in
+// its parts (outside the blocks, then each block); more than the dir holds
+// up to that step is named with the steps it does hold.
+TEST(Checkpoint, AveragedCheckpointsAreTheMeanOfTheirWeights) {
+  TempDir dir;
+  const Config c = config(dir, 6, 1, "never");
+  Trainer(c).run();  // step_2 .. step_6 kept (keep 5)
+  const std::vector<io::CheckpointInfo> infos = io::recent_checkpoints(dir.file("ckpt/step_5"), 3);
+  ASSERT_EQ(infos.size(), 3u);
+  EXPECT_EQ(infos[0].step, 5);
+  EXPECT_EQ(infos[2].step, 3);
+  EXPECT_EQ(io::recent_checkpoints(dir.file("ckpt"), 1)[0].step, 6);
+  auto whole = [&](const io::CheckpointInfo& info) {
+    nn::StateDict all;
+    read_checkpoint_weights(info, c.model, [&](nn::StateDict&& part) { all.merge(part); });
+    return all;
+  };
+  const nn::StateDict a = whole(infos[0]), b = whole(infos[1]), d = whole(infos[2]);
+  nn::StateDict mean;
+  std::vector<size_t> parts;
+  read_averaged_checkpoint_weights(infos, c.model, [&](nn::StateDict&& part) {
+    parts.push_back(part.size());
+    mean.merge(part);
+  });
+  EXPECT_EQ(parts.size(), 3u);  // outside the blocks, block 0, block 1
+  ASSERT_EQ(mean.size(), a.size());
+  double apart = 0;
+  for (const auto& [name, t] : mean) {
+    const std::vector<double> x = to_double_vector(a.at(name)), y = to_double_vector(b.at(name)),
+                              z = to_double_vector(d.at(name)), got = to_double_vector(t);
+    EXPECT_EQ(t.dtype(), a.at(name).dtype()) << name;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], (x[i] + y[i] + z[i]) / 3, 1e-6 * (1 + std::abs(x[i]))) << name;
+      apart += std::abs(x[i] - z[i]);
+    }
+  }
+  EXPECT_GT(apart, 1e-3);  // (the checkpoints differ)
+  try {
+    io::recent_checkpoints(dir.file("ckpt/step_3"), 3);
+    FAIL() << "three checkpoints up to step 3 were found";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 2 checkpoint(s) up to step 3 (3, 2), not the 3"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(read_averaged_checkpoint_weights({}, c.model, [](nn::StateDict&&) {}), ValueError);
+}
+
 TEST(Checkpoint, IncompleteWritesAreNeverPickedAndCorruptionIsNamed) {
   TempDir dir;
   {

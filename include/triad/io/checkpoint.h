@@ -65,6 +65,13 @@ struct CheckpointInfo {
 
 // The checkpoint `latest` points to, if any (validated manifest).
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir);
+// The steps of the step_<N> directories in `dir`, newest first (finished or
+// not: a caller reading them checks their manifests).
+std::vector<int64_t> checkpoint_steps(const std::string& dir);
+// The `count` newest checkpoints of a checkpoint.dir up to the one `path`
+// names (a step directory, or the checkpoint.dir: its latest), newest first,
+// manifests validated; fewer is an IoError listing the steps there are.
+std::vector<CheckpointInfo> recent_checkpoints(const std::string& path, int64_t count);
 // One checkpoint by its step directory (<dir>/step_<N>), manifest validated.
 CheckpointInfo read_checkpoint(const std::string& step_dir);
 // A step directory, or a checkpoint.dir (its latest checkpoint); anything

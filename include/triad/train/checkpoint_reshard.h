@@ -108,8 +108,10 @@ std::map<int, io::RankHeader> rank_headers_from_json(const std::string& text);
 // an IoError names the first one missing, extra or of another shape.
 struct CheckpointWeightsOptions {
   // The blocks to read (a pipeline rank's), as read_gpt2_weights' `blocks`;
-  // the tensors outside the blocks are always read. Unset: all.
+  // the tensors outside the blocks are read too unless `outside` is false.
+  // Unset: all.
   const std::set<int64_t>* blocks = nullptr;
+  bool outside = true;
   // Every rank file's header (read_rank_headers, as a trainer broadcasts
   // them); unset: read here, once.
   const std::map<int, io::RankHeader>* headers = nullptr;
@@ -119,5 +121,16 @@ struct CheckpointWeightsOptions {
 void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
                              const std::function<void(nn::StateDict&&)>& consume,
                              const CheckpointWeightsOptions& options = {});
+
+// The mean of several checkpoints' weights (Polyak averaging: Llama 3's
+// final model averaged its annealing checkpoints), parameter by parameter
+// in f64, each returned in its dtype in the first checkpoint, handed over
+// part by part as read_checkpoint_weights hands one checkpoint's: the host
+// holds one part of each checkpoint and their sum. Each checkpoint may come
+// from any layout; every rank file is verified once, first. An empty list
+// is a ValueError.
+void read_averaged_checkpoint_weights(const std::vector<io::CheckpointInfo>& infos,
+                                      const nn::GptConfig& model,
+                                      const std::function<void(nn::StateDict&&)>& consume);
 
 }  // namespace triad::train
