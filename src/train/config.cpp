@@ -730,6 +730,37 @@ void validate(const Config& c, bool min_lr_given) {
                       ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +
                       ") when data.eod_mask_loss is set");
   }
+  require(c.data_fim_rate >= 0 && c.data_fim_rate <= 1, "data.fim_rate", c.data_fim_rate,
+          "must be in [0, 1]");
+  require(c.data_fim_spm_rate >= 0 && c.data_fim_spm_rate <= 1, "data.fim_spm_rate",
+          c.data_fim_spm_rate, "must be in [0, 1]");
+  if (c.data_fim_rate > 0) {
+    if (c.data_fim_tokens.size() != 3) {
+      throw ConfigError("data.fim_rate " + std::to_string(c.data_fim_rate) +
+                        " needs data.fim_tokens: the [prefix, middle, suffix] sentinel token ids "
+                        "(StarCoder's <fim_prefix>, <fim_middle>, <fim_suffix>), got " +
+                        std::to_string(c.data_fim_tokens.size()) + " id(s)");
+    }
+    const char* names[] = {"prefix", "middle", "suffix"};
+    for (size_t i = 0; i < 3; ++i) {
+      const int64_t id = c.data_fim_tokens[i];
+      if (id < 0 || id >= c.model.vocab_size || id == c.model.eod_token ||
+          std::count(c.data_fim_tokens.begin(), c.data_fim_tokens.end(), id) > 1) {
+        throw ConfigError("data.fim_tokens[" + std::to_string(i) + "] (the " + names[i] +
+                          " sentinel, " + std::to_string(id) + ") must be a token id in [0, " +
+                          std::to_string(c.model.vocab_size) +
+                          "), neither data.eod_token nor another sentinel");
+      }
+    }
+    if (c.data_packing != "stream") {
+      throw ConfigError(
+          "data.fim_rate applies to data.packing: stream (pretraining's documents), "
+          "not " +
+          c.data_packing);
+    }
+  } else if (!c.data_fim_tokens.empty()) {
+    throw ConfigError("data.fim_tokens goes with data.fim_rate > 0 (fill-in-the-middle is off)");
+  }
   if (c.data_long_documents != "split" && c.data_packing == "stream") {
     throw ConfigError("data.long_documents '" + c.data_long_documents +
                       "' applies to data.packing: documents or best_fit (the stream rule cuts "
@@ -1352,16 +1383,29 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
                               "(rows of whole documents fitted together, padded)");
           }
         }}},
-      {"long_documents", {false, [&](auto& v, auto& k) {
-                            c.data_long_documents = get_string(v, k);
-                            try {
-                              data::long_documents_from_string(c.data_long_documents);
-                            } catch (const ValueError&) {
-                              throw ConfigError(k + " '" + c.data_long_documents +
-                                                "' must be split (rows of its own), truncate "
-                                                "(its first row) or drop");
-                            }
-                          }}}};
+      {"long_documents",
+       {false,
+        [&](auto& v, auto& k) {
+          c.data_long_documents = get_string(v, k);
+          try {
+            data::long_documents_from_string(c.data_long_documents);
+          } catch (const ValueError&) {
+            throw ConfigError(k + " '" + c.data_long_documents +
+                              "' must be split (rows of its own), truncate "
+                              "(its first row) or drop");
+          }
+        }}},
+      {"fim_rate", {false, [&](auto& v, auto& k) { c.data_fim_rate = get_double(v, k); }}},
+      {"fim_spm_rate", {false, [&](auto& v, auto& k) { c.data_fim_spm_rate = get_double(v, k); }}},
+      {"fim_tokens",
+       {false, [&](auto& v, auto& k) {
+          if (!v.IsSequence()) {
+            throw ConfigError(k + ": expected the [prefix, middle, suffix] sentinel token ids");
+          }
+          c.data_fim_tokens.clear();
+          for (size_t i = 0; i < v.size(); ++i)
+            c.data_fim_tokens.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
+        }}}};
   auto non_negative = [](const YAML::Node& v, const std::string& k) {
     const int64_t x = get_int(v, k);
     if (x < 0) throw ConfigError(k + " (" + std::to_string(x) + ") must be >= 0");
@@ -1970,6 +2014,11 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "eod_mask_loss" << YAML::Value << c.data_eod_mask_loss;
   e << YAML::Key << "packing" << YAML::Value << c.data_packing;
   e << YAML::Key << "long_documents" << YAML::Value << c.data_long_documents;
+  if (c.data_fim_rate > 0) {
+    e << YAML::Key << "fim_rate" << YAML::Value << c.data_fim_rate;
+    e << YAML::Key << "fim_spm_rate" << YAML::Value << c.data_fim_spm_rate;
+    e << YAML::Key << "fim_tokens" << YAML::Value << YAML::Flow << c.data_fim_tokens;
+  }
   e << YAML::EndMap;
   if (!c.init_from.empty()) {
     e << YAML::Key << "init" << YAML::Value << YAML::BeginMap << YAML::Key << "from" << YAML::Value

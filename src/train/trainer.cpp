@@ -28,6 +28,7 @@
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/backend.h"
 #include "triad/backend/cuda.h"
+#include "triad/data/fill_in_the_middle.h"
 #include "triad/data/token_shard.h"
 #include "triad/dist/nccl.h"
 #include "triad/io/checkpoint.h"
@@ -432,6 +433,22 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                                            ? data::TokenCheck{world_->rank(), world_->size()}
                                            : data::TokenCheck{};
   dataset_ = open_training_data(config_, token_check);
+  if (config_.data_fim_rate > 0) {
+    for (size_t c = 0; c < dataset_->num_components(); ++c) {
+      if (dataset_->component(c).masked_sources() > 0) {
+        throw ConfigError("data.fim_rate: data.train '" + dataset_->name(c) +
+                          "' has a loss mask (<source>.loss_mask), and fill-in-the-middle moves "
+                          "tokens across it; give it to unmasked pretraining data");
+      }
+    }
+    fim_.rate = config_.data_fim_rate;
+    fim_.spm_rate = config_.data_fim_spm_rate;
+    fim_.prefix_token = config_.data_fim_tokens[0];
+    fim_.middle_token = config_.data_fim_tokens[1];
+    fim_.suffix_token = config_.data_fim_tokens[2];
+    fim_.eod_token = config_.model.eod_token;
+    fim_.seed = config_.train.seed ^ 0x46494d00ULL;  // ("FIM": draws of their own)
+  }
   if (config_.train.epochs > 0) {
     // train.epochs: the steps that pass over the data that many times.
     resolve_epochs(config_, dataset_->num_sequences());
@@ -1612,8 +1629,9 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
       static_cast<uint64_t>(first_sequence(index) / t.micro_batch_size + dp_rank_ * micro);
   std::vector<data::Batch> batches;
   for (int64_t i = 0; i < micro; ++i) {
-    batches.push_back(with_loss_mask(dataset_->sequences(
-        first_sequence(index) + first + i * t.micro_batch_size, t.micro_batch_size)));
+    const int64_t g = first_sequence(index) + first + i * t.micro_batch_size;
+    batches.push_back(with_loss_mask(
+        data::fill_in_the_middle(dataset_->sequences(g, t.micro_batch_size), g, fim_)));
   }
   weigh_by_tokens(batches);
   if (config_.model.moe.experts > 0) moe_stats_ = std::make_shared<nn::MoeStats>();
@@ -2496,6 +2514,12 @@ void Trainer::log_setup() {
     for (const auto& [factor, n] : counts)
       listed += fmt::format("{}{} at x{:g}", listed.empty() ? "" : ", ", n, factor);
     spdlog::info("train.lr_scale: parameters at the learning rate times a factor: {}", listed);
+  }
+  if (fim_.rate > 0) {
+    spdlog::info(
+        "data.fim_rate: {:g} of the training documents rearranged around sentinels {}, {}, {} "
+        "(prefix, middle, suffix), {:g} of those suffix first",
+        fim_.rate, fim_.prefix_token, fim_.middle_token, fim_.suffix_token, fim_.spm_rate);
   }
   if (spikes_.enabled()) {
     spdlog::info(

@@ -103,6 +103,32 @@ TEST(Config, ParsesDefaultsAndOverrides) {
                       "train.lr_scale['*.bias'] and train.lr_scale['h.*'] both match");
   expect_config_error(kValid, {"train.lr_scale=[wte.weight]"},
                       "train.lr_scale: expected a mapping of parameter patterns to factors");
+  // Fill-in-the-middle: off by default, round-tripped; its sentinels named
+  // when missing, outside the vocabulary, doubled or the end token, and
+  // refused beside whole-document packing.
+  EXPECT_EQ(c.data_fim_rate, 0.0);
+  const Config fim = parse_config(to_yaml(parse_config(
+      kValid, {"data.fim_rate=0.5", "data.fim_spm_rate=0.25", "data.fim_tokens=[1, 2, 3]"})));
+  EXPECT_EQ(fim.data_fim_rate, 0.5);
+  EXPECT_EQ(fim.data_fim_spm_rate, 0.25);
+  EXPECT_EQ(fim.data_fim_tokens, (std::vector<int64_t>{1, 2, 3}));
+  expect_config_error(kValid, {"data.fim_rate=0.5"},
+                      "data.fim_rate 0.500000 needs data.fim_tokens: the [prefix, middle, suffix]");
+  expect_config_error(
+      kValid, {"data.fim_rate=0.5", "data.fim_tokens=[1, 2, 256]"},
+      "data.fim_tokens[2] (the suffix sentinel, 256) must be a token id in [0, 256)");
+  expect_config_error(kValid, {"data.fim_rate=0.5", "data.fim_tokens=[1, 2, 1]"},
+                      "data.fim_tokens[0] (the prefix sentinel, 1)");
+  expect_config_error(kValid,
+                      {"data.fim_rate=0.5", "data.fim_tokens=[1, 2, 3]", "data.eod_token=2"},
+                      "data.fim_tokens[1] (the middle sentinel, 2)");
+  expect_config_error(kValid, {"data.fim_rate=1.5"}, "data.fim_rate (1.5");
+  expect_config_error(kValid, {"data.fim_tokens=[1, 2, 3]"},
+                      "data.fim_tokens goes with data.fim_rate > 0");
+  expect_config_error(kValid,
+                      {"data.fim_rate=0.5", "data.fim_tokens=[1, 2, 3]", "data.eod_token=0",
+                       "data.packing=documents"},
+                      "data.fim_rate applies to data.packing: stream");
   // The output z-loss: off by default, round-tripped, a negative one named.
   EXPECT_EQ(c.model.z_loss_coef, 0.0);
   EXPECT_DOUBLE_EQ(
@@ -765,7 +791,7 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
       kValid, {"data.test=x"},
       "unknown key 'data.test' (allowed in data: train, val, val_split, shuffle, eod_token, "
       "reset_attention_mask, reset_position_ids, eod_mask_loss, packing, "
-      "long_documents)");
+      "long_documents, fim_rate, fim_spm_rate, fim_tokens)");
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {

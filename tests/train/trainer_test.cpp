@@ -13,6 +13,7 @@
 
 #include "support/temp_dir.h"
 #include "triad/backend/cuda.h"
+#include "triad/data/fill_in_the_middle.h"
 #include "triad/data/indexed_dataset.h"
 #include "triad/data/last_word.h"
 #include "triad/data/loss_mask.h"
@@ -326,6 +327,55 @@ TEST(Trainer, FineTunesOnTheTokensItsLossMaskScores) {
   EXPECT_NEAR(t.step(0).loss, want, 1e-6 * want);
   // Far apart next to that tolerance, even from untrained weights.
   EXPECT_GT(std::abs(every - want), 1e-4);
+}
+
+// data.fim_rate: the first step trains on its sequences rearranged as
+// data::fill_in_the_middle rearranges global sequences 0..3 (each row one
+// document: no end token), and that is not the loss of the rows as they
+// were; data with a loss mask is refused by name.
+TEST(Trainer, FillInTheMiddleTrainsOnTheRearrangedSequences) {
+  TempDir dir;
+  const Config c = parse_config(to_yaml(small_config(dir, 2)),
+                                {"model.vocab_size=40", "data.fim_rate=1", "data.fim_spm_rate=0.5",
+                                 "data.fim_tokens=[33, 34, 35]"});
+  Trainer t(c);
+  nn::Gpt ref(c.model, 0);
+  ref.load_state_dict(t.full_state_dict());
+  data::FimOptions o;
+  o.rate = 1;
+  o.prefix_token = 33;
+  o.middle_token = 34;
+  o.suffix_token = 35;
+  o.seed = c.train.seed ^ 0x46494d00ULL;
+  auto token = [](int64_t k) { return (k * 7 + k / 13) % 31; };
+  double want = 0, plain = 0;
+  for (int64_t micro = 0; micro < 2; ++micro) {
+    std::vector<int64_t> in, target, in0, target0;
+    for (int64_t q = 2 * micro; q < 2 * micro + 2; ++q) {
+      std::vector<int64_t> row;
+      for (int64_t k = 16 * q; k < 16 * q + 17; ++k) row.push_back(token(k));
+      in0.insert(in0.end(), row.begin(), row.end() - 1);
+      target0.insert(target0.end(), row.begin() + 1, row.end());
+      data::fill_in_the_middle(row.data(), 17, q, o);
+      in.insert(in.end(), row.begin(), row.end() - 1);
+      target.insert(target.end(), row.begin() + 1, row.end());
+    }
+    want += item(ref.loss(from_vector(in, {2, 16}), from_vector(target, {2, 16}))) / 2;
+    plain += item(ref.loss(from_vector(in0, {2, 16}), from_vector(target0, {2, 16}))) / 2;
+  }
+  EXPECT_NEAR(t.step(0).loss, want, 1e-6 * want);
+  EXPECT_GT(std::abs(plain - want), 1e-4);
+  // A fine-tuning set's loss mask: refused before training.
+  std::vector<std::vector<int64_t>> docs(40);
+  for (int64_t k = 0; k < 4000; ++k) docs[static_cast<size_t>(k / 100)].push_back(token(k));
+  data::write_indexed_dataset(dir.file("sft"), docs, data::IndexedDType::U16);
+  data::write_loss_mask(data::loss_mask_path(dir.file("sft")), std::vector<uint8_t>(4000, 1));
+  try {
+    Trainer masked(parse_config(to_yaml(c), {"data.train=" + dir.file("sft")}));
+    FAIL() << "fill-in-the-middle took data with a loss mask";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("has a loss mask"), std::string::npos) << e.what();
+  }
 }
 
 // train.epochs: two passes over the 249 sequences of the data take 125

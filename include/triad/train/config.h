@@ -268,6 +268,12 @@ struct Config {
   // data.long_documents (packing: documents): what becomes of a document
   // longer than a row: split | truncate | drop.
   std::string data_long_documents = "split";
+  // data.fim_rate, data.fim_spm_rate, data.fim_tokens ([prefix, middle,
+  // suffix] sentinel ids): fill-in-the-middle on the training documents
+  // (data/fill_in_the_middle.h); rate 0: none.
+  double data_fim_rate = 0.0;
+  double data_fim_spm_rate = 0.5;
+  std::vector<int64_t> data_fim_tokens;
   std::string init_from;  // init.from: GPT-2 safetensors (optional)
   // init.adapter: a PEFT LoRA adapter's directory, merged into init.from's
   // weights as they are read (io::read_peft_adapter); needs init.from, a

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "triad/data/blended_dataset.h"
+#include "triad/data/fill_in_the_middle.h"
 #include "triad/data/token_dataset.h"
 #include "triad/dist/mesh.h"
 #include "triad/nn/gpt.h"
@@ -155,6 +156,7 @@ class Trainer {
   std::unique_ptr<pipeline::PipelineModel> pp_model_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::unique_ptr<data::BlendedDataset> dataset_;  // data.train (one part or a mixture)
+  data::FimOptions fim_;                           // data.fim_rate's (rate 0: none)
   // data.val's sets, in the config's order.
   // A data.val set (one component), or data.val_split's held-out tails of
   // the data.train parts, mixed with their weights.
