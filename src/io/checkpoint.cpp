@@ -223,7 +223,9 @@ std::vector<CheckpointInfo> recent_checkpoints(const std::string& path, int64_t 
                      " (expected 1 or more)");
   }
   const CheckpointInfo last = open_checkpoint(path);
-  const std::string dir = fs::path(last.step_dir).lexically_normal().parent_path().string();
+  fs::path last_dir = fs::path(last.step_dir).lexically_normal();
+  if (!last_dir.has_filename()) last_dir = last_dir.parent_path();  // ("step_5/")
+  const std::string dir = last_dir.parent_path().string();
   std::vector<CheckpointInfo> out;
   std::vector<int64_t> kept;
   for (const int64_t step : checkpoint_steps(dir)) {

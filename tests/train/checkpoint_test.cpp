@@ -417,6 +417,7 @@ TEST(Checkpoint, AveragedCheckpointsAreTheMeanOfTheirWeights) {
   EXPECT_EQ(infos[0].step, 5);
   EXPECT_EQ(infos[2].step, 3);
   EXPECT_EQ(io::recent_checkpoints(dir.file("ckpt"), 1)[0].step, 6);
+  EXPECT_EQ(io::recent_checkpoints(dir.file("ckpt/step_4/"), 2)[1].step, 3);
   auto whole = [&](const io::CheckpointInfo& info) {
     nn::StateDict all;
     read_checkpoint_weights(info, c.model, [&](nn::StateDict&& part) { all.merge(part); });
