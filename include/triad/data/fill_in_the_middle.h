@@ -10,9 +10,9 @@
 // The data here is already tokenized, so the cuts fall between tokens (the
 // paper cut characters, before tokenizing). Each document keeps its length:
 // the three sentinels take the last three tokens of its suffix (a document
-// whose suffix is shorter stays as it was, as Megatron-LM's does), and the
-// end-of-document tokens between documents stay where they are (document
-// masks and position resets see the same documents).
+// whose suffix is shorter stays as it was), and the end-of-document tokens
+// between documents stay where they are (document masks and position resets
+// see the same documents).
 #include <cstdint>
 
 #include "triad/data/token_dataset.h"
