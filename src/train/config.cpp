@@ -1717,6 +1717,19 @@ std::set<std::string> Config::no_decay_parameters() const {
   return matching(train.no_weight_decay, "train.no_weight_decay");
 }
 
+data::FimOptions Config::fim_options() const {
+  data::FimOptions o;
+  if (data_fim_rate <= 0) return o;
+  o.rate = data_fim_rate;
+  o.spm_rate = data_fim_spm_rate;
+  o.prefix_token = data_fim_tokens.at(0);
+  o.middle_token = data_fim_tokens.at(1);
+  o.suffix_token = data_fim_tokens.at(2);
+  o.eod_token = model.eod_token;
+  o.seed = train.seed ^ 0x46494d00ULL;  // ("FIM": draws of their own)
+  return o;
+}
+
 std::map<std::string, double> Config::lr_scale_factors() const {
   std::map<std::string, double> factors;
   std::vector<std::string> patterns;

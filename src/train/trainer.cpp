@@ -441,13 +441,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                           "tokens across it; give it to unmasked pretraining data");
       }
     }
-    fim_.rate = config_.data_fim_rate;
-    fim_.spm_rate = config_.data_fim_spm_rate;
-    fim_.prefix_token = config_.data_fim_tokens[0];
-    fim_.middle_token = config_.data_fim_tokens[1];
-    fim_.suffix_token = config_.data_fim_tokens[2];
-    fim_.eod_token = config_.model.eod_token;
-    fim_.seed = config_.train.seed ^ 0x46494d00ULL;  // ("FIM": draws of their own)
+    fim_ = config_.fim_options();
   }
   if (config_.train.epochs > 0) {
     // train.epochs: the steps that pass over the data that many times.

@@ -112,6 +112,15 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_EQ(fim.data_fim_rate, 0.5);
   EXPECT_EQ(fim.data_fim_spm_rate, 0.25);
   EXPECT_EQ(fim.data_fim_tokens, (std::vector<int64_t>{1, 2, 3}));
+  const data::FimOptions fo = fim.fim_options();
+  EXPECT_EQ(fo.rate, 0.5);
+  EXPECT_EQ(fo.spm_rate, 0.25);
+  EXPECT_EQ(fo.prefix_token, 1);
+  EXPECT_EQ(fo.middle_token, 2);
+  EXPECT_EQ(fo.suffix_token, 3);
+  EXPECT_EQ(fo.eod_token, fim.model.eod_token);
+  EXPECT_NE(fo.seed, fim.train.seed);  // (not dropout's draws)
+  EXPECT_EQ(c.fim_options().rate, 0.0);
   expect_config_error(kValid, {"data.fim_rate=0.5"},
                       "data.fim_rate 0.500000 needs data.fim_tokens: the [prefix, middle, suffix]");
   expect_config_error(

@@ -341,12 +341,9 @@ TEST(Trainer, FillInTheMiddleTrainsOnTheRearrangedSequences) {
   Trainer t(c);
   nn::Gpt ref(c.model, 0);
   ref.load_state_dict(t.full_state_dict());
-  data::FimOptions o;
-  o.rate = 1;
-  o.prefix_token = 33;
-  o.middle_token = 34;
-  o.suffix_token = 35;
-  o.seed = c.train.seed ^ 0x46494d00ULL;
+  const data::FimOptions o = c.fim_options();
+  ASSERT_EQ(o.rate, 1.0);
+  ASSERT_EQ(o.suffix_token, 35);
   auto token = [](int64_t k) { return (k * 7 + k / 13) % 31; };
   double want = 0, plain = 0;
   for (int64_t micro = 0; micro < 2; ++micro) {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "triad/data/fill_in_the_middle.h"
 #include "triad/nn/gpt.h"
 #include "triad/optim/lr_schedule.h"
 #include "triad/train/batch_size_ramp.h"
@@ -303,6 +304,9 @@ struct Config {
   // model, whatever the layout). Parses and checks the patterns as
   // parse_config does: a pattern that matches nothing is an error.
   std::set<std::string> frozen_parameters() const;
+  // What data.fim_rate, data.fim_spm_rate and data.fim_tokens describe (rate
+  // 0: none), its draws seeded from train.seed apart from dropout's.
+  data::FimOptions fim_options() const;
   // The names of the parameters train.no_weight_decay matches, checked so.
   std::set<std::string> no_decay_parameters() const;
   // Each parameter train.lr_scale matches, with its factor. Each pattern
