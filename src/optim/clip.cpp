@@ -6,9 +6,11 @@
 
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/backend.h"
+#include "triad/core/error.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/reduce.h"
+#include "triad/ops/shape_ops.h"
 
 namespace triad::optim {
 
@@ -36,6 +38,42 @@ Tensor sum_of_squares_device(const std::vector<Tensor>& tensors) {
     total = total.defined() ? add(total, to_device(s, total.device())) : s;
   }
   return total;
+}
+
+NormGroups::NormGroups(const std::vector<std::string>& parameters,
+                       const std::function<std::string(const std::string&)>& key) {
+  std::map<std::string, std::vector<std::string>> members;
+  for (const auto& name : parameters) members[key(name)].push_back(name);
+  for (const auto& [group, names] : members) {
+    for (const auto& name : names) of_[name] = names_.size();
+    names_.push_back(group);
+  }
+}
+
+size_t NormGroups::of(const std::string& parameter) const {
+  const auto it = of_.find(parameter);
+  if (it == of_.end()) {
+    throw ValueError("norm groups: no group holds parameter '" + parameter + "' (" +
+                     std::to_string(of_.size()) + " parameters in " +
+                     std::to_string(names_.size()) + " groups)");
+  }
+  return it->second;
+}
+
+Tensor grouped_sum_of_squares(const std::vector<std::vector<Tensor>>& groups, Device device) {
+  autograd::NoGradGuard no_grad;
+  if (groups.size() == 1) {  // (the plain global norm: no concatenation)
+    const Tensor s = sum_of_squares_device(groups[0]);
+    return s.defined() ? to_device(s, device) : s;
+  }
+  std::vector<Tensor> sums;
+  bool any = false;
+  for (const auto& g : groups) {
+    Tensor s = sum_of_squares_device(g);
+    any = any || s.defined();
+    sums.push_back(s.defined() ? to_device(s, device) : zeros({1}, DType::F64, device));
+  }
+  return any ? concat(sums, 0) : Tensor();
 }
 
 double global_grad_norm(const std::vector<Tensor>& params) {

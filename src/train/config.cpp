@@ -1501,6 +1501,16 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"tensorboard", {false, [&](auto& v, auto& k) { c.log_tensorboard = get_bool(v, k); }}},
       {"param_norm", {false, [&](auto& v, auto& k) { c.log_param_norm = get_bool(v, k); }}},
+      {"grad_norms",
+       {false,
+        [&](auto& v, auto& k) {
+          c.log_grad_norms = get_string(v, k);
+          if (c.log_grad_norms != "none" && c.log_grad_norms != "layers" &&
+              c.log_grad_norms != "parameters") {
+            throw ConfigError(k + " ('" + c.log_grad_norms +
+                              "') must be none, layers or parameters");
+          }
+        }}},
       {"plan_cluster", {false, [&](auto& v, auto& k) { c.log_plan_cluster = get_string(v, k); }}},
   };
   const Section checkpoint{
@@ -1728,6 +1738,24 @@ data::FimOptions Config::fim_options() const {
   o.eod_token = model.eod_token;
   o.seed = train.seed ^ 0x46494d00ULL;  // ("FIM": draws of their own)
   return o;
+}
+
+std::optional<optim::NormGroups> Config::grad_norm_groups() const {
+  if (log_grad_norms == "none") return std::nullopt;
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : nn::gpt_parameter_shapes(model)) names.push_back(name);
+  if (log_grad_norms == "parameters")
+    return optim::NormGroups(names, [](const std::string& name) { return name; });
+  // layers: a block's parameters ("h.3.attn.c_attn.weight") and a prediction
+  // module's ("mtp.0.eh_proj.weight") by their first two parts, the rest by
+  // their first ("wte", "wpe", "ln_f", "lm_head").
+  return optim::NormGroups(names, [](const std::string& name) {
+    const size_t first = name.find('.');
+    if (first == std::string::npos) return name;
+    const std::string head = name.substr(0, first);
+    if (head != "h" && head != "mtp") return head;
+    return name.substr(0, name.find('.', first + 1));
+  });
 }
 
 std::map<std::string, double> Config::lr_scale_factors() const {
@@ -2045,6 +2073,7 @@ std::string to_yaml(const Config& c) {
     << c.log_interval << YAML::Key << "peak_tflops" << YAML::Value << c.log_peak_tflops << YAML::Key
     << "tensorboard" << YAML::Value << c.log_tensorboard << YAML::Key << "param_norm" << YAML::Value
     << c.log_param_norm;
+  if (c.log_grad_norms != "none") e << YAML::Key << "grad_norms" << YAML::Value << c.log_grad_norms;
   if (!c.log_plan_cluster.empty())
     e << YAML::Key << "plan_cluster" << YAML::Value << c.log_plan_cluster;
   e << YAML::EndMap;

@@ -46,6 +46,11 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["lr"] = m.lr;
   j["grad_norm"] = m.grad_norm;
   if (m.param_norm >= 0) j["param_norm"] = m.param_norm;
+  if (!m.grad_norms.empty()) {
+    nlohmann::json groups = nlohmann::json::object();
+    for (const auto& [name, norm] : m.grad_norms) groups[name] = norm;
+    j["grad_norms"] = groups;
+  }
   j["consumed_sequences"] = m.consumed_sequences;
   j["global_batch_size"] = m.global_batch_size;
   j["tokens_per_s"] = m.tokens_per_s;

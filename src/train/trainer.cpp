@@ -228,6 +228,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     : config_(std::move(config)),
       world_(std::move(world)),
       schedule_(initial_schedule(config_.train)) {
+  grad_norm_groups_ = config_.grad_norm_groups();
   const auto& par = config_.parallel;
   const int world_size = world_ ? world_->size() : 1;
   device_ = device_from_string(config_.device);
@@ -551,6 +552,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       double w = split || mesh_->tp_rank() == 0 ? 1.0 : 0.0;
       if (name == "wte.weight" && pp_model_ && mesh_->pp_rank() != 0) w = 0.0;
       norm_weight_.push_back(w);
+      norm_names_.push_back(name);
       norm_repeated_.push_back(split ? repeated.at(name)
                                      : std::vector<std::pair<int64_t, int64_t>>{});
     }
@@ -1373,18 +1375,25 @@ int64_t Trainer::optimizer_state_elements() const {
 }
 
 double Trainer::global_norm_zero1(const Tensor& flat) const {
+  return std::sqrt(norm_squares_zero1(flat, nullptr).at(0));
+}
+
+std::vector<double> Trainer::norm_squares_zero1(const Tensor& flat,
+                                                const optim::NormGroups* groups) const {
   autograd::NoGradGuard ng;
-  std::vector<Tensor> pieces;
+  const size_t G = groups ? groups->size() : 1;
+  std::vector<std::vector<Tensor>> pieces(G);
   for (const auto& seg : reducer_->shard_segments()) {
     if (norm_weight_[seg.param] == 0.0) continue;
+    std::vector<Tensor>& into = pieces[groups ? groups->of(norm_names_[seg.param]) : 0];
     // The segment's elements [seg.param_offset, + length) of the parameter,
     // less those another TP rank counts.
     int64_t at = seg.param_offset;
     const int64_t end = seg.param_offset + seg.length;
     auto take = [&](int64_t from, int64_t to) {
       if (to > from) {
-        pieces.push_back(make_view(flat, {to - from}, {1},
-                                   flat.offset() + seg.flat_offset + (from - seg.param_offset)));
+        into.push_back(make_view(flat, {to - from}, {1},
+                                 flat.offset() + seg.flat_offset + (from - seg.param_offset)));
       }
     };
     for (const auto& [begin, stop] : norm_repeated_[seg.param]) {
@@ -1393,11 +1402,49 @@ double Trainer::global_norm_zero1(const Tensor& flat) const {
     }
     take(at, end);
   }
-  const Tensor local = optim::sum_of_squares_device(pieces);
-  const double sq = local.defined() ? item(local) : 0.0;
-  Tensor t = from_vector(std::vector<double>{sq}, {1}, DType::F64);
+  const Tensor local = optim::grouped_sum_of_squares(pieces, Device::cpu());
+  Tensor t = local.defined() ? local : zeros({static_cast<int64_t>(G)}, DType::F64, Device::cpu());
   world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
-  return std::sqrt(item(t));
+  const double* v = t.data<double>();
+  return std::vector<double>(v, v + G);
+}
+
+std::vector<std::pair<std::string, double>> Trainer::grad_norms_by_group() {
+  if (!grad_norm_groups_) return {};
+  autograd::NoGradGuard ng;
+  const optim::NormGroups& groups = *grad_norm_groups_;
+  const size_t G = groups.size();
+  const int64_t n = static_cast<int64_t>(G);
+  if (grad_norm_trains_.empty()) {
+    // The groups with a parameter that trains on some rank.
+    std::vector<double> trains(G, 0.0);
+    for (const auto& [name, p] : trainable_parameters()) trains[groups.of(name)] = 1.0;
+    Tensor t = from_vector(trains, {n}, DType::F64);
+    if (world_ && world_->size() > 1) world_->all_reduce(t, dist::ReduceOp::Max)->wait();
+    for (size_t i = 0; i < G; ++i) grad_norm_trains_.push_back(t.data<double>()[i] > 0);
+  }
+  std::vector<double> squares;
+  if (zero_optimizer_) {
+    squares = norm_squares_zero1(reducer_->flat_grads(), &groups);
+  } else if (pp_model_) {
+    squares = pp_model_->grad_norm_squares(groups);
+  } else {
+    Tensor t;
+    if (tp_model_) {
+      t = tp_model_->grad_norm_squares(groups);
+    } else {
+      std::vector<std::vector<Tensor>> grads(G);
+      for (const auto& [name, p] : model_->named_parameters())
+        grads[groups.of(name)].push_back(p.grad());
+      t = optim::grouped_sum_of_squares(grads, device_);
+    }
+    t = t.defined() ? to_device(t, Device::cpu()) : zeros({n}, DType::F64, Device::cpu());
+    squares.assign(t.data<double>(), t.data<double>() + G);
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < G; ++i)
+    if (grad_norm_trains_[i]) out.emplace_back(groups.names()[i], std::sqrt(squares[i]));
+  return out;
 }
 
 double Trainer::param_norm() const {
@@ -1863,6 +1910,8 @@ StepMetrics Trainer::step(int64_t index) {
          : pp_model_     ? pp_model_->grad_norm()
          : tp_model_     ? tp_model_->grad_norm()
                          : optim::global_grad_norm(model_->parameters());
+  // (Like the global norm: a pass over the gradients and a reduction.)
+  std::vector<std::pair<std::string, double>> grad_norms = grad_norms_by_group();
   // Clipping's coefficient goes into the optimizer step: no pass over
   // every gradient (on a GPU, one launch per parameter fewer).
   if (t.grad_clip > 0 && std::isfinite(norm))
@@ -1884,9 +1933,12 @@ StepMetrics Trainer::step(int64_t index) {
   } else if (!std::isfinite(norm) || !std::isfinite(loss)) {
     m.skipped = true;
     ++consecutive_skips_;
-    spdlog::warn("step {}: non-finite {} ({}); skipping the update ({} in a row)", index + 1,
+    std::string where;  // (log.grad_norms names the groups)
+    for (const auto& [name, g] : grad_norms)
+      if (!std::isfinite(g)) where += (where.empty() ? "; non-finite in " : ", ") + name;
+    spdlog::warn("step {}: non-finite {} ({}); skipping the update ({} in a row){}", index + 1,
                  std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss,
-                 consecutive_skips_);
+                 consecutive_skips_, where);
     if (consecutive_skips_ > t.max_skipped_steps) {
       throw Error("stopping: " + std::to_string(consecutive_skips_) +
                   " consecutive steps with non-finite gradients (train.max_skipped_steps is " +
@@ -1928,6 +1980,7 @@ StepMetrics Trainer::step(int64_t index) {
   m.lr = lr;
   m.grad_norm = norm;
   m.param_norm = param_norm_value;
+  m.grad_norms = std::move(grad_norms);
   m.step_ms = ms;
   m.bubble_fraction = bubble;
   moe_metrics_into(m);

@@ -440,5 +440,42 @@ TEST(Clip, DeviceSideSumOfSquaresEqualsTheHostSum) {
   EXPECT_FALSE(optim::sum_of_squares_device({}).defined());
 }
 
+// log.grad_norms' groups: numbered in the order of their names, each
+// parameter in its key's group; each group's sum of squares in its place,
+// zero for a group with nothing defined.
+TEST(Clip, GroupedSumsOfSquaresFollowTheGroupsNames) {
+  const optim::NormGroups groups({"b.x", "a.y", "b.z", "c"}, [](const std::string& name) {
+    return name.substr(0, name.find('.'));
+  });
+  EXPECT_EQ(groups.names(), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(groups.of("a.y"), 0u);
+  EXPECT_EQ(groups.of("b.x"), 1u);
+  EXPECT_EQ(groups.of("b.z"), 1u);
+  EXPECT_EQ(groups.of("c"), 2u);
+  try {
+    groups.of("d");
+    FAIL() << "expected an error for a parameter in no group";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("'d'"), std::string::npos) << e.what();
+  }
+  const Tensor x = randn({3, 5}, 1, 4), y = randn({7}, 1, 5), z = randn({2, 2}, 1, 6);
+  auto sq = [](const Tensor& t) {
+    double s = 0;
+    for (double v : to_double_vector(t)) s += v * v;
+    return s;
+  };
+  const Tensor got = optim::grouped_sum_of_squares({{y}, {x, Tensor(), z}, {}}, Device::cpu());
+  ASSERT_EQ(got.numel(), 3);
+  EXPECT_EQ(got.dtype(), DType::F64);
+  const auto v = to_double_vector(got);
+  EXPECT_NEAR(v[0], sq(y), 1e-6 * sq(y));
+  EXPECT_NEAR(v[1], sq(x) + sq(z), 1e-6 * (sq(x) + sq(z)));
+  EXPECT_EQ(v[2], 0.0);
+  EXPECT_FALSE(optim::grouped_sum_of_squares({{}, {Tensor()}}, Device::cpu()).defined());
+  // One group is the plain global sum.
+  EXPECT_NEAR(item(optim::grouped_sum_of_squares({{x, y}}, Device::cpu())), sq(x) + sq(y),
+              1e-6 * (sq(x) + sq(y)));
+}
+
 }  // namespace
 }  // namespace triad

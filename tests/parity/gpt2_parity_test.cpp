@@ -1792,15 +1792,27 @@ TEST_F(Gpt2Parity, GreedyGenerationPicksPyTorchsTokens) {
   EXPECT_EQ(nn::generate(model, prompt, o), want);
 }
 
+// With log.grad_norms: layers, each step's gradient norm block by block
+// (and of the embeddings and the final norm) is PyTorch's too.
 TEST_F(Gpt2Parity, TenAdamWStepsWithDecayClippingAndAccumulation) {
-  const train::Config c = reference_run(model_cfg_, "model.safetensors");
+  train::Config c = reference_run(model_cfg_, "model.safetensors");
+  c.log_grad_norms = "layers";
   train::Trainer trainer(c);
   auto want = to_double_vector(ref_.at("losses"));
   auto norms = to_double_vector(ref_.at("grad_norms"));
+  const std::vector<std::string> groups = cfg_.at("layer_grad_norm_groups");
+  const auto layer_norms = to_double_vector(ref_.at("layer_grad_norms"));
+  ASSERT_EQ(layer_norms.size(), groups.size() * static_cast<size_t>(c.train.steps));
   for (int64_t k = 0; k < c.train.steps; ++k) {
     train::StepMetrics m = trainer.step(k);
     EXPECT_NEAR(m.loss, want[k], 1e-5 * want[k]) << "step " << k;
     EXPECT_NEAR(m.grad_norm, norms[k], 1e-4 * norms[k]) << "step " << k;
+    ASSERT_EQ(m.grad_norms.size(), groups.size()) << "step " << k;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const double norm = layer_norms[static_cast<size_t>(k) * groups.size() + g];
+      EXPECT_EQ(m.grad_norms[g].first, groups[g]);
+      EXPECT_NEAR(m.grad_norms[g].second, norm, 1e-4 * norm) << "step " << k << " " << groups[g];
+    }
   }
 }
 

@@ -1874,7 +1874,7 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=TRAIN["lr"], betas=(TRAIN["beta1"], TRAIN["beta2"]), eps=TRAIN["eps"],
                             foreach=False)
-    losses, norms = [], []
+    losses, norms, layer_norms = [], [], []
     accum = G // b
     for step in range(TRAIN["steps"]):
         total = 0.0
@@ -1883,6 +1883,15 @@ def main():
             l = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
             (l / accum).backward()
             total += l.item() / accum
+        # log.grad_norms: layers: each block's parameters together, the rest
+        # by their first name part; groups in the order of their names.
+        squares = {}
+        for n, p in model.named_parameters():
+            parts = n.split(".")
+            key = ".".join(parts[:2]) if parts[0] in ("h", "mtp") else parts[0]
+            squares[key] = squares.get(key, 0.0) + float(p.grad.double().pow(2).sum())
+        layer_names = sorted(squares)
+        layer_norms.append([math.sqrt(squares[k]) for k in layer_names])
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), TRAIN["grad_clip"])
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
@@ -2349,9 +2358,11 @@ def main():
     continuation_scores(gen, "", ref)
     ref["losses"] = torch.tensor(losses, dtype=torch.float64)
     ref["grad_norms"] = torch.tensor(norms, dtype=torch.float64)
+    ref["layer_grad_norms"] = torch.tensor(layer_norms, dtype=torch.float64)
     save_safetensors(os.path.join(out, "reference.safetensors"), ref)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
+                   "layer_grad_norm_groups": layer_names,
                    "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
                    "mtp_llama": MTP_LLAMA, "mtp_gpt2": MTP_GPT2, "mtp_glm4": MTP_GLM4,
                    "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING,

@@ -998,6 +998,12 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   EXPECT_TRUE(parse_config(to_yaml(parse_config(kValid, {"log.param_norm=true"}))).log_param_norm);
   expect_config_error(kValid, {"log.param_norm=2"},
                       "log.param_norm: expected true or false, got '2'");
+  EXPECT_EQ(parse_config(kValid).log_grad_norms, "none");
+  EXPECT_FALSE(parse_config(kValid).grad_norm_groups());
+  EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"log.grad_norms=layers"}))).log_grad_norms,
+            "layers");
+  expect_config_error(kValid, {"log.grad_norms=blocks"},
+                      "log.grad_norms ('blocks') must be none, layers or parameters");
   EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"log.plan_cluster=clusters/h200.yaml"})))
                 .log_plan_cluster,
             "clusters/h200.yaml");

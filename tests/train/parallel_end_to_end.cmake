@@ -5,8 +5,9 @@
 # sharding of the config's 128, a quarter of the arithmetic), on sequences
 # of 64 tokens (EXTRA may change any of these). Layouts may also
 # switch on full recomputation, which must not change a single loss.
-# Each step's gradient norm (before clipping) and parameter norm (after the
-# update, log.param_norm) must match one process's too.
+# Each step's gradient norm (before clipping), each layer's
+# (log.grad_norms: layers) and the parameter norm (after the update,
+# log.param_norm) must match one process's too.
 # Every run reads its training sequences in the shuffled order (data.shuffle:
 # a function of the seed and the pass, never of the layout), and also
 # evaluates 2 global batches of validation data halfway and at the
@@ -49,7 +50,8 @@ endif()
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
     --set model.d_model=64 --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=${half}
     --set data.val=${DATA} --set eval.interval=${half}
-    --set eval.batches=2 --set data.shuffle=true --set log.param_norm=true ${extra})
+    --set eval.batches=2 --set data.shuffle=true --set log.param_norm=true
+    --set log.grad_norms=layers ${extra})
 if(QUESTIONS)
   list(APPEND common --set eval.choices=${QUESTIONS})
 endif()
@@ -87,6 +89,44 @@ function(steps_marked dir key outvar)
   endforeach()
   set(${outvar} "${steps}" PARENT_SCOPE)
 endfunction()
+# log.grad_norms' groups: their names (in outvar) and each one's values
+# step by step (in outvar_0, outvar_1, ...).
+function(group_norms dir outvar)
+  file(STRINGS ${dir}/metrics.jsonl lines)
+  set(names)
+  set(count 0)
+  foreach(line IN LISTS lines)
+    string(JSON n ERROR_VARIABLE missing LENGTH "${line}" grad_norms)
+    if(missing)
+      continue()
+    endif()
+    if(count EQUAL 0)
+      set(count ${n})
+      math(EXPR last "${n} - 1")
+      foreach(i RANGE ${last})
+        string(JSON name MEMBER "${line}" grad_norms ${i})
+        list(APPEND names ${name})
+        set(values_${i})
+      endforeach()
+    endif()
+    if(NOT n EQUAL count)
+      message(FATAL_ERROR "${dir}: ${n} gradient norm groups on a line, ${count} on the first")
+    endif()
+    set(i 0)
+    foreach(name IN LISTS names)
+      string(JSON v GET "${line}" grad_norms ${name})
+      list(APPEND values_${i} ${v})
+      math(EXPR i "${i} + 1")
+    endforeach()
+  endforeach()
+  set(${outvar} "${names}" PARENT_SCOPE)
+  if(count GREATER 0)
+    math(EXPR last "${count} - 1")
+    foreach(i RANGE ${last})
+      set(${outvar}_${i} "${values_${i}}" PARENT_SCOPE)
+    endforeach()
+  endif()
+endfunction()
 # A common starting point, then the one-process reference.
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors --set train.steps=${STEPS})
@@ -96,6 +136,10 @@ field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
 field(${WORK}/reference param_norm reference_param_norms)
 field(${WORK}/reference val_loss reference_val)
+group_norms(${WORK}/reference reference_groups)
+if(NOT reference_groups)
+  message(FATAL_ERROR "one process reported no grad_norms with log.grad_norms=layers")
+endif()
 # A mixture of experts' routing statistics (its load-balancing loss, and
 # under a capacity factor the share dropped, under a z-loss the z-loss),
 # when the metrics carry them.
@@ -178,6 +222,31 @@ foreach(layout IN LISTS layouts)
   expect_close("${ranks} ranks ${flags} loss" "${reference}" "${got}" ${loss_div})
   # The clipping norm (global over the whole mesh) equals one process's.
   expect_close("${ranks} ranks ${flags} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
+  # So does each layer's (log.grad_norms): at the first step, from the same
+  # weights, as closely; later, as roundings part the runs, within 10 times
+  # that (a layer's norm moves more than the sum over all of them).
+  group_norms(${dir} got_groups)
+  if(NOT "${got_groups}" STREQUAL "${reference_groups}")
+    message(FATAL_ERROR "${ranks} ranks ${flags}: gradient norm groups [${got_groups}], one "
+                        "process [${reference_groups}]")
+  endif()
+  math(EXPR later_div "${norm_div} / 10")
+  if(later_div LESS 1)
+    set(later_div 1)
+  endif()
+  set(i 0)
+  foreach(group IN LISTS reference_groups)
+    set(want "${reference_groups_${i}}")
+    set(got "${got_groups_${i}}")
+    list(GET want 0 want_first)
+    list(GET got 0 got_first)
+    expect_close("${ranks} ranks ${flags} gradient norm of ${group} at step 1" "${want_first}"
+                 "${got_first}" ${norm_div})
+    list(SUBLIST want 1 -1 want)
+    list(SUBLIST got 1 -1 got)
+    expect_close("${ranks} ranks ${flags} gradient norm of ${group}" "${want}" "${got}" ${later_div})
+    math(EXPR i "${i} + 1")
+  endforeach()
   # So does the parameters' (log.param_norm), each tensor counted once.
   field(${dir} param_norm got_param_norms)
   expect_close("${ranks} ranks ${flags} parameter norm" "${reference_param_norms}"

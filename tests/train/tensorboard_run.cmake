@@ -6,7 +6,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 run(training ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set data.val=${DATA}
     --set eval.interval=2 --set eval.batches=1 --set train.steps=4 --set log.tensorboard=true
-    --set log.param_norm=true
+    --set log.param_norm=true --set log.grad_norms=layers
     --set "eval.samples=[Once, The]" --set eval.sample_tokens=8 --set output.dir=${WORK}/run)
 # Two evaluations of two samples each.
 run("reading the events" ${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/tensorboard_events.py ${WORK}/run 4 4)

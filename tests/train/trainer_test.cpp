@@ -524,6 +524,55 @@ TEST(Trainer, ParamNormIsTheNormOfTheTrainedWeightsAfterTheUpdate) {
   EXPECT_NEAR(frozen.param_norm, norm_of(part.full_state_dict(), {"wte.weight"}), 1e-7 * after);
 }
 
+// log.grad_norms: layers reports the embeddings, each block and the final
+// norm, parameters each parameter; both add up (in squares) to the
+// clipping norm, each layer's to its parameters'. A group that does not
+// train is left out; none reports nothing. (PyTorch's own per-layer norms:
+// parity.gpt2; every layout's: the mpi.train_* comparisons.)
+TEST(Trainer, GradNormsByGroupAddUpToTheGlobalNorm) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  {
+    Trainer plain(c);
+    EXPECT_TRUE(plain.step(0).grad_norms.empty());
+  }
+  auto square_sum = [](const std::vector<std::pair<std::string, double>>& groups,
+                       const std::string& prefix) {
+    double s = 0;
+    for (const auto& [name, norm] : groups)
+      if (name.rfind(prefix, 0) == 0) s += norm * norm;
+    return s;
+  };
+  c.log_grad_norms = "layers";
+  Trainer layers(c);
+  const StepMetrics by_layer = layers.step(0);
+  std::vector<std::string> names;
+  for (const auto& [name, norm] : by_layer.grad_norms) {
+    names.push_back(name);
+    EXPECT_GT(norm, 0) << name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"h.0", "h.1", "ln_f", "wpe", "wte"}));
+  const double total = by_layer.grad_norm * by_layer.grad_norm;
+  EXPECT_NEAR(square_sum(by_layer.grad_norms, ""), total, 1e-5 * total);
+  c.log_grad_norms = "parameters";
+  Trainer params(c);
+  const StepMetrics by_parameter = params.step(0);
+  EXPECT_EQ(by_parameter.grad_norm, by_layer.grad_norm);  // (the same step, bit for bit)
+  EXPECT_EQ(by_parameter.grad_norms.size(), nn::gpt_parameter_shapes(c.model).size());
+  EXPECT_NEAR(square_sum(by_parameter.grad_norms, ""), total, 1e-5 * total);
+  for (const auto& [layer, norm] : by_layer.grad_norms) {
+    const double in_layer = square_sum(by_parameter.grad_norms, layer + ".");
+    EXPECT_NEAR(in_layer, norm * norm, 1e-5 * norm * norm) << layer;
+  }
+  // A whole block frozen: no group for it.
+  c.log_grad_norms = "layers";
+  c.train.freeze = {"h.0.*"};
+  Trainer part(c);
+  names.clear();
+  for (const auto& [name, norm] : part.step(0).grad_norms) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"h.1", "ln_f", "wpe", "wte"}));
+}
+
 // model.z_loss_coef: the step's loss is the cross entropy still (the first
 // step's bitwise that of a run without it), the z-loss is reported beside
 // it, and the update differs (the second step's loss).

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "triad/core/tensor.h"
@@ -17,6 +20,30 @@ double sum_of_squares(const Tensor& t);
 // device. Undefined tensors are skipped; an empty list gives an undefined
 // result.
 Tensor sum_of_squares_device(const std::vector<Tensor>& tensors);
+
+// Parameters sorted into named groups, for norms reported group by group
+// (log.grad_norms). Built from every parameter name of the whole model, so
+// that every rank of any layout numbers the groups alike.
+class NormGroups {
+ public:
+  // `key` gives a parameter's group name; groups are numbered in the order
+  // of their names.
+  NormGroups(const std::vector<std::string>& parameters,
+             const std::function<std::string(const std::string&)>& key);
+  size_t size() const { return names_.size(); }
+  const std::vector<std::string>& names() const { return names_; }
+  // The group of a parameter; ValueError for a name it was not built from.
+  size_t of(const std::string& parameter) const;
+
+ private:
+  std::vector<std::string> names_;
+  std::map<std::string, size_t> of_;
+};
+
+// Each group's sum of squares (as sum_of_squares_device), in one f64
+// tensor of groups.size() elements on `device`, not read back: zero for a
+// group with no defined tensor; undefined when no group has one.
+Tensor grouped_sum_of_squares(const std::vector<std::vector<Tensor>>& groups, Device device);
 
 // L2 norm of all gradients together (parameters without .grad are skipped).
 double global_grad_norm(const std::vector<Tensor>& params);

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 
 #include "triad/data/fill_in_the_middle.h"
 #include "triad/nn/gpt.h"
+#include "triad/optim/clip.h"
 #include "triad/optim/lr_schedule.h"
 #include "triad/train/batch_size_ramp.h"
 
@@ -285,6 +287,10 @@ struct Config {
   double log_peak_tflops = 0;    // log.peak_tflops: per-device peak for MFU (0: no MFU)
   bool log_tensorboard = false;  // log.tensorboard: TensorBoard event files in output.dir
   bool log_param_norm = false;   // log.param_norm: each step's parameter norm in the metrics
+  // log.grad_norms: each step's gradient norm group by group in the
+  // metrics: none | layers (the embeddings, each block, the final norm,
+  // the head, each prediction module) | parameters (each parameter).
+  std::string log_grad_norms = "none";
   // log.plan_cluster: a cluster file (configs/clusters/) the planner prices
   // this run on at the start, logged and written to output.dir/plan.json
   // beside the measured steps ("": none).
@@ -307,6 +313,9 @@ struct Config {
   // What data.fim_rate, data.fim_spm_rate and data.fim_tokens describe (rate
   // 0: none), its draws seeded from train.seed apart from dropout's.
   data::FimOptions fim_options() const;
+  // log.grad_norms' groups over every parameter of the whole model (the
+  // same on every rank of any layout); none when it is none.
+  std::optional<optim::NormGroups> grad_norm_groups() const;
   // The names of the parameters train.no_weight_decay matches, checked so.
   std::set<std::string> no_decay_parameters() const;
   // Each parameter train.lr_scale matches, with its factor. Each pattern

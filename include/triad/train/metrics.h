@@ -18,6 +18,9 @@ struct StepMetrics {
   // log.param_norm: the global L2 norm of the parameters training updates
   // (frozen ones left out), after this step's update. Negative otherwise.
   double param_norm = -1;
+  // log.grad_norms: the gradient norm (before clipping) of each group of
+  // parameters that trains, by group name; empty otherwise.
+  std::vector<std::pair<std::string, double>> grad_norms;
   double tokens_per_s = 0;
   double step_ms = 0;
   double tflops_per_device = 0;  // PTD-P model FLOPs per second per device

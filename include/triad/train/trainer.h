@@ -226,7 +226,8 @@ class Trainer {
   double muon_lr(double lr) const;
   std::unique_ptr<dp::GradientReducer> reducer_;   // dp > 1
   std::unique_ptr<dp::ZeroAdamW> zero_optimizer_;  // parallel.zero = 1
-  std::vector<double> norm_weight_;  // ZeRO-1 norm: how each parameter counts on this rank
+  std::vector<double> norm_weight_;      // ZeRO-1 norm: how each parameter counts on this rank
+  std::vector<std::string> norm_names_;  // ZeRO-1 norm: the reducer's parameters' names
   // When this trainer was created: train.exit_after_minutes counts from it
   // (building the model and loading its weights and checkpoint included).
   std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
@@ -285,6 +286,16 @@ class Trainer {
   // reducer's flat gradients or parameters), each element counted once
   // over the world (norm_weight_, norm_repeated_).
   double global_norm_zero1(const Tensor& flat) const;
+  // The same squared, by group when `groups` is given (else one value).
+  std::vector<double> norm_squares_zero1(const Tensor& flat, const optim::NormGroups* groups) const;
+  // log.grad_norms: the groups (config_.grad_norm_groups()), and which of
+  // them train on some rank (found at the first step; the others are not
+  // reported).
+  std::optional<optim::NormGroups> grad_norm_groups_;
+  std::vector<bool> grad_norm_trains_;
+  // log.grad_norms: each training group's gradient norm, the same on every
+  // rank (collective); empty when log.grad_norms is none.
+  std::vector<std::pair<std::string, double>> grad_norms_by_group();
   // log.param_norm: the global L2 norm of the parameters training updates,
   // after the step's update (every rank gets it).
   double param_norm() const;

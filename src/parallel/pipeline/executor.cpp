@@ -200,16 +200,27 @@ double PipelineModel::param_norm() const {
 }
 
 double PipelineModel::norm(bool of_grads) const {
+  return std::sqrt(item(norm_squares(of_grads, nullptr)));
+}
+
+std::vector<double> PipelineModel::grad_norm_squares(const optim::NormGroups& groups) const {
+  const Tensor t = norm_squares(/*of_grads=*/true, &groups);
+  const double* v = t.data<double>();
+  return std::vector<double>(v, v + t.numel());
+}
+
+Tensor PipelineModel::norm_squares(bool of_grads, const optim::NormGroups* groups) const {
   // Summed on the device over chunks and stages, read once.
   Tensor t;
   for (const auto& c : chunks_) {
     const bool count_embedding = !c->plan().head || c->plan().embedding;
-    Tensor sq =
-        of_grads ? c->grad_norm_squared(count_embedding) : c->param_norm_squared(count_embedding);
+    Tensor sq = groups     ? c->grad_norm_squares(*groups, count_embedding)
+                : of_grads ? c->grad_norm_squared(count_embedding)
+                           : c->param_norm_squared(count_embedding);
     t = t.defined() ? add(t, sq).detach() : sq;
   }
   groups_.pp->all_reduce(t, dist::ReduceOp::Sum)->wait();
-  return std::sqrt(item(t));
+  return to_device(t, Device::cpu());
 }
 
 nn::StateDict PipelineModel::full_state_dict() const {

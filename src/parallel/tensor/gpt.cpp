@@ -613,9 +613,17 @@ Tensor TensorParallelGpt::param_norm_squared(bool count_embedding) const {
   return norm_squared(count_embedding, /*of_grads=*/false);
 }
 
-Tensor TensorParallelGpt::norm_squared(bool count_embedding, bool of_grads) const {
+Tensor TensorParallelGpt::grad_norm_squares(const optim::NormGroups& groups,
+                                            bool count_embedding) const {
+  return norm_squared(count_embedding, /*of_grads=*/true, &groups);
+}
+
+Tensor TensorParallelGpt::norm_squared(bool count_embedding, bool of_grads,
+                                       const optim::NormGroups* groups) const {
   autograd::NoGradGuard ng;
-  std::vector<Tensor> split, replicated, experts;
+  const size_t G = groups ? groups->size() : 1;
+  // Each group's tensors by how they are summed.
+  std::vector<std::vector<Tensor>> split(G), replicated(G), experts(G);
   Device device = Device::cpu();
   for (const auto& [name, p] : named_parameters()) {
     device = p.device();
@@ -623,44 +631,47 @@ Tensor TensorParallelGpt::norm_squared(bool count_embedding, bool of_grads) cons
     // updates (a frozen one has neither a gradient nor a step).
     Tensor g = of_grads ? p.grad() : (p.requires_grad() ? p : Tensor());
     if (!g.defined() || (!count_embedding && name == "wte.weight")) continue;
+    const size_t at_group = groups ? groups->of(name) : 0;
     if (expert_group_ && is_expert(name)) {  // this rank's block of the experts
-      experts.push_back(g);
+      experts[at_group].push_back(g);
       continue;
     }
     if (!specs_.at(name).split) {
-      replicated.push_back(g);
+      replicated[at_group].push_back(g);
       continue;
     }
     // A shared key/value head counts once, on the first rank holding it.
+    std::vector<Tensor>& into = split[at_group];
     const auto repeated = repeated_elements(name);
     if (repeated.empty()) {
-      split.push_back(g);
+      into.push_back(g);
       continue;
     }
     const Tensor flat = reshape(g, {g.numel()});
     int64_t at = 0;
     for (const auto& [begin, end] : repeated) {
-      if (begin > at) split.push_back(narrow(flat, 0, at, begin - at));
+      if (begin > at) into.push_back(narrow(flat, 0, at, begin - at));
       at = end;
     }
-    if (g.numel() > at) split.push_back(narrow(flat, 0, at, g.numel() - at));
+    if (g.numel() > at) into.push_back(narrow(flat, 0, at, g.numel() - at));
   }
   // Split parameters' squares are summed over the group where they live
   // (NCCL on a GPU), replicated ones added once; nothing is read here.
-  const Tensor split_t = optim::sum_of_squares_device(split);
-  Tensor s = split_t.defined() ? reshape(split_t, {1}).detach() : zeros({1}, DType::F64, device);
+  const int64_t n = static_cast<int64_t>(G);
+  const Tensor split_t = optim::grouped_sum_of_squares(split, device);
+  Tensor s = split_t.defined() ? reshape(split_t, {n}).detach() : zeros({n}, DType::F64, device);
   if (expert_group_) {
     // The experts' shards, summed over the expert-parallel group (each rank
     // holds its own block) before the tensor-parallel sum.
-    const Tensor expert_t = optim::sum_of_squares_device(experts);
+    const Tensor expert_t = optim::grouped_sum_of_squares(experts, device);
     Tensor e =
-        expert_t.defined() ? reshape(expert_t, {1}).detach() : zeros({1}, DType::F64, device);
+        expert_t.defined() ? reshape(expert_t, {n}).detach() : zeros({n}, DType::F64, device);
     expert_group_->all_reduce(e, dist::ReduceOp::Sum)->wait();
     s = add(s, e).detach();
   }
   group_->all_reduce(s, dist::ReduceOp::Sum)->wait();
-  const Tensor replicated_t = optim::sum_of_squares_device(replicated);
-  return replicated_t.defined() ? add(s, reshape(replicated_t, {1})).detach() : s;
+  const Tensor replicated_t = optim::grouped_sum_of_squares(replicated, device);
+  return replicated_t.defined() ? add(s, reshape(replicated_t, {n})).detach() : s;
 }
 
 void TensorParallelGpt::scale_grads(double coef) const {

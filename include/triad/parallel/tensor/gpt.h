@@ -14,6 +14,7 @@
 #include "triad/nn/latent_attention.h"
 #include "triad/nn/layer_norm.h"
 #include "triad/nn/moe.h"
+#include "triad/optim/clip.h"
 #include "triad/parallel/context/exchange.h"
 #include "triad/parallel/context/hierarchical.h"
 #include "triad/parallel/context/layout.h"
@@ -187,6 +188,9 @@ class TensorParallelGpt : public nn::Module {
   // shares there and reads the total once (each read makes the host wait
   // for the GPU). Collective over the TP group.
   Tensor grad_norm_squared(bool count_embedding = true) const;
+  // The same share group by group (log.grad_norms): an f64 tensor of
+  // groups.size() elements. Collective over the TP group.
+  Tensor grad_norm_squares(const optim::NormGroups& groups, bool count_embedding = true) const;
   // The same over the values of the parameters training updates (those
   // that require a gradient): the model's global L2 norm (log.param_norm).
   Tensor param_norm_squared(bool count_embedding = true) const;
@@ -199,8 +203,10 @@ class TensorParallelGpt : public nn::Module {
   bool holds_token_embedding() const { return wte_ != nullptr; }
 
  private:
-  // grad_norm_squared (of_grads) or param_norm_squared.
-  Tensor norm_squared(bool count_embedding, bool of_grads) const;
+  // grad_norm_squared (of_grads) or param_norm_squared; by group when
+  // `groups` is given (else one element).
+  Tensor norm_squared(bool count_embedding, bool of_grads,
+                      const optim::NormGroups* groups = nullptr) const;
   Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
   // head_loss with `norm` in ln_f's place (a prediction module's ln_out);
   // z_loss, when not null, receives the cross entropy's z-loss beside it.
