@@ -929,6 +929,12 @@ void resolve_epochs(Config& config, int64_t sequences) {
   validate(config, /*min_lr_given=*/false);
 }
 
+bool TrainSection::skips_step(int64_t step) const {
+  for (const auto& [first, last] : skip_steps)
+    if (step >= first && step <= last) return true;
+  return false;
+}
+
 BatchSizeRamp TrainSection::batch_ramp() const {
   if (rampup_batch_size.empty()) return BatchSizeRamp(global_batch_size);
   return BatchSizeRamp(rampup_batch_size[0], rampup_batch_size[1], rampup_batch_size[2],
@@ -1286,6 +1292,38 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           t.max_skipped_steps = get_int(v, k);
           if (t.max_skipped_steps < 0)
             throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
+        }}},
+      {"skip_steps",
+       {false,
+        [&](auto& v, auto& k) {
+          if (!v.IsSequence())
+            throw ConfigError(k + ": expected a list of steps and ranges of steps (\"A-B\")");
+          t.skip_steps.clear();
+          for (size_t i = 0; i < v.size(); ++i) {
+            const std::string at = k + "[" + std::to_string(i) + "]";
+            const std::string text = scalar_text(v[i]);
+            int64_t first = 0, last = 0;
+            const size_t dash = text.find('-', 1);
+            if (dash == std::string::npos) {
+              first = last = get_int(v[i], at);
+            } else {
+              try {
+                size_t used_first = 0, used_last = 0;
+                first = std::stoll(text.substr(0, dash), &used_first);
+                last = std::stoll(text.substr(dash + 1), &used_last);
+                if (used_first != dash || used_last != text.size() - dash - 1)
+                  throw std::invalid_argument(text);
+              } catch (const std::logic_error&) {
+                throw ConfigError(at + ": expected a step or a range of steps \"A-B\", got '" +
+                                  text + "'");
+              }
+            }
+            if (first < 1 || last < first) {
+              throw ConfigError(at + " ('" + text +
+                                "') must be a step >= 1, or a range A-B of steps with 1 <= A <= B");
+            }
+            t.skip_steps.emplace_back(first, last);
+          }
         }}},
       {"spike_sigma",
        {false,
@@ -2020,6 +2058,17 @@ std::string to_yaml(const Config& c) {
       e << YAML::Key << "muon_ns_precision" << YAML::Value << t.muon_ns_precision;
   }
   e << YAML::Key << "max_skipped_steps" << YAML::Value << t.max_skipped_steps;
+  if (!t.skip_steps.empty()) {
+    e << YAML::Key << "skip_steps" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const auto& [first, last] : t.skip_steps) {
+      if (first == last) {
+        e << first;
+      } else {
+        e << std::to_string(first) + "-" + std::to_string(last);
+      }
+    }
+    e << YAML::EndSeq;
+  }
   if (t.spike_sigma > 0) {
     e << YAML::Key << "spike_sigma" << YAML::Value << t.spike_sigma;
     e << YAML::Key << "spike_window" << YAML::Value << t.spike_window;

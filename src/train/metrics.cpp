@@ -106,6 +106,13 @@ void MetricsWriter::write(const StepMetrics& m) {
     j["samples"] = list;
   }
   // (A sample cut inside a character shows U+FFFD for its broken bytes.)
+  if (m.passed_over) {
+    // (train.skip_steps: nothing ran, so nothing was measured.)
+    for (const char* key :
+         {"loss", "grad_norm", "tokens_per_s", "step_ms", "tflops_per_device", "peak_memory_bytes"})
+      j.erase(key);
+    j["passed_over"] = true;
+  }
   out_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   out_.flush();
   if (!out_) throw IoError("error writing metrics file '" + path_ + "'");

@@ -164,31 +164,38 @@ void TensorBoardWriter::restart(int64_t step) {
 
 void TensorBoardWriter::write(const StepMetrics& m) {
   const double t = now_seconds();
-  scalar("train/loss", m.step, m.loss, t);
-  scalar("train/lr", m.step, m.lr, t);
-  scalar("train/grad_norm", m.step, m.grad_norm, t);
-  if (m.param_norm >= 0) scalar("train/param_norm", m.step, m.param_norm, t);
-  for (const auto& [name, norm] : m.grad_norms) scalar("grad_norm/" + name, m.step, norm, t);
-  scalar("train/tokens_per_s", m.step, m.tokens_per_s, t);
-  scalar("train/step_ms", m.step, m.step_ms, t);
-  scalar("train/tflops_per_device", m.step, m.tflops_per_device, t);
-  scalar("train/peak_memory_gb", m.step, static_cast<double>(m.peak_memory_bytes) / 1e9, t);
-  scalar("train/consumed_sequences", m.step, static_cast<double>(m.consumed_sequences), t);
-  scalar("train/global_batch_size", m.step, static_cast<double>(m.global_batch_size), t);
-  if (m.mfu > 0) scalar("train/mfu", m.step, m.mfu, t);
-  if (m.bubble_fraction >= 0) scalar("train/bubble_fraction", m.step, m.bubble_fraction, t);
-  if (m.moe_balance >= 0) {
-    scalar("train/moe_balance", m.step, m.moe_balance, t);
-    scalar("train/moe_max_load", m.step, m.moe_max_load, t);
+  if (m.passed_over) {  // train.skip_steps: nothing measured but where the run is
+    scalar("train/lr", m.step, m.lr, t);
+    scalar("train/consumed_sequences", m.step, static_cast<double>(m.consumed_sequences), t);
+    scalar("train/global_batch_size", m.step, static_cast<double>(m.global_batch_size), t);
+    scalar("train/skipped", m.step, 1.0, t);
+  } else {
+    scalar("train/loss", m.step, m.loss, t);
+    scalar("train/lr", m.step, m.lr, t);
+    scalar("train/grad_norm", m.step, m.grad_norm, t);
+    if (m.param_norm >= 0) scalar("train/param_norm", m.step, m.param_norm, t);
+    for (const auto& [name, norm] : m.grad_norms) scalar("grad_norm/" + name, m.step, norm, t);
+    scalar("train/tokens_per_s", m.step, m.tokens_per_s, t);
+    scalar("train/step_ms", m.step, m.step_ms, t);
+    scalar("train/tflops_per_device", m.step, m.tflops_per_device, t);
+    scalar("train/peak_memory_gb", m.step, static_cast<double>(m.peak_memory_bytes) / 1e9, t);
+    scalar("train/consumed_sequences", m.step, static_cast<double>(m.consumed_sequences), t);
+    scalar("train/global_batch_size", m.step, static_cast<double>(m.global_batch_size), t);
+    if (m.mfu > 0) scalar("train/mfu", m.step, m.mfu, t);
+    if (m.bubble_fraction >= 0) scalar("train/bubble_fraction", m.step, m.bubble_fraction, t);
+    if (m.moe_balance >= 0) {
+      scalar("train/moe_balance", m.step, m.moe_balance, t);
+      scalar("train/moe_max_load", m.step, m.moe_max_load, t);
+    }
+    if (m.moe_dropped >= 0) scalar("train/moe_dropped", m.step, m.moe_dropped, t);
+    if (m.moe_z_loss >= 0) scalar("train/moe_z_loss", m.step, m.moe_z_loss, t);
+    if (m.z_loss >= 0) scalar("train/z_loss", m.step, m.z_loss, t);
+    for (size_t k = 0; k < m.mtp_losses.size(); ++k)
+      scalar("train/mtp_loss_" + std::to_string(k + 1), m.step, m.mtp_losses[k], t);
+    if (m.loss_scale > 0) scalar("train/loss_scale", m.step, m.loss_scale, t);
+    if (m.skipped) scalar("train/skipped", m.step, 1.0, t);
+    if (m.spike) scalar("train/spike", m.step, 1.0, t);
   }
-  if (m.moe_dropped >= 0) scalar("train/moe_dropped", m.step, m.moe_dropped, t);
-  if (m.moe_z_loss >= 0) scalar("train/moe_z_loss", m.step, m.moe_z_loss, t);
-  if (m.z_loss >= 0) scalar("train/z_loss", m.step, m.z_loss, t);
-  for (size_t k = 0; k < m.mtp_losses.size(); ++k)
-    scalar("train/mtp_loss_" + std::to_string(k + 1), m.step, m.mtp_losses[k], t);
-  if (m.loss_scale > 0) scalar("train/loss_scale", m.step, m.loss_scale, t);
-  if (m.skipped) scalar("train/skipped", m.step, 1.0, t);
-  if (m.spike) scalar("train/spike", m.step, 1.0, t);
   if (m.val_loss) scalar("val/loss", m.step, *m.val_loss, t);
   for (const auto& [name, loss] : m.val_losses) scalar("val/" + name + "/loss", m.step, loss, t);
   auto choices = [&](const std::string& prefix, const StepMetrics::ChoiceScores& c) {

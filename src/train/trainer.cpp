@@ -731,9 +731,15 @@ void Trainer::log_plan_against(const std::vector<StepMetrics>& steps) const {
   if (planned_step_s_ <= 0 || steps.size() < 2) return;
   double ms = 0;
   int64_t peak = 0;
-  for (size_t i = 1; i < steps.size(); ++i) ms += steps[i].step_ms;
+  int64_t trained = 0;  // (train.skip_steps' steps take no time)
+  for (size_t i = 1; i < steps.size(); ++i) {
+    if (steps[i].passed_over) continue;
+    ms += steps[i].step_ms;
+    ++trained;
+  }
+  if (trained == 0) return;
   for (const StepMetrics& m : steps) peak = std::max(peak, m.peak_memory_bytes);
-  ms /= static_cast<double>(steps.size() - 1);
+  ms /= static_cast<double>(trained);
   spdlog::info(
       "plan against the run: {:.1f} ms a step planned, {:.1f} measured (the mean after the "
       "first step, {:.2f}x the plan); {:.2f} GB per GPU planned, {:.2f} measured at the peak",
@@ -1887,6 +1893,23 @@ std::string Trainer::spike_on_any_rank(double loss, double norm) {
 }
 
 StepMetrics Trainer::step(int64_t index) {
+  return config_.train.skips_step(index + 1) ? pass_over(index) : train_step(index);
+}
+
+StepMetrics Trainer::pass_over(int64_t index) {
+  // As a skipped spike, but nothing is read or computed: the optimizer and
+  // the learning-rate schedule stay, the next step reads the next batch.
+  StepMetrics m;
+  const int64_t G = batch_size(index);
+  m.step = index + 1;
+  m.consumed_sequences = first_sequence(index) + G;
+  m.global_batch_size = G;
+  m.lr = schedule_.at(schedule_position(G));
+  m.skipped = m.passed_over = true;
+  return m;
+}
+
+StepMetrics Trainer::train_step(int64_t index) {
   const auto start = std::chrono::steady_clock::now();
   const auto& t = config_.train;
   Allocator& memory = backend_for(device_.type).allocator(device_.index);
@@ -2568,6 +2591,24 @@ void Trainer::log_setup() {
         "(prefix, middle, suffix), {:g} of those suffix first",
         fim_.rate, fim_.prefix_token, fim_.middle_token, fim_.suffix_token, fim_.spm_rate);
   }
+  if (!config_.train.skip_steps.empty()) {
+    std::string listed;
+    int64_t count = 0;
+    for (const auto& [first, last] : config_.train.skip_steps) {
+      listed += (listed.empty() ? "" : ", ") +
+                (first == last ? std::to_string(first) : fmt::format("{}-{}", first, last));
+    }
+    int64_t last = 0;  // (ranges may overlap: counted step by step)
+    for (int64_t k = 1; k <= config_.train.steps; ++k) count += config_.train.skips_step(k);
+    for (const auto& [first, end] : config_.train.skip_steps) last = std::max(last, end);
+    spdlog::info(
+        "train.skip_steps: {} step(s) pass their batches over unread, nothing trained ({})", count,
+        listed);
+    if (last > config_.train.steps) {
+      spdlog::warn("train.skip_steps names step {}, past this run's last ({}): it never comes",
+                   last, config_.train.steps);
+    }
+  }
   if (spikes_.enabled()) {
     spdlog::info(
         "spikes: a step whose loss or gradient norm exceeds the mean of the last {} steps' by "
@@ -2704,8 +2745,9 @@ StepMetrics Trainer::check() {
   int64_t first = 0;
   if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
   if (!ck.dir.empty() && ck.resume == "auto") first = load_checkpoint();
-  // (From a checkpoint at the last step, the step after it.)
-  const StepMetrics m = step(first);
+  // (From a checkpoint at the last step, the step after it; trained even
+  // when train.skip_steps would pass it over, to be measured.)
+  const StepMetrics m = train_step(first);
   const int local = mesh_ ? mesh_->node().local_size : 1;
   const RankMemory memory = rank_memory(device_, local);
   const double peak = static_cast<double>(m.peak_memory_bytes);
@@ -2777,6 +2819,12 @@ std::vector<StepMetrics> Trainer::run() {
   auto previous_term = std::signal(SIGTERM, on_stop_signal);
   auto previous_int = std::signal(SIGINT, on_stop_signal);
   auto print_line = [&](const StepMetrics& m) {
+    if (m.passed_over) {
+      spdlog::info("step {:>5}/{} | passed over (train.skip_steps): global sequences {}-{} unread",
+                   m.step, steps, m.consumed_sequences - m.global_batch_size,
+                   m.consumed_sequences - 1);
+      return;
+    }
     const double eta =
         total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
     std::string extra = m.mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * m.mfu) : std::string();

@@ -998,6 +998,24 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   EXPECT_TRUE(parse_config(to_yaml(parse_config(kValid, {"log.param_norm=true"}))).log_param_norm);
   expect_config_error(kValid, {"log.param_norm=2"},
                       "log.param_norm: expected true or false, got '2'");
+  {
+    const Config skipping = parse_config(kValid, {"train.skip_steps=[2, 3-5]"});
+    const std::vector<std::pair<int64_t, int64_t>> want{{2, 2}, {3, 5}};
+    EXPECT_EQ(skipping.train.skip_steps, want);
+    EXPECT_EQ(parse_config(to_yaml(skipping)).train.skip_steps, want);
+    EXPECT_TRUE(skipping.train.skips_step(4));
+    EXPECT_FALSE(skipping.train.skips_step(1));
+    EXPECT_TRUE(parse_config(kValid).train.skip_steps.empty());
+  }
+  expect_config_error(kValid, {"train.skip_steps=[0]"},
+                      "train.skip_steps[0] ('0') must be a step >= 1, or a range A-B of steps "
+                      "with 1 <= A <= B");
+  expect_config_error(kValid, {"train.skip_steps=[2, 7-5]"},
+                      "train.skip_steps[1] ('7-5') must be a step >= 1");
+  expect_config_error(kValid, {"train.skip_steps=[2-x]"},
+                      "train.skip_steps[0]: expected a step or a range of steps \"A-B\", got "
+                      "'2-x'");
+  expect_config_error(kValid, {"train.skip_steps=4"}, "train.skip_steps: expected a list");
   EXPECT_EQ(parse_config(kValid).log_grad_norms, "none");
   EXPECT_FALSE(parse_config(kValid).grad_norm_groups());
   EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"log.grad_norms=layers"}))).log_grad_norms,

@@ -31,11 +31,13 @@
 # the texts must be one process's.
 # The steps skipped as spikes (train.spike_sigma) must be one process's,
 # and with SPIKES (a list of step numbers) one process's must be those.
+# With PASSED_OVER (a list of step numbers, which EXTRA's train.skip_steps
+# names), every run must pass over exactly those, reporting no loss for them.
 # Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, LAYOUTS
 # ("ranks|--set ... --set ...[|loss,norm]" entries joined by '@'), and
 # optionally EXTRA (more --set flags for every run, the reference included),
 # STEPS (an even number of steps, 10 unless given), QUESTIONS, LAMBADA,
-# SAMPLES and SPIKES.
+# SAMPLES, SPIKES and PASSED_OVER.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
@@ -161,12 +163,18 @@ steps_marked(${WORK}/reference spike reference_spikes)
 if(DEFINED SPIKES AND NOT "${reference_spikes}" STREQUAL "${SPIKES}")
   message(FATAL_ERROR "one process skipped steps [${reference_spikes}] as spikes, expected [${SPIKES}]")
 endif()
+steps_marked(${WORK}/reference passed_over reference_passed_over)
+if(NOT "${reference_passed_over}" STREQUAL "${PASSED_OVER}")
+  message(FATAL_ERROR "one process passed over steps [${reference_passed_over}], expected [${PASSED_OVER}]")
+endif()
+list(LENGTH reference_passed_over passed)
+math(EXPR trained "${STEPS} - ${passed}")
 list(LENGTH reference n)
 list(LENGTH reference_val nv)
 list(LENGTH reference_param_norms np)
-if(NOT n EQUAL STEPS OR NOT nv EQUAL 2 OR NOT np EQUAL STEPS)
-  message(FATAL_ERROR "expected ${STEPS} steps, 2 validation losses and ${STEPS} parameter norms "
-                      "from the reference, got ${n}, ${nv} and ${np}")
+if(NOT n EQUAL trained OR NOT nv EQUAL 2 OR NOT np EQUAL trained)
+  message(FATAL_ERROR "expected ${trained} trained steps, 2 validation losses and ${trained} "
+                      "parameter norms from the reference, got ${n}, ${nv} and ${np}")
 endif()
 if(QUESTIONS)
   field(${WORK}/reference "choices;answer_loss" reference_answers)
@@ -214,6 +222,11 @@ foreach(layout IN LISTS layouts)
   endforeach()
   field(${dir} loss got)
   field(${dir} grad_norm got_norms)
+  steps_marked(${dir} passed_over got_passed_over)
+  if(NOT "${got_passed_over}" STREQUAL "${reference_passed_over}")
+    message(FATAL_ERROR "${ranks} ranks ${flags}: steps [${got_passed_over}] passed over, one "
+                        "process [${reference_passed_over}]")
+  endif()
   steps_marked(${dir} spike got_spikes)
   if(NOT "${got_spikes}" STREQUAL "${reference_spikes}")
     message(FATAL_ERROR "${ranks} ranks ${flags}: steps [${got_spikes}] skipped as spikes, one "

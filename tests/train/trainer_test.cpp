@@ -524,6 +524,46 @@ TEST(Trainer, ParamNormIsTheNormOfTheTrainedWeightsAfterTheUpdate) {
   EXPECT_NEAR(frozen.param_norm, norm_of(part.full_state_dict(), {"wte.weight"}), 1e-7 * after);
 }
 
+// train.skip_steps: a step it names passes its batch over: the weights and
+// the schedule stay, and the next step trains as a run that never read
+// that batch trains (bit for bit: step(0), then step(2) directly). The
+// metrics line says so and has no loss.
+TEST(Trainer, SkipStepsPassTheirBatchesOverAndTrainOnAfter) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  std::vector<StepMetrics> direct;
+  nn::StateDict direct_weights;
+  {
+    Trainer t(c);
+    direct.push_back(t.step(0));
+    direct.push_back(t.step(2));
+    for (const auto& [name, w] : t.full_state_dict()) direct_weights[name] = clone(w);
+  }
+  c.train.skip_steps = {{2, 2}};
+  Trainer t(c);
+  const std::vector<StepMetrics> run = t.run();
+  ASSERT_EQ(run.size(), 3u);
+  EXPECT_FALSE(run[0].skipped);
+  EXPECT_TRUE(run[1].skipped && run[1].passed_over);
+  EXPECT_EQ(run[1].consumed_sequences, 8);  // (its 4 sequences gone by)
+  EXPECT_EQ(run[1].lr, run[2].lr);          // the schedule waited
+  EXPECT_EQ(run[0].loss, direct[0].loss);
+  EXPECT_EQ(run[2].loss, direct[1].loss);
+  EXPECT_EQ(run[2].grad_norm, direct[1].grad_norm);
+  for (const auto& [name, w] : t.full_state_dict())
+    EXPECT_EQ(to_double_vector(w), to_double_vector(direct_weights.at(name))) << name;
+  std::ifstream in(dir.file("out/metrics.jsonl"));
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_TRUE(lines[1].value("passed_over", false));
+  EXPECT_TRUE(lines[1].value("skipped", false));
+  EXPECT_FALSE(lines[1].contains("loss"));
+  EXPECT_EQ(lines[1]["consumed_sequences"], 8);
+  EXPECT_TRUE(lines[2].contains("loss"));
+  EXPECT_FALSE(lines[2].contains("passed_over"));
+}
+
 // log.grad_norms: layers reports the embeddings, each block and the final
 // norm, parameters each parameter; both add up (in squares) to the
 // clipping norm, each layer's to its parameters'. A group that does not

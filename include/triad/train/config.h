@@ -50,6 +50,13 @@ struct TrainSection {
   std::string muon_ns_precision;
   DType muon_ns_dtype() const;
   int64_t max_skipped_steps = 5;  // consecutive non-finite steps before the job stops
+  // train.skip_steps: steps (1-based, inclusive [first, last] ranges) whose
+  // global batches are passed over: no forward, backward or update, the
+  // learning-rate schedule stays where it is, the data moves on (Megatron-
+  // LM's --iterations-to-skip; PaLM's way past a loss spike).
+  std::vector<std::pair<int64_t, int64_t>> skip_steps;
+  // Whether train.skip_steps passes over step `step` (1-based).
+  bool skips_step(int64_t step) const;
   // > 0: a step whose loss or gradient norm lies more than this many
   // standard deviations above the mean of the previous spike_window steps'
   // is skipped on every rank (train/spike_filter.h); 0: none.

@@ -18,6 +18,9 @@ struct StepMetrics {
   // log.param_norm: the global L2 norm of the parameters training updates
   // (frozen ones left out), after this step's update. Negative otherwise.
   double param_norm = -1;
+  // train.skip_steps: the step passed its batch over (skipped too); it has
+  // no loss, norms or speed.
+  bool passed_over = false;
   // log.grad_norms: the gradient norm (before clipping) of each group of
   // parameters that trains, by group name; empty otherwise.
   std::vector<std::pair<std::string, double>> grad_norms;

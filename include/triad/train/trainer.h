@@ -61,6 +61,7 @@ class Trainer {
   // that step's metrics (its time and peak memory: what the run needs).
   StepMetrics check();
   // One optimizer step (0-based index); exposed for tests.
+  // A step train.skip_steps names passes its batch over (pass_over).
   StepMetrics step(int64_t index);
   // The mean loss over the validation tokens of set `set` of data.val (the
   // first eval.batches global batches, split over the layout as training
@@ -111,6 +112,11 @@ class Trainer {
 
  private:
   std::vector<std::pair<std::string, Tensor>> parameters() const;
+  // step() of a step that trains: forward, backward, update.
+  StepMetrics train_step(int64_t index);
+  // step() of a step train.skip_steps names: its global batch goes by
+  // unread and nothing changes but the data's place (no collective).
+  StepMetrics pass_over(int64_t index);
   // Those parameters that train (all but train.freeze's): the optimizer's,
   // the gradient reducer's and the gradient norm's.
   std::vector<std::pair<std::string, Tensor>> trainable_parameters() const;
