@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -149,13 +150,45 @@ void write_rank_state(const std::string& staging_dir, int rank,
                         std::string(kChecksumWords64) + " " + std::to_string(sum) + "\n");
 }
 
-void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
-                       const std::map<std::string, std::string>& layout,
-                       const std::string& config_yaml, int keep, int64_t keep_every) {
+namespace {
+
+// The checkpoint a marker file (`latest`, `best`) names: a step_<N>
+// directory beside it with a manifest.
+CheckpointInfo read_marked_checkpoint(const fs::path& marker) {
+  std::ifstream in(marker);
+  std::string name;
+  std::getline(in, name);
+  const fs::path step_dir = marker.parent_path() / name;
+  if (name.rfind("step_", 0) != 0 || !fs::exists(step_dir / "manifest.json")) {
+    throw IoError("checkpoint: '" + marker.string() + "' points to '" + name +
+                  "', which has no manifest");
+  }
+  return read_checkpoint(step_dir.string());
+}
+
+// Whether `path` is a marker file: its first line names a step_<N>.
+bool is_marker_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > 64) return false;
+  std::ifstream in(path);
+  std::string name;
+  std::getline(in, name);
+  return name.size() > 5 && name.rfind("step_", 0) == 0 &&
+         name.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
+}  // namespace
+
+std::optional<int64_t> commit_checkpoint(const std::string& dir, int64_t step, int world_size,
+                                         const std::map<std::string, std::string>& layout,
+                                         const std::string& config_yaml, int keep,
+                                         int64_t keep_every, std::optional<double> val_loss,
+                                         bool keep_best) {
   const std::string staging = checkpoint_staging_dir(dir, step);
   nlohmann::json manifest;
   manifest["format"] = "triad-checkpoint-1";
   manifest["step"] = step;
+  if (val_loss && std::isfinite(*val_loss)) manifest["val_loss"] = *val_loss;
   manifest["layout"] = layout;
   manifest["config"] = config_yaml;
   manifest["checksum"] = kChecksumWords64;
@@ -192,14 +225,45 @@ void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
   // checkpoint as the one to resume from.
   write_text_atomically((fs::path(dir) / "latest").string(), step_name(step) + "\n");
   fsync_path(dir);
-  // Keep the newest `keep` complete checkpoints, and every multiple of
-  // keep_every.
+  // Keep the newest `keep` complete checkpoints, every multiple of
+  // keep_every, and (keep_best) the one of the lowest validation loss.
   const std::vector<int64_t> steps = checkpoint_steps(dir);
+  std::optional<int64_t> best;
+  if (keep_best) {
+    double lowest = 0;
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {  // (oldest first)
+      const fs::path manifest_path = fs::path(dir) / step_name(*it) / "manifest.json";
+      std::error_code ec;
+      if (!fs::exists(manifest_path, ec)) continue;  // (never finished)
+      const std::optional<double> loss =
+          read_checkpoint((fs::path(dir) / step_name(*it)).string()).val_loss;
+      if (loss && (!best || *loss < lowest)) {
+        best = *it;
+        lowest = *loss;
+      }
+    }
+    if (best) {
+      write_text_atomically((fs::path(dir) / "best").string(), step_name(*best) + "\n");
+      fsync_path(dir);
+    }
+  }
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
     if (keep_every > 0 && steps[i] % keep_every == 0) continue;
+    if (best && steps[i] == *best) continue;
     const fs::path old = fs::path(dir) / step_name(steps[i]);
     fs_op("remove the old checkpoint '" + old.string() + "'", [&] { fs::remove_all(old); });
   }
+  // A `best` marker (of this run, or of an earlier one with keep_best) goes
+  // with the checkpoint it names.
+  const fs::path marker = fs::path(dir) / "best";
+  if (!best && is_marker_file(marker.string())) {
+    std::ifstream in(marker);
+    std::string name;
+    std::getline(in, name);
+    std::error_code ec;
+    if (!fs::exists(fs::path(dir) / name, ec)) fs::remove(marker, ec);
+  }
+  return best;
 }
 
 std::vector<int64_t> checkpoint_steps(const std::string& dir) {
@@ -265,29 +329,24 @@ void check_checkpoint_dir_writable(const std::string& dir, int rank) {
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir) {
   const fs::path marker = fs::path(dir) / "latest";
   if (!fs::exists(marker)) return std::nullopt;
-  std::ifstream in(marker);
-  std::string name;
-  std::getline(in, name);
-  const fs::path step_dir = fs::path(dir) / name;
-  if (name.rfind("step_", 0) != 0 || !fs::exists(step_dir / "manifest.json")) {
-    throw IoError("checkpoint: '" + marker.string() + "' points to '" + name +
-                  "', which has no manifest");
-  }
-  return read_checkpoint(step_dir.string());
+  return read_marked_checkpoint(marker);
 }
 
 CheckpointInfo open_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "manifest.json")) return read_checkpoint(path);
   if (fs::exists(fs::path(path) / "latest")) return *find_latest_checkpoint(path);
+  if (is_marker_file(path)) return read_marked_checkpoint(path);
   throw IoError("checkpoint '" + path +
-                "': neither a checkpoint (a step_<N> directory with manifest.json) nor a "
-                "checkpoint.dir (with a 'latest' marker)");
+                "': neither a checkpoint (a step_<N> directory with manifest.json), a "
+                "checkpoint.dir (with a 'latest' marker) nor a marker naming one (its 'latest' or "
+                "'best')");
 }
 
 bool is_checkpoint(const std::string& path) {
   std::error_code ec;
-  return fs::is_directory(path, ec) && (fs::exists(fs::path(path) / "manifest.json", ec) ||
-                                        fs::exists(fs::path(path) / "latest", ec));
+  return (fs::is_directory(path, ec) && (fs::exists(fs::path(path) / "manifest.json", ec) ||
+                                         fs::exists(fs::path(path) / "latest", ec))) ||
+         is_marker_file(path);
 }
 
 CheckpointInfo read_checkpoint(const std::string& step_dir) {
@@ -319,6 +378,7 @@ CheckpointInfo read_checkpoint(const std::string& step_dir) {
     info.step = m.at("step").get<int64_t>();
     info.layout = m.at("layout").get<std::map<std::string, std::string>>();
     info.config = m.value("config", std::string());
+    if (m.contains("val_loss")) info.val_loss = m.at("val_loss").get<double>();
     // (Manifests before words64 name no checksum: FNV-1a.)
     info.checksum = m.value("checksum", std::string(kChecksumFnv1a64));
     if (info.checksum != kChecksumWords64 && info.checksum != kChecksumFnv1a64) {

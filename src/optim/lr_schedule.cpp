@@ -12,7 +12,9 @@ LrDecay lr_decay_from_string(const std::string& name) {
   if (name == "linear") return LrDecay::Linear;
   if (name == "constant") return LrDecay::Constant;
   if (name == "wsd") return LrDecay::Wsd;
-  throw ValueError("learning-rate decay '" + name + "' must be cosine, linear, constant or wsd");
+  if (name == "inverse_sqrt") return LrDecay::InverseSqrt;
+  throw ValueError("learning-rate decay '" + name +
+                   "' must be cosine, linear, constant, wsd or inverse_sqrt");
 }
 
 const char* lr_decay_name(LrDecay decay) {
@@ -25,6 +27,8 @@ const char* lr_decay_name(LrDecay decay) {
       return "constant";
     case LrDecay::Wsd:
       return "wsd";
+    case LrDecay::InverseSqrt:
+      return "inverse_sqrt";
   }
   return "unknown";
 }
@@ -83,6 +87,11 @@ double LrSchedule::at(double step) const {
   }
   if (o.decay == LrDecay::Constant) return o.lr;
   if (step >= static_cast<double>(o.decay_steps)) return o.min_lr;
+  if (o.decay == LrDecay::InverseSqrt) {
+    // (Warm-up's last step, step + 1 = warmup_steps, is at lr: continuous.)
+    const double from = static_cast<double>(std::max<int64_t>(o.warmup_steps, 1));
+    return std::max(o.min_lr, o.lr * std::sqrt(from / (step + 1.0)));
+  }
   // The decay's own start: after warm-up, or (wsd) where the cool-down begins.
   const int64_t from = o.decay == LrDecay::Wsd ? o.decay_steps - o.cooldown_steps : o.warmup_steps;
   if (step < static_cast<double>(from)) return o.lr;  // wsd's stable phase

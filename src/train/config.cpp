@@ -638,6 +638,21 @@ void validate(const Config& c, bool min_lr_given) {
                       std::to_string(ck.interval) +
                       "): the checkpoints it keeps are the ones the interval writes");
   }
+  if (ck.keep_best) {
+    if (ck.dir.empty()) throw ConfigError("checkpoint.keep_best needs checkpoint.dir");
+    if (!c.has_validation()) {
+      throw ConfigError(
+          "checkpoint.keep_best keeps the checkpoint of the lowest validation loss and needs "
+          "validation data: set data.val or data.val_split");
+    }
+    if (ck.interval > 0 && (c.eval.interval <= 0 || ck.interval % c.eval.interval != 0)) {
+      throw ConfigError(
+          "checkpoint.keep_best needs a validation loss at every checkpoint: "
+          "checkpoint.interval (" +
+          std::to_string(ck.interval) + ") must be a multiple of eval.interval (" +
+          std::to_string(c.eval.interval) + ")");
+    }
+  }
   if (!c.evaluates() && c.eval.interval > 0) {
     throw ConfigError("eval.interval (" + std::to_string(c.eval.interval) +
                       ") needs something to evaluate: set data.val, data.val_split, "
@@ -1239,7 +1254,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             optim::lr_decay_from_string(t.lr_decay);
           } catch (const ValueError&) {
             throw ConfigError(k + " ('" + t.lr_decay +
-                              "') must be cosine, linear, constant or wsd");
+                              "') must be cosine, linear, constant, wsd or inverse_sqrt");
           }
         }}},
       {"lr_decay_steps", {false, [&](auto& v, auto& k) { t.lr_decay_steps = get_int(v, k); }}},
@@ -1560,6 +1575,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           if (c.checkpoint.interval < 0)
             throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
         }}},
+      {"keep_best", {false, [&](auto& v, auto& k) { c.checkpoint.keep_best = get_bool(v, k); }}},
       {"keep_every",
        {false,
         [&](auto& v, auto& k) {
@@ -2157,7 +2173,9 @@ std::string to_yaml(const Config& c) {
       << c.checkpoint.interval << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep
       << YAML::Key << "keep_every" << YAML::Value << c.checkpoint.keep_every << YAML::Key
       << "resume" << YAML::Value << c.checkpoint.resume << YAML::Key << "async" << YAML::Value
-      << c.checkpoint.async << YAML::EndMap;
+      << c.checkpoint.async;
+    if (c.checkpoint.keep_best) e << YAML::Key << "keep_best" << YAML::Value << true;
+    e << YAML::EndMap;
   }
   if (c.evaluates()) {
     e << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "interval"

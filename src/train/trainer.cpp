@@ -859,7 +859,7 @@ RankPlacement Trainer::placement() const {
   return pl;
 }
 
-void Trainer::save_checkpoint(int64_t next_step) {
+void Trainer::save_checkpoint(int64_t next_step, std::optional<double> val_loss) {
   if (reducer_) reducer_->wait_gathers();  // (overlap_param_gather)
   const auto& ck = config_.checkpoint;
   const int rank = world_ ? world_->rank() : 0;
@@ -916,13 +916,16 @@ void Trainer::save_checkpoint(int64_t next_step) {
   }
   const std::string staging = io::checkpoint_staging_dir(ck.dir, next_step);
   if (ck.async) {
-    pending_checkpoint_ = PendingCheckpoint{
-        next_step,
-        std::async(std::launch::async, [staging, rank, tensors = std::move(tensors),
-                                        meta = std::move(meta), hook = before_checkpoint_write_] {
-          if (hook) hook();
-          io::write_rank_state(staging, rank, tensors, meta);
-        }).share()};
+    pending_checkpoint_ =
+        PendingCheckpoint{next_step,
+                          std::async(std::launch::async,
+                                     [staging, rank, tensors = std::move(tensors),
+                                      meta = std::move(meta), hook = before_checkpoint_write_] {
+                                       if (hook) hook();
+                                       io::write_rank_state(staging, rank, tensors, meta);
+                                     })
+                              .share(),
+                          val_loss};
     if (is_logging_rank())
       spdlog::info("checkpoint: step {} is being written in the background", next_step);
     return;
@@ -930,9 +933,11 @@ void Trainer::save_checkpoint(int64_t next_step) {
   io::write_rank_state(staging, rank, tensors, meta);
   barrier();
   if (rank == 0) {
-    io::commit_checkpoint(ck.dir, next_step, world_ ? world_->size() : 1, layout(),
-                          to_yaml(config_), ck.keep, ck.keep_every);
-    spdlog::info("checkpoint: {}/step_{}", ck.dir, next_step);
+    const std::optional<int64_t> best =
+        io::commit_checkpoint(ck.dir, next_step, world_ ? world_->size() : 1, layout(),
+                              to_yaml(config_), ck.keep, ck.keep_every, val_loss, ck.keep_best);
+    spdlog::info("checkpoint: {}/step_{}{}", ck.dir, next_step,
+                 best ? fmt::format(" (the best so far: step_{})", *best) : "");
   }
   barrier();
 }
@@ -963,6 +968,7 @@ void Trainer::commit_pending_checkpoint(bool wait, bool any_failed) {
   }
   const std::exception_ptr error = pending_checkpoint_error();
   const int64_t step = pending_checkpoint_->step;
+  const std::optional<double> val_loss = pending_checkpoint_->val_loss;
   pending_checkpoint_.reset();
   if (error) std::rethrow_exception(error);
   if (any_failed) {
@@ -971,9 +977,11 @@ void Trainer::commit_pending_checkpoint(bool wait, bool any_failed) {
   }
   const auto& ck = config_.checkpoint;
   if (!world_ || world_->rank() == 0) {
-    io::commit_checkpoint(ck.dir, step, world_ ? world_->size() : 1, layout(), to_yaml(config_),
-                          ck.keep, ck.keep_every);
-    spdlog::info("checkpoint: {}/step_{}", ck.dir, step);
+    const std::optional<int64_t> best =
+        io::commit_checkpoint(ck.dir, step, world_ ? world_->size() : 1, layout(), to_yaml(config_),
+                              ck.keep, ck.keep_every, val_loss, ck.keep_best);
+    spdlog::info("checkpoint: {}/step_{}{}", ck.dir, step,
+                 best ? fmt::format(" (the best so far: step_{})", *best) : "");
   }
   if (wait) barrier();
 }
@@ -2913,7 +2921,8 @@ std::vector<StepMetrics> Trainer::run() {
     const bool stopping = agreed[0] > 0 || agreed[3] > 0;
     if (agreed[1] == 0) commit_pending_checkpoint(/*wait=*/false, agreed[2] > 0);
     const bool periodic = ck.interval > 0 && m.step % ck.interval == 0;
-    if (!ck.dir.empty() && (periodic || stopping || m.step == steps)) save_checkpoint(m.step);
+    if (!ck.dir.empty() && (periodic || stopping || m.step == steps))
+      save_checkpoint(m.step, m.val_loss);
     if (stopping) {
       if (agreed[0] > 0) {
         spdlog::info("stopping after step {} on a signal", m.step);

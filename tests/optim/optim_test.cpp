@@ -409,6 +409,18 @@ TEST(LrSchedule, LinearConstantAndWarmupStableDecay) {
   expect_error({1.0, 0.1, -1, 110}, "warmup_steps (-1) must be >= 0");
   expect_error({1.0, 0.1, 10, 110, LrDecay::Linear, 0, CooldownShape::OneMinusSqrt},
                "cooldown_shape 1-sqrt applies to the wsd decay only, not linear");
+  // inverse_sqrt: lr * sqrt(10 / (s + 1)) after warm-up, min_lr its floor
+  // (reached at s + 1 = 1000) and after decay_steps.
+  LrSchedule root = schedule(LrDecay::InverseSqrt, 10, 2000);
+  EXPECT_NEAR(root.at(4), 0.5, 1e-12);
+  EXPECT_NEAR(root.at(9), 1.0, 1e-12);
+  EXPECT_NEAR(root.at(39), 0.5, 1e-12);
+  EXPECT_NEAR(root.at(249), 0.2, 1e-12);
+  EXPECT_NEAR(root.at(1999), 0.1, 1e-12);
+  EXPECT_EQ(root.at(2000), 0.1);
+  EXPECT_NEAR(schedule(LrDecay::InverseSqrt, 0, 2000).at(3), 0.5, 1e-12);  // sqrt(1 / 4)
+  EXPECT_EQ(lr_decay_from_string("inverse_sqrt"), LrDecay::InverseSqrt);
+  EXPECT_STREQ(lr_decay_name(LrDecay::InverseSqrt), "inverse_sqrt");
   EXPECT_EQ(lr_decay_from_string("wsd"), LrDecay::Wsd);
   EXPECT_STREQ(lr_decay_name(LrDecay::Linear), "linear");
   EXPECT_THROW(lr_decay_from_string("step"), ValueError);

@@ -68,7 +68,7 @@ function(refused what expected)
     message(FATAL_ERROR "${what}: expected an error saying '${expected}', got (${rc}):\n${out}")
   endif()
 endfunction()
-refused("a run directory" "neither a checkpoint .a step_<N> directory with manifest.json. nor"
+refused("a run directory" "neither a checkpoint .a step_<N> directory with manifest.json., a checkpoint.dir"
         --checkpoint ${WORK}/run --output ${WORK}/never)
 refused("another model" "holds no parameter '[^']+', which the configured model has"
         --checkpoint ${WORK}/ck --config ${OTHER_CONFIG} --output ${WORK}/never)

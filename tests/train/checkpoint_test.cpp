@@ -519,6 +519,40 @@ TEST(Checkpoint, TheChecksumSeesEveryBitAndTheLength) {
   EXPECT_THROW(io::file_checksum(path, "crc32"), IoError);
 }
 
+// keep_best: beside the newest `keep`, the checkpoint whose manifest has
+// the lowest val_loss stays (the earliest of equals), named by the `best`
+// marker, which opens as a checkpoint; a checkpoint without a validation
+// loss is never the best. Without keep_best nothing of it happens.
+TEST(Checkpoint, KeepBestKeepsTheLowestValidationLossAndMarksIt) {
+  TempDir dir;
+  const std::string root = dir.file("ck");
+  auto commit = [&](int64_t step, std::optional<double> loss, bool keep_best) {
+    io::write_rank_state(io::checkpoint_staging_dir(root, step), 0,
+                         {{"t", randn({8}, static_cast<uint64_t>(step))}},
+                         {{"next_step", std::to_string(step)}});
+    return io::commit_checkpoint(root, step, 1, {}, "", 1, 0, loss, keep_best);
+  };
+  EXPECT_EQ(commit(1, 3.0, true), std::optional<int64_t>(1));
+  EXPECT_EQ(commit(2, 2.5, true), std::optional<int64_t>(2));
+  EXPECT_EQ(commit(3, std::nullopt, true), std::optional<int64_t>(2));  // (a signal's checkpoint)
+  EXPECT_EQ(commit(4, 2.5, true), std::optional<int64_t>(2));
+  EXPECT_EQ(commit(5, 2.75, true), std::optional<int64_t>(2));
+  EXPECT_EQ(io::checkpoint_steps(root), (std::vector<int64_t>{5, 2}));
+  const io::CheckpointInfo best = io::open_checkpoint(root + "/best");
+  EXPECT_EQ(best.step, 2);
+  EXPECT_EQ(best.val_loss, std::optional<double>(2.5));
+  EXPECT_TRUE(io::is_checkpoint(root + "/best"));
+  EXPECT_EQ(io::open_checkpoint(root + "/latest").step, 5);
+  EXPECT_EQ(commit(6, 2.0, true), std::optional<int64_t>(6));
+  EXPECT_EQ(io::checkpoint_steps(root), (std::vector<int64_t>{6}));
+  // Without keep_best: the loss is kept in the manifest, the rest as before.
+  EXPECT_EQ(commit(7, 1.0, false), std::nullopt);
+  EXPECT_EQ(io::checkpoint_steps(root), (std::vector<int64_t>{7}));
+  EXPECT_EQ(io::read_checkpoint(root + "/step_7").val_loss, std::optional<double>(1.0));
+  // (The marker went with the checkpoint it named.)
+  EXPECT_FALSE(std::filesystem::exists(root + "/best"));
+}
+
 // Every rank hashes its own file as it writes it (rank_<r>.safetensors
 // .checksum), and the commit takes that line instead of reading the file:
 // a wrong line makes the checkpoint read as corrupted, a missing one is

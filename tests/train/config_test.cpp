@@ -255,8 +255,13 @@ TEST(Config, LearningRateDecayKeys) {
   expect_config_error(kValid, {"train.cooldown_shape=cosine"},
                       "train.cooldown_shape ('cosine') applies to train.lr_decay 'wsd', not "
                       "'cosine'");
-  expect_config_error(kValid, {"train.lr_decay=step"},
-                      "train.lr_decay ('step') must be cosine, linear, constant or wsd");
+  EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"train.lr_decay=inverse_sqrt"})))
+                .train.lr_schedule()
+                .decay,
+            optim::LrDecay::InverseSqrt);
+  expect_config_error(
+      kValid, {"train.lr_decay=step"},
+      "train.lr_decay ('step') must be cosine, linear, constant, wsd or inverse_sqrt");
   expect_config_error(kValid, {"train.cooldown_steps=2"},
                       "train.cooldown_steps (2) applies to train.lr_decay 'wsd', not 'cosine'");
   expect_config_error(kValid, {"train.lr_decay=wsd", "train.cooldown_steps=6"},
@@ -1046,6 +1051,21 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                                                  "checkpoint.keep_every=1000"})))
           .checkpoint.keep_every,
       1000);
+  EXPECT_TRUE(
+      parse_config(to_yaml(parse_config(kValid, {"checkpoint.dir=ck", "checkpoint.keep_best=true",
+                                                 "checkpoint.interval=10", "data.val=data/v.bin",
+                                                 "eval.interval=5"})))
+          .checkpoint.keep_best);
+  expect_config_error(kValid, {"checkpoint.dir=ck", "checkpoint.keep_best=true"},
+                      "checkpoint.keep_best keeps the checkpoint of the lowest validation loss and "
+                      "needs validation data: set data.val or data.val_split");
+  expect_config_error(kValid,
+                      {"checkpoint.dir=ck", "checkpoint.keep_best=true", "checkpoint.interval=10",
+                       "data.val=data/v.bin", "eval.interval=4"},
+                      "checkpoint.keep_best needs a validation loss at every checkpoint: "
+                      "checkpoint.interval (10) must be a multiple of eval.interval (4)");
+  expect_config_error(kValid, {"checkpoint.keep_best=true"},
+                      "checkpoint.keep_best needs checkpoint.dir");
   expect_config_error(kValid, {"checkpoint.keep=2000000"},
                       "checkpoint.keep (2000000) must be at most 1000000");
   expect_config_error(kValid, {"checkpoint.resume=sometimes"},

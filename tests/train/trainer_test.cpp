@@ -20,6 +20,7 @@
 #include "triad/data/multiple_choice.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
+#include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/peft_adapter.h"
 #include "triad/io/safetensors.h"
@@ -562,6 +563,34 @@ TEST(Trainer, SkipStepsPassTheirBatchesOverAndTrainOnAfter) {
   EXPECT_EQ(lines[1]["consumed_sequences"], 8);
   EXPECT_TRUE(lines[2].contains("loss"));
   EXPECT_FALSE(lines[2].contains("passed_over"));
+}
+
+// checkpoint.keep_best: with a checkpoint and an evaluation every step and
+// only the newest kept, the checkpoint of the lowest validation loss stays
+// beside it, the `best` marker names it, and it holds that step's loss.
+TEST(Trainer, KeepBestKeepsTheCheckpointOfTheLowestValidationLoss) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 6;
+  c.train.lr = 0.05;  // (a rate that overshoots: the loss does not just fall)
+  c = parse_config(
+      to_yaml(c), {"data.val=" + dir.file("train.bin"), "eval.interval=1", "eval.batches=1",
+                   "checkpoint.dir=" + dir.file("ck"), "checkpoint.interval=1", "checkpoint.keep=1",
+                   "checkpoint.keep_best=true"});
+  Trainer t(c);
+  const std::vector<StepMetrics> run = t.run();
+  ASSERT_EQ(run.size(), 6u);
+  size_t lowest = 0;
+  for (size_t k = 0; k < run.size(); ++k) {
+    ASSERT_TRUE(run[k].val_loss);
+    if (*run[k].val_loss < *run[lowest].val_loss) lowest = k;
+  }
+  const io::CheckpointInfo best = io::open_checkpoint(dir.file("ck/best"));
+  EXPECT_EQ(best.step, run[lowest].step);
+  EXPECT_EQ(best.val_loss, run[lowest].val_loss);
+  std::vector<int64_t> kept{6};
+  if (run[lowest].step != 6) kept.push_back(run[lowest].step);
+  EXPECT_EQ(io::checkpoint_steps(dir.file("ck")), kept);
 }
 
 // log.grad_norms: layers reports the embeddings, each block and the final

@@ -40,13 +40,19 @@ void write_rank_state(const std::string& staging_dir, int rank,
                       const std::map<std::string, std::string>& metadata);
 
 // Rank 0, after every rank has written: the manifest (layout, config text,
-// the checksums the ranks wrote beside their files; a file without one is
-// hashed here), then rename staging -> step_<N>, then the `latest` marker;
-// finally removes all but the newest `keep` checkpoints and those whose
-// step is a multiple of `keep_every` (> 0).
-void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
-                       const std::map<std::string, std::string>& layout,
-                       const std::string& config_yaml, int keep, int64_t keep_every = 0);
+// the checksums the ranks wrote beside their files, a file without one
+// hashed here, and `val_loss` when given), then rename staging -> step_<N>,
+// then the `latest` marker; finally removes all but the newest `keep`
+// checkpoints and those whose step is a multiple of `keep_every` (> 0). With
+// `keep_best`, the checkpoint whose manifest has the lowest val_loss (the
+// earliest of equals) is kept too and the `best` marker names it; its step
+// is returned (none without keep_best or a validation loss).
+std::optional<int64_t> commit_checkpoint(const std::string& dir, int64_t step, int world_size,
+                                         const std::map<std::string, std::string>& layout,
+                                         const std::string& config_yaml, int keep,
+                                         int64_t keep_every = 0,
+                                         std::optional<double> val_loss = std::nullopt,
+                                         bool keep_best = false);
 
 // Creates `dir` if needed and writes (then removes) a probe file there as
 // rank `rank`; an IoError names the directory and the reason when it cannot.
@@ -61,6 +67,7 @@ struct CheckpointInfo {
   std::map<int, uint64_t> checksums;        // rank -> checksum
   std::string checksum = kChecksumFnv1a64;  // their kind (file_checksum)
   std::string config;                       // the writing run's resolved config (YAML)
+  std::optional<double> val_loss;  // the validation loss at its step, when the run measured one
 };
 
 // The checkpoint `latest` points to, if any (validated manifest).

@@ -7,13 +7,16 @@ namespace triad::optim {
 
 // How the learning rate falls after warm-up.
 enum class LrDecay {
-  Cosine,    // half a cosine from lr to min_lr at decay_steps
-  Linear,    // a straight line from lr to min_lr at decay_steps
-  Constant,  // lr throughout (min_lr unused)
-  Wsd,       // warm-up, stable at lr, then a cool-down to min_lr over the last
-             // cooldown_steps before decay_steps, of cooldown_shape
+  Cosine,       // half a cosine from lr to min_lr at decay_steps
+  Linear,       // a straight line from lr to min_lr at decay_steps
+  Constant,     // lr throughout (min_lr unused)
+  Wsd,          // warm-up, stable at lr, then a cool-down to min_lr over the last
+                // cooldown_steps before decay_steps, of cooldown_shape
+  InverseSqrt,  // lr * sqrt(max(warmup_steps, 1) / (step + 1)), not below min_lr
+                // (the Transformer's rule; Megatron-LM's inverse-square-root)
 };
-LrDecay lr_decay_from_string(const std::string& name);  // cosine | linear | constant | wsd
+// cosine | linear | constant | wsd | inverse_sqrt
+LrDecay lr_decay_from_string(const std::string& name);
 const char* lr_decay_name(LrDecay decay);
 
 // The curve of wsd's cool-down, from lr (progress p = 0) to min_lr (p = 1):

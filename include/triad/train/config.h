@@ -168,10 +168,13 @@ struct ParallelSection {
 
 // Checkpoints (`checkpoint:` section).
 struct CheckpointSection {
-  std::string dir;               // empty: no checkpoints
-  int64_t interval = 0;          // every N steps (0: only when stopped by a signal, and at the end)
-  int keep = 3;                  // newest checkpoints kept
-  int64_t keep_every = 0;        // also kept for good: steps that are multiples of it (0: none)
+  std::string dir;         // empty: no checkpoints
+  int64_t interval = 0;    // every N steps (0: only when stopped by a signal, and at the end)
+  int keep = 3;            // newest checkpoints kept
+  int64_t keep_every = 0;  // also kept for good: steps that are multiples of it (0: none)
+  // also kept: the checkpoint of the lowest validation loss, named by the
+  // dir's `best` marker (needs validation data evaluated at every interval)
+  bool keep_best = false;
   std::string resume = "never";  // never | auto (the newest complete checkpoint in dir)
   // true: each rank copies its state to host memory and writes it on a
   // thread of its own while training goes on; the checkpoint is committed

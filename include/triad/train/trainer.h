@@ -341,11 +341,14 @@ class Trainer {
   void choose_attention_kernel();
   // Saves the state before step next_step: at once, or (checkpoint.async)
   // as a snapshot written on a thread, committed by commit_pending_checkpoint.
-  void save_checkpoint(int64_t next_step);
+  // `val_loss`: the validation loss measured at that step, if any (its
+  // manifest keeps it for checkpoint.keep_best).
+  void save_checkpoint(int64_t next_step, std::optional<double> val_loss = std::nullopt);
   // checkpoint.async: the write in flight, if any (this rank's part).
   struct PendingCheckpoint {
     int64_t step = 0;
     std::shared_future<void> write;
+    std::optional<double> val_loss;
   };
   std::optional<PendingCheckpoint> pending_checkpoint_;
   std::function<void()> before_checkpoint_write_;
