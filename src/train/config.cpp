@@ -658,6 +658,14 @@ void validate(const Config& c, bool min_lr_given) {
                       ") needs something to evaluate: set data.val, data.val_split, "
                       "eval.choices, eval.lambada or eval.samples");
   }
+  if (c.eval.early_stop_patience > 0 && (!c.has_validation() || c.eval.interval <= 0)) {
+    throw ConfigError("eval.early_stop_patience (" + std::to_string(c.eval.early_stop_patience) +
+                      ") counts evaluations of the validation loss: set data.val or "
+                      "data.val_split, and eval.interval");
+  }
+  if (c.eval.early_stop_patience == 0 && c.eval.early_stop_delta > 0) {
+    throw ConfigError("eval.early_stop_delta applies with eval.early_stop_patience > 0");
+  }
   if (!c.has_validation() && c.eval.batches > 0) {
     throw ConfigError("eval.batches (" + std::to_string(c.eval.batches) +
                       ") needs validation data: set data.val or data.val_split");
@@ -1467,6 +1475,15 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   const Section eval{
       {"interval", {false, [&](auto& v, auto& k) { c.eval.interval = non_negative(v, k); }}},
       {"batches", {false, [&](auto& v, auto& k) { c.eval.batches = non_negative(v, k); }}},
+      {"early_stop_patience",
+       {false, [&](auto& v, auto& k) { c.eval.early_stop_patience = non_negative(v, k); }}},
+      {"early_stop_delta",
+       {false,
+        [&](auto& v, auto& k) {
+          c.eval.early_stop_delta = get_double(v, k);
+          if (!(c.eval.early_stop_delta >= 0) || !std::isfinite(c.eval.early_stop_delta))
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be a loss difference >= 0");
+        }}},
       {"choices",
        {false,
         [&](auto& v, auto& k) {
@@ -2181,6 +2198,10 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "interval"
       << YAML::Value << c.eval.interval;
     if (c.has_validation()) e << YAML::Key << "batches" << YAML::Value << c.eval.batches;
+    if (c.eval.early_stop_patience > 0) {
+      e << YAML::Key << "early_stop_patience" << YAML::Value << c.eval.early_stop_patience
+        << YAML::Key << "early_stop_delta" << YAML::Value << c.eval.early_stop_delta;
+    }
     if (!c.eval.choices.empty()) {
       emit_named_paths(e, "choices", c.eval.choices);
       e << YAML::Key << "choices_limit" << YAML::Value << c.eval.choices_limit;

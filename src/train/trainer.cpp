@@ -905,6 +905,11 @@ void Trainer::save_checkpoint(int64_t next_step, std::optional<double> val_loss)
       {"applied_sequences", std::to_string(applied_sequences_)},
       {"consecutive_skips", std::to_string(consecutive_skips_)},
       {"spike_window", spikes_.state()},
+      {"early_stop",
+       nlohmann::json{{"best", val_best_ ? nlohmann::json(*val_best_) : nlohmann::json()},
+                      {"best_step", val_best_step_},
+                      {"stale", val_stale_}}
+           .dump()},
       {"optimizer_step", std::to_string(opt_step)},
       {"data_sequences", std::to_string(dataset_->num_sequences())}};
   if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
@@ -1123,6 +1128,18 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
       spikes_.load(window->second);
     } catch (const IoError& e) {
       throw IoError("checkpoint '" + info.step_dir + "': " + e.what());
+    }
+  }
+  // (A checkpoint from before early stopping starts counting afresh.)
+  if (auto stop = metadata.find("early_stop"); stop != metadata.end()) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(stop->second);
+      val_best_ =
+          j.at("best").is_null() ? std::nullopt : std::optional<double>(j.at("best").get<double>());
+      val_best_step_ = j.at("best_step").get<int64_t>();
+      val_stale_ = j.at("stale").get<int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError("checkpoint '" + info.step_dir + "': early_stop: " + e.what());
     }
   }
   const int64_t next = metadata_int(info, metadata, "next_step");
@@ -1886,6 +1903,19 @@ void Trainer::update_expert_biases() {
   }
 }
 
+bool Trainer::validation_stalled(double loss, int64_t step) {
+  // Keras's rule: only a fall of more than the delta counts, and moves the
+  // best. (Every rank has the same loss: the decision needs no reduction.)
+  if (!val_best_ || loss < *val_best_ - config_.eval.early_stop_delta) {
+    val_best_ = loss;
+    val_best_step_ = step;
+    val_stale_ = 0;
+  } else {
+    ++val_stale_;
+  }
+  return config_.eval.early_stop_patience > 0 && val_stale_ >= config_.eval.early_stop_patience;
+}
+
 std::string Trainer::spike_on_any_rank(double loss, double norm) {
   if (!spikes_.enabled()) return "";
   std::string why = spikes_.spike(loss, norm);
@@ -2617,6 +2647,12 @@ void Trainer::log_setup() {
                    last, config_.train.steps);
     }
   }
+  if (config_.eval.early_stop_patience > 0) {
+    spdlog::info(
+        "early stopping: the run ends after {} evaluation(s) in a row without the validation loss "
+        "falling by more than {:g} below its best",
+        config_.eval.early_stop_patience, config_.eval.early_stop_delta);
+  }
   if (spikes_.enabled()) {
     spdlog::info(
         "spikes: a step whose loss or gradient norm exceeds the mean of the last {} steps' by "
@@ -2901,6 +2937,7 @@ std::vector<StepMetrics> Trainer::run() {
                    lambada_summary(lambada_[i].name, scores), lambada_ms[i]);
     }
     log_samples(fmt::format("step {:>5}/{}", m.step, steps), m, samples_ms);
+    const bool stalled = m.val_loss && validation_stalled(*m.val_loss, m.step);
     // Every rank agrees on stopping, so they all checkpoint the same step,
     // and (checkpoint.async) on whether every rank has written the one in
     // flight, so rank 0 commits it only then: one reduction for both.
@@ -2918,7 +2955,7 @@ std::vector<StepMetrics> Trainer::run() {
                     {4}, DType::F64);
     if (world_ && world_->size() > 1) world_->all_reduce(flags, dist::ReduceOp::Max)->wait();
     const std::vector<double> agreed = to_double_vector(flags);
-    const bool stopping = agreed[0] > 0 || agreed[3] > 0;
+    const bool stopping = agreed[0] > 0 || agreed[3] > 0 || (stalled && m.step < steps);
     if (agreed[1] == 0) commit_pending_checkpoint(/*wait=*/false, agreed[2] > 0);
     const bool periodic = ck.interval > 0 && m.step % ck.interval == 0;
     if (!ck.dir.empty() && (periodic || stopping || m.step == steps))
@@ -2926,6 +2963,12 @@ std::vector<StepMetrics> Trainer::run() {
     if (stopping) {
       if (agreed[0] > 0) {
         spdlog::info("stopping after step {} on a signal", m.step);
+      } else if (agreed[3] == 0) {
+        spdlog::info(
+            "stopping after step {}: the validation loss has not fallen below {:.4f} (step {}) "
+            "by more than eval.early_stop_delta ({:g}) in {} evaluation(s) "
+            "(eval.early_stop_patience)",
+            m.step, *val_best_, val_best_step_, config_.eval.early_stop_delta, val_stale_);
       } else {
         spdlog::info(
             "stopping after step {}: train.exit_after_minutes ({}) reached; resume with "

@@ -796,7 +796,8 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
                       "eval.batches (-3) must be >= 0");
   expect_config_error(
       kValid, {"eval.every=3"},
-      "unknown key 'eval.every' (allowed in eval: interval, batches, choices, "
+      "unknown key 'eval.every' (allowed in eval: interval, batches, early_stop_patience, "
+      "early_stop_delta, choices, "
       "choices_limit, choices_fewshot, hellaswag_prompt, lambada, lambada_limit, samples, "
       "sample_tokens, "
       "sample_temperature, sample_top_k, "
@@ -1064,6 +1065,22 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                        "data.val=data/v.bin", "eval.interval=4"},
                       "checkpoint.keep_best needs a validation loss at every checkpoint: "
                       "checkpoint.interval (10) must be a multiple of eval.interval (4)");
+  {
+    const Config stopping = parse_config(to_yaml(
+        parse_config(kValid, {"data.val=data/v.bin", "eval.interval=5",
+                              "eval.early_stop_patience=3", "eval.early_stop_delta=0.01"})));
+    EXPECT_EQ(stopping.eval.early_stop_patience, 3);
+    EXPECT_EQ(stopping.eval.early_stop_delta, 0.01);
+  }
+  expect_config_error(kValid, {"eval.early_stop_patience=3"},
+                      "eval.early_stop_patience (3) counts evaluations of the validation loss: "
+                      "set data.val or data.val_split, and eval.interval");
+  expect_config_error(kValid, {"data.val=data/v.bin", "eval.interval=5", "eval.early_stop_delta=1"},
+                      "eval.early_stop_delta applies with eval.early_stop_patience > 0");
+  expect_config_error(kValid,
+                      {"data.val=data/v.bin", "eval.interval=5", "eval.early_stop_patience=3",
+                       "eval.early_stop_delta=-1"},
+                      "eval.early_stop_delta (-1) must be a loss difference >= 0");
   expect_config_error(kValid, {"checkpoint.keep_best=true"},
                       "checkpoint.keep_best needs checkpoint.dir");
   expect_config_error(kValid, {"checkpoint.keep=2000000"},

@@ -593,6 +593,41 @@ TEST(Trainer, KeepBestKeepsTheCheckpointOfTheLowestValidationLoss) {
   EXPECT_EQ(io::checkpoint_steps(dir.file("ck")), kept);
 }
 
+// eval.early_stop_patience: with every fall of the validation loss under
+// early_stop_delta (100: all of them), the first evaluation sets the best
+// and the run ends after `patience` more, checkpointed, its model written.
+// A resume from a checkpoint in between counts on from where it stopped.
+TEST(Trainer, EarlyStoppingEndsTheRunWhenTheValidationLossStalls) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 10;
+  c = parse_config(to_yaml(c), {"data.val=" + dir.file("train.bin"), "eval.interval=1",
+                                "eval.batches=1", "eval.early_stop_patience=2",
+                                "eval.early_stop_delta=100", "checkpoint.dir=" + dir.file("ck"),
+                                "checkpoint.interval=1", "checkpoint.keep=10"});
+  std::vector<StepMetrics> run;
+  {
+    Trainer t(c);
+    run = t.run();
+  }
+  ASSERT_EQ(run.size(), 3u);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("out/model.safetensors")));
+  EXPECT_EQ(io::find_latest_checkpoint(dir.file("ck"))->step, 3);
+  // From step 2's checkpoint (one stale evaluation counted): one more.
+  std::ofstream(dir.file("ck/latest"), std::ios::trunc) << "step_2\n";
+  c.checkpoint.resume = "auto";
+  Trainer resumed(c);
+  const std::vector<StepMetrics> rest = resumed.run();
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].step, 3);
+  EXPECT_EQ(rest[0].val_loss, run[2].val_loss);
+  // Without the delta the loss keeps falling on this data: no early end.
+  c = parse_config(to_yaml(c), {"eval.early_stop_delta=0", "checkpoint.resume=never",
+                                "checkpoint.dir=" + dir.file("ck2")});
+  Trainer falling(c);
+  EXPECT_EQ(falling.run().size(), 10u);
+}
+
 // log.grad_norms: layers reports the embeddings, each block and the final
 // norm, parameters each parameter; both add up (in squares) to the
 // clipping norm, each layer's to its parameters'. A group that does not

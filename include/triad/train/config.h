@@ -191,6 +191,11 @@ struct EvalSection {
   // Global batches (of train.global_batch_size sequences) per evaluation,
   // always the first ones of data.val; 0: every whole global batch it holds.
   int64_t batches = 0;
+  // > 0: the run ends early (checkpointed, as on SIGTERM) after this many
+  // evaluations in a row whose validation loss (the first set's) is not
+  // below the best so far by more than early_stop_delta; 0: never.
+  int64_t early_stop_patience = 0;
+  double early_stop_delta = 0;
   // Multiple-choice questions (JSON lines, data/multiple_choice.h:
   // HellaSwag's validation file, say) scored at every evaluation as
   // triad-eval scores them: one file (no name), or several by name

@@ -244,7 +244,13 @@ class Trainer {
   int64_t applied_sequences_ = 0;  // the sequences of those steps
   int64_t consecutive_skips_ = 0;
   SpikeFilter spikes_;  // train.spike_sigma: the last steps' losses and norms
-  void log_setup();     // the model, layout, data and evaluations, as run() starts
+  // eval.early_stop_patience: the best validation loss so far (by more than
+  // early_stop_delta), its step, and the evaluations since (checkpointed).
+  std::optional<double> val_best_;
+  int64_t val_best_step_ = 0, val_stale_ = 0;
+  // Counts an evaluation's validation loss; true when the patience is spent.
+  bool validation_stalled(double loss, int64_t step);
+  void log_setup();  // the model, layout, data and evaluations, as run() starts
   // Why this step is a spike on some rank ("" if on none): spikes_'s
   // verdict here, agreed over the world.
   std::string spike_on_any_rank(double loss, double norm);
