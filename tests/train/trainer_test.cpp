@@ -591,6 +591,13 @@ TEST(Trainer, KeepBestKeepsTheCheckpointOfTheLowestValidationLoss) {
   std::vector<int64_t> kept{6};
   if (run[lowest].step != 6) kept.push_back(run[lowest].step);
   EXPECT_EQ(io::checkpoint_steps(dir.file("ck")), kept);
+  // Written in the background, the checkpoints carry their losses to the
+  // commit all the same.
+  c = parse_config(to_yaml(c), {"checkpoint.async=true", "checkpoint.dir=" + dir.file("ck2")});
+  Trainer background(c);
+  background.run();
+  EXPECT_EQ(io::open_checkpoint(dir.file("ck2/best")).step, run[lowest].step);
+  EXPECT_EQ(io::checkpoint_steps(dir.file("ck2")), kept);
 }
 
 // eval.early_stop_patience: with every fall of the validation loss under
