@@ -628,6 +628,8 @@ void validate(const Config& c, bool min_lr_given) {
   c.no_decay_parameters();  // (a pattern that matches nothing is an error)
   c.lr_scale_factors();     // (nor may two patterns match one parameter)
   require(c.log_interval > 0, "log.interval", c.log_interval, "must be positive");
+  if (c.log_moe_per_layer && c.model.moe.experts == 0)
+    throw ConfigError("log.moe_per_layer reports a mixture of experts' layers: set model.moe");
   const auto& ck = c.checkpoint;
   require(t.exit_after_minutes == 0 || !ck.dir.empty(), "train.exit_after_minutes",
           t.exit_after_minutes,
@@ -1571,6 +1573,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"tensorboard", {false, [&](auto& v, auto& k) { c.log_tensorboard = get_bool(v, k); }}},
       {"param_norm", {false, [&](auto& v, auto& k) { c.log_param_norm = get_bool(v, k); }}},
+      {"moe_per_layer", {false, [&](auto& v, auto& k) { c.log_moe_per_layer = get_bool(v, k); }}},
       {"grad_norms",
        {false,
         [&](auto& v, auto& k) {
@@ -2156,6 +2159,7 @@ std::string to_yaml(const Config& c) {
     << "tensorboard" << YAML::Value << c.log_tensorboard << YAML::Key << "param_norm" << YAML::Value
     << c.log_param_norm;
   if (c.log_grad_norms != "none") e << YAML::Key << "grad_norms" << YAML::Value << c.log_grad_norms;
+  if (c.log_moe_per_layer) e << YAML::Key << "moe_per_layer" << YAML::Value << true;
   if (!c.log_plan_cluster.empty())
     e << YAML::Key << "plan_cluster" << YAML::Value << c.log_plan_cluster;
   e << YAML::EndMap;

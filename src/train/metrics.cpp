@@ -63,6 +63,12 @@ void MetricsWriter::write(const StepMetrics& m) {
     j["moe_max_load"] = m.moe_max_load;
   }
   if (m.moe_dropped >= 0) j["moe_dropped"] = m.moe_dropped;
+  if (!m.moe_layers.empty()) {
+    nlohmann::json layers = nlohmann::json::object();
+    for (const auto& l : m.moe_layers)
+      layers[l.layer] = {{"max_load", l.max_load}, {"min_load", l.min_load}};
+    j["moe_layers"] = layers;
+  }
   if (m.moe_z_loss >= 0) j["moe_z_loss"] = m.moe_z_loss;
   if (!m.mtp_losses.empty()) j["mtp_losses"] = m.mtp_losses;
   if (m.z_loss >= 0) j["z_loss"] = m.z_loss;

@@ -188,6 +188,10 @@ void TensorBoardWriter::write(const StepMetrics& m) {
       scalar("train/moe_max_load", m.step, m.moe_max_load, t);
     }
     if (m.moe_dropped >= 0) scalar("train/moe_dropped", m.step, m.moe_dropped, t);
+    for (const auto& l : m.moe_layers) {
+      scalar("moe/" + l.layer + "/max_load", m.step, l.max_load, t);
+      scalar("moe/" + l.layer + "/min_load", m.step, l.min_load, t);
+    }
     if (m.moe_z_loss >= 0) scalar("train/moe_z_loss", m.step, m.moe_z_loss, t);
     if (m.z_loss >= 0) scalar("train/z_loss", m.step, m.z_loss, t);
     for (size_t k = 0; k < m.mtp_losses.size(); ++k)

@@ -1861,29 +1861,50 @@ void Trainer::moe_metrics_into(StepMetrics& m) const {
   }
   const std::vector<double> s = to_double_vector(sums);
   if (s[3] <= 0) return;
+  if (config_.log_moe_per_layer) {
+    // (Scale-free: a tensor-parallel group's ranks may each count a layer's
+    // tokens, all layers' alike.)
+    const std::vector<double> loads = world_expert_loads();
+    const int64_t E = config_.model.moe.experts, n = config_.model.n_layer;
+    for (size_t at = 0; at < loads.size(); at += static_cast<size_t>(E)) {
+      const auto first = loads.begin() + static_cast<std::ptrdiff_t>(at), last = first + E;
+      const double total = std::accumulate(first, last, 0.0);
+      if (total <= 0) continue;  // (a dense layer)
+      const int64_t layer = static_cast<int64_t>(at) / E;
+      m.moe_layers.push_back(
+          {layer < n ? "h." + std::to_string(layer) : "mtp." + std::to_string(layer - n),
+           static_cast<double>(E) * *std::max_element(first, last) / total,
+           static_cast<double>(E) * *std::min_element(first, last) / total});
+    }
+  }
   m.moe_balance = s[0] / s[3];
   m.moe_max_load = item(load);
   if (config_.model.moe.capacity_factor > 0) m.moe_dropped = s[1] / s[3];
   if (config_.model.moe.z_loss_coef > 0) m.moe_z_loss = s[2] / s[3];
 }
 
-void Trainer::update_expert_biases() {
-  const auto& moe = config_.model.moe;
-  if (!moe.expert_bias || moe.bias_update_rate == 0 || !moe_stats_) return;
+std::vector<double> Trainer::world_expert_loads() const {
   // Every layer's loads in one vector, zero where this rank holds none of
   // it (a pipeline's other stages): summed over the world, each layer's are
-  // those of every micro-batch of every data-parallel replica. (A tensor-
-  // parallel group's ranks route the same tokens alike: they count each
-  // layer's loads t times over, which moves no bias, as only their order
-  // about the mean does.)
+  // those of every micro-batch of every data-parallel replica.
   // (Multi-token prediction's blocks count on as layers n_layer, n_layer + 1, ...)
-  const int64_t E = moe.experts, L = config_.model.n_layer + config_.model.mtp_layers;
+  const int64_t E = config_.model.moe.experts, L = config_.model.n_layer + config_.model.mtp_layers;
   std::vector<double> loads(static_cast<size_t>(L * E), 0.0);
   for (const auto& [layer, load] : moe_stats_->loads)
     std::copy(load.begin(), load.end(), loads.begin() + layer * E);
   Tensor all = from_vector(loads, {L * E}, DType::F64);
   if (world_ && world_->size() > 1) world_->all_reduce(all, dist::ReduceOp::Sum)->wait();
-  loads = to_double_vector(all);
+  return to_double_vector(all);
+}
+
+void Trainer::update_expert_biases() {
+  const auto& moe = config_.model.moe;
+  if (!moe.expert_bias || moe.bias_update_rate == 0 || !moe_stats_) return;
+  // (A tensor-parallel group's ranks route the same tokens alike: they
+  // count each layer's loads t times over, which moves no bias, as only
+  // their order about the mean does.)
+  const int64_t E = moe.experts;
+  const std::vector<double> loads = world_expert_loads();
   if (!expert_biases_) {
     // This rank's biases by layer, found once (the handles follow the
     // tensors wherever they move). Not through parameters(): the biases

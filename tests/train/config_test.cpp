@@ -1022,6 +1022,8 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       "train.skip_steps[0]: expected a step or a range of steps \"A-B\", got "
                       "'2-x'");
   expect_config_error(kValid, {"train.skip_steps=4"}, "train.skip_steps: expected a list");
+  expect_config_error(kValid, {"log.moe_per_layer=true"},
+                      "log.moe_per_layer reports a mixture of experts' layers: set model.moe");
   EXPECT_EQ(parse_config(kValid).log_grad_norms, "none");
   EXPECT_FALSE(parse_config(kValid).grad_norm_groups());
   EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"log.grad_norms=layers"}))).log_grad_norms,

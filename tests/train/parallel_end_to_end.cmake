@@ -23,9 +23,9 @@
 # texts' last words (eval.lambada): the words' loss must match one
 # process's at the same tolerance, and in fp32 the share greedy decoding
 # gets right must be one process's.
-# A mixture of experts' moe_balance, moe_dropped and moe_z_loss,
-# multi-token prediction's mtp_losses and the output z_loss, when one
-# process reports them, must match too.
+# A mixture of experts' moe_balance, moe_dropped and moe_z_loss (and each
+# layer's loads, log.moe_per_layer), multi-token prediction's mtp_losses and
+# the output z_loss, when one process reports them, must match too.
 # With SAMPLES (ON), every evaluation also continues two prompts greedily
 # (eval.samples, the model gathered whole from the layout's ranks): in fp32
 # the texts must be one process's.
@@ -91,14 +91,15 @@ function(steps_marked dir key outvar)
   endforeach()
   set(${outvar} "${steps}" PARENT_SCOPE)
 endfunction()
-# log.grad_norms' groups: their names (in outvar) and each one's values
-# step by step (in outvar_0, outvar_1, ...).
-function(group_norms dir outvar)
+# An object of named values in the metrics (log.grad_norms' groups, or
+# with `field` log.moe_per_layer's layers' field): its names (in outvar) and
+# each one's values step by step (in outvar_0, outvar_1, ...).
+function(named_values dir key field outvar)
   file(STRINGS ${dir}/metrics.jsonl lines)
   set(names)
   set(count 0)
   foreach(line IN LISTS lines)
-    string(JSON n ERROR_VARIABLE missing LENGTH "${line}" grad_norms)
+    string(JSON n ERROR_VARIABLE missing LENGTH "${line}" ${key})
     if(missing)
       continue()
     endif()
@@ -106,17 +107,17 @@ function(group_norms dir outvar)
       set(count ${n})
       math(EXPR last "${n} - 1")
       foreach(i RANGE ${last})
-        string(JSON name MEMBER "${line}" grad_norms ${i})
+        string(JSON name MEMBER "${line}" ${key} ${i})
         list(APPEND names ${name})
         set(values_${i})
       endforeach()
     endif()
     if(NOT n EQUAL count)
-      message(FATAL_ERROR "${dir}: ${n} gradient norm groups on a line, ${count} on the first")
+      message(FATAL_ERROR "${dir}: ${n} ${key} on a line, ${count} on the first")
     endif()
     set(i 0)
     foreach(name IN LISTS names)
-      string(JSON v GET "${line}" grad_norms ${name})
+      string(JSON v GET "${line}" ${key} ${name} ${field})
       list(APPEND values_${i} ${v})
       math(EXPR i "${i} + 1")
     endforeach()
@@ -138,7 +139,7 @@ field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
 field(${WORK}/reference param_norm reference_param_norms)
 field(${WORK}/reference val_loss reference_val)
-group_norms(${WORK}/reference reference_groups)
+named_values(${WORK}/reference grad_norms "" reference_groups)
 if(NOT reference_groups)
   message(FATAL_ERROR "one process reported no grad_norms with log.grad_norms=layers")
 endif()
@@ -148,6 +149,13 @@ endif()
 field(${WORK}/reference moe_balance reference_moe_balance)
 field(${WORK}/reference moe_dropped reference_moe_dropped)
 field(${WORK}/reference moe_z_loss reference_moe_z_loss)
+# log.moe_per_layer: each MoE layer's busiest and idlest expert's load.
+foreach(which max_load min_load)
+  named_values(${WORK}/reference moe_layers ${which} reference_${which})
+endforeach()
+if("${EXTRA}" MATCHES "log.moe_per_layer" AND NOT reference_max_load)
+  message(FATAL_ERROR "one process reported no moe_layers with log.moe_per_layer set")
+endif()
 # Multi-token prediction's losses at its first depths (model.mtp_layers),
 # when the metrics carry them.
 foreach(depth 0 1 2)
@@ -238,7 +246,7 @@ foreach(layout IN LISTS layouts)
   # So does each layer's (log.grad_norms): at the first step, from the same
   # weights, as closely; later, as roundings part the runs, within 10 times
   # that (a layer's norm moves more than the sum over all of them).
-  group_norms(${dir} got_groups)
+  named_values(${dir} grad_norms "" got_groups)
   if(NOT "${got_groups}" STREQUAL "${reference_groups}")
     message(FATAL_ERROR "${ranks} ranks ${flags}: gradient norm groups [${got_groups}], one "
                         "process [${reference_groups}]")
@@ -271,6 +279,19 @@ foreach(layout IN LISTS layouts)
       field(${dir} ${name} got_${name})
       expect_close("${ranks} ranks ${flags} ${name}" "${reference_${name}}" "${got_${name}}" ${loss_div})
     endif()
+  endforeach()
+  foreach(which max_load min_load)
+    named_values(${dir} moe_layers ${which} got_${which})
+    if(NOT "${got_${which}}" STREQUAL "${reference_${which}}")
+      message(FATAL_ERROR "${ranks} ranks ${flags}: MoE layers [${got_${which}}], one process "
+                          "[${reference_${which}}]")
+    endif()
+    set(i 0)
+    foreach(layer IN LISTS reference_${which})
+      expect_close("${ranks} ranks ${flags} ${which} of ${layer}" "${reference_${which}_${i}}"
+                   "${got_${which}_${i}}" ${loss_div})
+      math(EXPR i "${i} + 1")
+    endforeach()
   endforeach()
   foreach(depth 0 1 2)
     if(reference_mtp_${depth})

@@ -635,6 +635,28 @@ TEST(Trainer, EarlyStoppingEndsTheRunWhenTheValidationLossStalls) {
   EXPECT_EQ(falling.run().size(), 10u);
 }
 
+// log.moe_per_layer: every MoE layer (not the dense first one) reports its
+// busiest and idlest expert over the step, around the balanced 1; the
+// busiest over the step is no busier than the busiest of any one
+// micro-batch (moe_max_load, the largest over the records, all of one
+// size).
+TEST(Trainer, MoePerLayerLoadsBracketTheBalancedShare) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c = parse_config(to_yaml(c), {"model.moe={experts: 4, top_k: 2, ffn_hidden_size: 16, "
+                                "dense_layers: [0]}",
+                                "log.moe_per_layer=true"});
+  Trainer t(c);
+  const StepMetrics m = t.step(0);
+  ASSERT_EQ(m.moe_layers.size(), 1u);
+  EXPECT_EQ(m.moe_layers[0].layer, "h.1");
+  EXPECT_GE(m.moe_layers[0].max_load, 1.0);
+  EXPECT_LE(m.moe_layers[0].min_load, 1.0);
+  EXPECT_GE(m.moe_layers[0].min_load, 0.0);
+  EXPECT_LE(m.moe_layers[0].max_load, m.moe_max_load + 1e-12);
+  EXPECT_GT(m.moe_layers[0].max_load, m.moe_layers[0].min_load);  // (4 experts, 64 tokens)
+}
+
 // log.grad_norms: layers reports the embeddings, each block and the final
 // norm, parameters each parameter; both add up (in squares) to the
 // clipping norm, each layer's to its parameters'. A group that does not

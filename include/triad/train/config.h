@@ -306,6 +306,9 @@ struct Config {
   // metrics: none | layers (the embeddings, each block, the final norm,
   // the head, each prediction module) | parameters (each parameter).
   std::string log_grad_norms = "none";
+  // log.moe_per_layer: each MoE layer's busiest and idlest expert's load in
+  // the metrics (Megatron-LM's --moe-per-layer-logging).
+  bool log_moe_per_layer = false;
   // log.plan_cluster: a cluster file (configs/clusters/) the planner prices
   // this run on at the start, logged and written to output.dir/plan.json
   // beside the measured steps ("": none).

@@ -42,6 +42,16 @@ struct StepMetrics {
   // assignments dropped over capacity, the mean over layers and
   // micro-batches. Negative otherwise.
   double moe_dropped = -1;
+  // log.moe_per_layer: each MoE layer's step ("h.3", a prediction module's
+  // "mtp.0"): its busiest and idlest expert's share of the layer's
+  // assignments over every micro-batch and rank, as a multiple of the
+  // balanced share (1 and 1: balanced; a min_load of 0: an expert that no
+  // token chose). Empty otherwise.
+  struct MoeLayerLoads {
+    std::string layer;
+    double max_load = 0, min_load = 0;
+  };
+  std::vector<MoeLayerLoads> moe_layers;
   // With model.moe.z_loss_coef: the router z-loss (mean over tokens of
   // logsumexp(logits)^2), the mean over layers and micro-batches.
   // Negative otherwise.

@@ -133,6 +133,10 @@ class Trainer {
   // The step's MoE routing statistics (model.moe), gathered from every rank
   // into m.
   void moe_metrics_into(StepMetrics& m) const;
+  // Each MoE layer's expert loads of the step summed over every rank,
+  // layer by layer ((n_layer + mtp_layers) x experts; zeros for the dense
+  // ones). Collective.
+  std::vector<double> world_expert_loads() const;
   // Multi-token prediction's losses (model.mtp_layers) and the z-loss
   // (model.z_loss_coef) this step, into m.
   void side_loss_metrics_into(StepMetrics& m) const;
