@@ -226,8 +226,13 @@ std::optional<int64_t> commit_checkpoint(const std::string& dir, int64_t step, i
   write_text_atomically((fs::path(dir) / "latest").string(), step_name(step) + "\n");
   fsync_path(dir);
   // Keep the newest `keep` complete checkpoints, every multiple of
-  // keep_every, and (keep_best) the one of the lowest validation loss.
-  const std::vector<int64_t> steps = checkpoint_steps(dir);
+  // keep_every, and (keep_best) the one of the lowest validation loss. A
+  // run resumed from an earlier checkpoint leaves later ones behind, of the
+  // future it abandoned: those are neither counted nor removed here (each
+  // is replaced when the run reaches its step), so the checkpoints kept
+  // are this run's own, the one just written first.
+  std::vector<int64_t> steps = checkpoint_steps(dir);
+  std::erase_if(steps, [step](int64_t s) { return s > step; });
   std::optional<int64_t> best;
   if (keep_best) {
     double lowest = 0;

@@ -640,6 +640,12 @@ void validate(const Config& c, bool min_lr_given) {
                       std::to_string(ck.interval) +
                       "): the checkpoints it keeps are the ones the interval writes");
   }
+  if (ck.resume != "never" && ck.resume != "auto" && ck.resume.find('/') == std::string::npos &&
+      ck.dir.empty()) {
+    throw ConfigError("checkpoint.resume '" + ck.resume +
+                      "' names a checkpoint of checkpoint.dir, which is not set (give a path "
+                      "with a '/' for one elsewhere)");
+  }
   if (ck.keep_best) {
     if (ck.dir.empty()) throw ConfigError("checkpoint.keep_best needs checkpoint.dir");
     if (!c.has_validation()) {
@@ -952,6 +958,14 @@ void resolve_epochs(Config& config, int64_t sequences) {
   if (config.train.epochs <= 0) return;
   config.train.steps = steps_for_epochs(config.train, sequences);
   validate(config, /*min_lr_given=*/false);
+}
+
+bool CheckpointSection::resumes() const {
+  return resume == "auto" ? !dir.empty() : resume != "never";
+}
+
+std::string CheckpointSection::resume_path() const {
+  return resume.find('/') == std::string::npos ? dir + "/" + resume : resume;
 }
 
 bool TrainSection::skips_step(int64_t step) const {
@@ -1616,8 +1630,10 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false,
         [&](auto& v, auto& k) {
           c.checkpoint.resume = get_string(v, k);
-          if (c.checkpoint.resume != "never" && c.checkpoint.resume != "auto") {
-            throw ConfigError(k + " ('" + c.checkpoint.resume + "') must be never or auto");
+          if (c.checkpoint.resume.empty()) {
+            throw ConfigError(k +
+                              " is empty: never, auto, or the checkpoint to resume (a "
+                              "step_<N> of checkpoint.dir, or a path)");
           }
         }}},
       {"async", {false, [&](auto& v, auto& k) { c.checkpoint.async = get_bool(v, k); }}},

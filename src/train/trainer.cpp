@@ -992,7 +992,17 @@ void Trainer::commit_pending_checkpoint(bool wait, bool any_failed) {
 }
 
 int64_t Trainer::load_checkpoint() {
-  const auto info = io::find_latest_checkpoint(config_.checkpoint.dir);
+  const auto& ck = config_.checkpoint;
+  std::optional<io::CheckpointInfo> info;
+  if (ck.resume == "auto") {
+    info = io::find_latest_checkpoint(ck.dir);
+  } else {
+    try {  // (a checkpoint named must be there)
+      info = io::open_checkpoint(ck.resume_path());
+    } catch (const IoError& e) {
+      throw IoError("checkpoint.resume '" + ck.resume + "': " + e.what());
+    }
+  }
   if (!info) return 0;
   if (is_logging_rank() && !info->config.empty()) {
     // What the user changed since: a learning rate, a batch size, a layout.
@@ -2420,7 +2430,7 @@ StepMetrics Trainer::evaluate_only() {
   if (!is_logging_rank()) spdlog::set_level(spdlog::level::warn);
   const auto& ck = config_.checkpoint;
   int64_t step = 0;
-  if (!ck.dir.empty() && ck.resume == "auto") step = load_checkpoint();
+  if (ck.resumes()) step = load_checkpoint();
   const std::string weights = step > 0                     ? "step " + std::to_string(step)
                               : !config_.init_from.empty() ? config_.init_from
                                                            : "the random initialisation";
@@ -2809,7 +2819,7 @@ StepMetrics Trainer::check() {
   const auto& ck = config_.checkpoint;
   int64_t first = 0;
   if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
-  if (!ck.dir.empty() && ck.resume == "auto") first = load_checkpoint();
+  if (ck.resumes()) first = load_checkpoint();
   // (From a checkpoint at the last step, the step after it; trained even
   // when train.skip_steps would pass it over, to be measured.)
   const StepMetrics m = train_step(first);
@@ -2859,7 +2869,7 @@ std::vector<StepMetrics> Trainer::run() {
   // Every rank writes its own file into checkpoint.dir: find out now, not
   // after the first `interval` steps, whether it can.
   if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
-  if (!ck.dir.empty() && ck.resume == "auto") first = load_checkpoint();
+  if (ck.resumes()) first = load_checkpoint();
   // A resumed run goes on with the history in metrics.jsonl (the steps up to
   // its checkpoint kept, any after it trained again); a new run starts one.
   if (lead) {

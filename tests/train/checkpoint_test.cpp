@@ -553,6 +553,33 @@ TEST(Checkpoint, KeepBestKeepsTheLowestValidationLossAndMarksIt) {
   EXPECT_FALSE(std::filesystem::exists(root + "/best"));
 }
 
+// A run resumed from an earlier checkpoint commits below later ones (of the
+// future it abandoned): retention counts and removes only this run's own,
+// never the one just written, and leaves the later ones until the run
+// replaces each at its step.
+TEST(Checkpoint, RetentionAfterGoingBackKeepsTheNewRunsCheckpoints) {
+  TempDir dir;
+  const std::string root = dir.file("ck");
+  auto commit = [&](int64_t step) {
+    io::write_rank_state(io::checkpoint_staging_dir(root, step), 0,
+                         {{"t", randn({8}, static_cast<uint64_t>(step))}},
+                         {{"next_step", std::to_string(step)}});
+    io::commit_checkpoint(root, step, 1, {}, "", 1);
+  };
+  for (int64_t step : {1, 2, 3, 4}) commit(step);
+  EXPECT_EQ(io::checkpoint_steps(root), (std::vector<int64_t>{4}));
+  // Back before step 2: its checkpoint stays beside the abandoned 4 (which
+  // keep 1 counting 4 would have removed it for, `latest` naming nothing).
+  commit(2);
+  EXPECT_EQ(io::checkpoint_steps(root), (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(io::find_latest_checkpoint(root)->step, 2);
+  commit(3);
+  EXPECT_EQ(io::checkpoint_steps(root), (std::vector<int64_t>{4, 3}));
+  commit(4);  // (replaces the abandoned one)
+  EXPECT_EQ(io::checkpoint_steps(root), (std::vector<int64_t>{4}));
+  EXPECT_EQ(io::find_latest_checkpoint(root)->step, 4);
+}
+
 // Every rank hashes its own file as it writes it (rank_<r>.safetensors
 // .checksum), and the commit takes that line instead of reading the file:
 // a wrong line makes the checkpoint read as corrupted, a missing one is

@@ -1087,8 +1087,21 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       "checkpoint.keep_best needs checkpoint.dir");
   expect_config_error(kValid, {"checkpoint.keep=2000000"},
                       "checkpoint.keep (2000000) must be at most 1000000");
+  EXPECT_EQ(parse_config(
+                to_yaml(parse_config(kValid, {"checkpoint.dir=ck", "checkpoint.resume=step_40"})))
+                .checkpoint.resume_path(),
+            "ck/step_40");
+  EXPECT_EQ(parse_config(kValid, {"checkpoint.resume=runs/a/ck/step_40"}).checkpoint.resume_path(),
+            "runs/a/ck/step_40");
+  EXPECT_TRUE(parse_config(kValid, {"checkpoint.resume=runs/a/ck/best"}).checkpoint.resumes());
+  EXPECT_FALSE(parse_config(kValid, {"checkpoint.resume=auto"}).checkpoint.resumes());
+  expect_config_error(kValid, {"checkpoint.resume=step_40"},
+                      "checkpoint.resume 'step_40' names a checkpoint of checkpoint.dir, which is "
+                      "not set");
   expect_config_error(kValid, {"checkpoint.resume=sometimes"},
-                      "checkpoint.resume ('sometimes') must be never or auto");
+                      "checkpoint.resume 'sometimes' names a checkpoint of checkpoint.dir");
+  expect_config_error(kValid, {"checkpoint.resume=''"},
+                      "checkpoint.resume is empty: never, auto, or the checkpoint to resume");
   expect_config_error(kValid, {"parallel.zero=2"}, "parallel.zero (2) must be 0 or 1");
   expect_config_error(kValid, {"parallel.bucket_mb=0"}, "parallel.bucket_mb (0) must be > 0");
   expect_config_error(kValid, {"parallel.tp=2000000"},

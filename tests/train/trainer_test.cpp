@@ -635,6 +635,46 @@ TEST(Trainer, EarlyStoppingEndsTheRunWhenTheValidationLossStalls) {
   EXPECT_EQ(falling.run().size(), 10u);
 }
 
+// checkpoint.resume naming a checkpoint: a step_<N> of checkpoint.dir goes
+// on from there bit for bit (as auto from the latest does), and a path to
+// another run's checkpoint branches a new run from it, writing into its own
+// dir. One that is not there is an error naming it.
+TEST(Trainer, ResumeFromANamedCheckpointGoesOnFromThere) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 4;
+  c = parse_config(to_yaml(c), {"checkpoint.dir=" + dir.file("ck"), "checkpoint.interval=1",
+                                "checkpoint.keep=10"});
+  std::vector<StepMetrics> whole;
+  {
+    Trainer t(c);
+    whole = t.run();
+  }
+  ASSERT_EQ(whole.size(), 4u);
+  for (const std::string& resume : {std::string("step_2"), dir.file("ck/step_2")}) {
+    SCOPED_TRACE(resume);
+    Config from = c;
+    from.checkpoint.resume = resume;
+    if (resume.find('/') != std::string::npos) from.checkpoint.dir = dir.file("branch");
+    Trainer t(from);
+    const std::vector<StepMetrics> rest = t.run();
+    ASSERT_EQ(rest.size(), 2u);
+    EXPECT_EQ(rest[0].step, 3);
+    EXPECT_EQ(rest[0].loss, whole[2].loss);
+    EXPECT_EQ(rest[1].loss, whole[3].loss);
+  }
+  EXPECT_EQ(io::find_latest_checkpoint(dir.file("branch"))->step, 4);
+  c.checkpoint.resume = "step_9";
+  try {
+    Trainer t(c);
+    t.run();
+    FAIL() << "resumed from a checkpoint that is not there";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.resume 'step_9'"), std::string::npos)
+        << e.what();
+  }
+}
+
 // log.moe_per_layer: every MoE layer (not the dense first one) reports its
 // busiest and idlest expert over the step, around the balanced 1; the
 // busiest over the step is no busier than the busiest of any one

@@ -175,7 +175,13 @@ struct CheckpointSection {
   // also kept: the checkpoint of the lowest validation loss, named by the
   // dir's `best` marker (needs validation data evaluated at every interval)
   bool keep_best = false;
-  std::string resume = "never";  // never | auto (the newest complete checkpoint in dir)
+  // never | auto (the newest complete checkpoint in dir) | a checkpoint: a
+  // name in dir (step_<N>, best, latest) or a path with a '/'.
+  std::string resume = "never";
+  // Whether a run resumes: auto with a dir, or a checkpoint named.
+  bool resumes() const;
+  // The checkpoint `resume` names (not auto or never): in dir, or the path.
+  std::string resume_path() const;
   // true: each rank copies its state to host memory and writes it on a
   // thread of its own while training goes on; the checkpoint is committed
   // at the first step boundary after every rank has written.
