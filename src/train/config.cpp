@@ -671,6 +671,11 @@ void validate(const Config& c, bool min_lr_given) {
                       ") counts evaluations of the validation loss: set data.val or "
                       "data.val_split, and eval.interval");
   }
+  if (c.eval.at_start && !c.evaluates()) {
+    throw ConfigError(
+        "eval.at_start needs something to evaluate: set data.val, data.val_split, "
+        "eval.choices, eval.lambada or eval.samples");
+  }
   if (c.eval.early_stop_patience == 0 && c.eval.early_stop_delta > 0) {
     throw ConfigError("eval.early_stop_delta applies with eval.early_stop_patience > 0");
   }
@@ -1491,6 +1496,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   const Section eval{
       {"interval", {false, [&](auto& v, auto& k) { c.eval.interval = non_negative(v, k); }}},
       {"batches", {false, [&](auto& v, auto& k) { c.eval.batches = non_negative(v, k); }}},
+      {"at_start", {false, [&](auto& v, auto& k) { c.eval.at_start = get_bool(v, k); }}},
       {"early_stop_patience",
        {false, [&](auto& v, auto& k) { c.eval.early_stop_patience = non_negative(v, k); }}},
       {"early_stop_delta",
@@ -2218,6 +2224,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "interval"
       << YAML::Value << c.eval.interval;
     if (c.has_validation()) e << YAML::Key << "batches" << YAML::Value << c.eval.batches;
+    if (c.eval.at_start) e << YAML::Key << "at_start" << YAML::Value << true;
     if (c.eval.early_stop_patience > 0) {
       e << YAML::Key << "early_stop_patience" << YAML::Value << c.eval.early_stop_patience
         << YAML::Key << "early_stop_delta" << YAML::Value << c.eval.early_stop_delta;

@@ -112,12 +112,13 @@ void MetricsWriter::write(const StepMetrics& m) {
     j["samples"] = list;
   }
   // (A sample cut inside a character shows U+FFFD for its broken bytes.)
-  if (m.passed_over) {
-    // (train.skip_steps: nothing ran, so nothing was measured.)
+  if (m.passed_over || m.evaluation_only) {
+    // (train.skip_steps, eval.at_start: nothing trained, so nothing of
+    // training was measured.)
     for (const char* key :
          {"loss", "grad_norm", "tokens_per_s", "step_ms", "tflops_per_device", "peak_memory_bytes"})
       j.erase(key);
-    j["passed_over"] = true;
+    if (m.passed_over) j["passed_over"] = true;
   }
   out_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   out_.flush();

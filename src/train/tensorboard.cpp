@@ -164,7 +164,9 @@ void TensorBoardWriter::restart(int64_t step) {
 
 void TensorBoardWriter::write(const StepMetrics& m) {
   const double t = now_seconds();
-  if (m.passed_over) {  // train.skip_steps: nothing measured but where the run is
+  if (m.evaluation_only) {
+    // eval.at_start: the evaluations below alone.
+  } else if (m.passed_over) {  // train.skip_steps: nothing measured but where the run is
     scalar("train/lr", m.step, m.lr, t);
     scalar("train/consumed_sequences", m.step, static_cast<double>(m.consumed_sequences), t);
     scalar("train/global_batch_size", m.step, static_cast<double>(m.global_batch_size), t);

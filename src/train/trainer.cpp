@@ -2924,25 +2924,58 @@ std::vector<StepMetrics> Trainer::run() {
         m.step, steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops_per_device, m.step_ms,
         extra, format_duration(eta));
   };
+  // Every evaluation of a step (its times, for the log).
+  struct EvaluationTimes {
+    double eval_ms = 0, samples_ms = 0;
+    std::vector<double> choices_ms, lambada_ms;
+  };
+  auto evaluate_step = [&](StepMetrics& m) {
+    EvaluationTimes e;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!val_.empty()) evaluate_into(m);
+    e.eval_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    for (size_t i = 0; i < choices_.size(); ++i)
+      e.choices_ms.push_back(evaluate_choices_into(m, i));
+    for (size_t i = 0; i < lambada_.size(); ++i)
+      e.lambada_ms.push_back(evaluate_lambada_into(m, i));
+    if (samples_) e.samples_ms = sample_into(m);
+    return e;
+  };
+  auto log_evaluation = [&](const StepMetrics& m, const EvaluationTimes& e) {
+    if (m.val_loss) {
+      spdlog::info("step {:>5}/{} | {} | {} tokens in {:.0f} ms", m.step, steps, val_summary(m, 4),
+                   val_tokens(), e.eval_ms);
+    }
+    for (size_t i = 0; i < e.choices_ms.size(); ++i) {
+      const auto& scores = choices_[i].name.empty() ? *m.choices : m.choice_sets[i].second;
+      spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps,
+                   choices_summary(choices_[i].name, scores), e.choices_ms[i]);
+    }
+    for (size_t i = 0; i < e.lambada_ms.size(); ++i) {
+      const auto& scores = lambada_[i].name.empty() ? *m.lambada : m.lambada_sets[i].second;
+      spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps,
+                   lambada_summary(lambada_[i].name, scores), e.lambada_ms[i]);
+    }
+    log_samples(fmt::format("step {:>5}/{}", m.step, steps), m, e.samples_ms);
+  };
+  if (config_.eval.at_start && first == 0) {
+    // eval.at_start: the weights the run starts from, as step 0.
+    StepMetrics m;
+    m.evaluation_only = true;
+    m.lr = schedule_.at(0);
+    const EvaluationTimes e = evaluate_step(m);
+    if (metrics) metrics->write(m);
+    if (tensorboard) tensorboard->write(m);
+    log_evaluation(m, e);
+    if (m.val_loss) validation_stalled(*m.val_loss, 0);
+  }
   for (int64_t k = first; k < steps; ++k) {
     StepMetrics m = step(k);
     total_ms += m.step_ms;
     const int64_t every = config_.eval.interval;
-    double eval_ms = 0, samples_ms = 0;
-    std::vector<double> choices_ms, lambada_ms;
-    if ((every > 0 && m.step % every == 0) || m.step == steps) {
-      const auto t0 = std::chrono::steady_clock::now();
-      if (!val_.empty()) evaluate_into(m);
-      eval_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      for (size_t i = 0; i < choices_.size(); ++i) {
-        choices_ms.push_back(evaluate_choices_into(m, i));
-      }
-      for (size_t i = 0; i < lambada_.size(); ++i) {
-        lambada_ms.push_back(evaluate_lambada_into(m, i));
-      }
-      if (samples_) samples_ms = sample_into(m);
-    }
+    EvaluationTimes evaluated;
+    if ((every > 0 && m.step % every == 0) || m.step == steps) evaluated = evaluate_step(m);
     if (metrics) metrics->write(m);
     if (tensorboard) tensorboard->write(m);
     out.push_back(m);
@@ -2953,21 +2986,7 @@ std::vector<StepMetrics> Trainer::run() {
     } else if (m.step == 1) {
       print_line(m);
     }
-    if (m.val_loss) {
-      spdlog::info("step {:>5}/{} | {} | {} tokens in {:.0f} ms", m.step, steps, val_summary(m, 4),
-                   val_tokens(), eval_ms);
-    }
-    for (size_t i = 0; i < choices_ms.size(); ++i) {
-      const auto& scores = choices_[i].name.empty() ? *m.choices : m.choice_sets[i].second;
-      spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps,
-                   choices_summary(choices_[i].name, scores), choices_ms[i]);
-    }
-    for (size_t i = 0; i < lambada_ms.size(); ++i) {
-      const auto& scores = lambada_[i].name.empty() ? *m.lambada : m.lambada_sets[i].second;
-      spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps,
-                   lambada_summary(lambada_[i].name, scores), lambada_ms[i]);
-    }
-    log_samples(fmt::format("step {:>5}/{}", m.step, steps), m, samples_ms);
+    log_evaluation(m, evaluated);
     const bool stalled = m.val_loss && validation_stalled(*m.val_loss, m.step);
     // Every rank agrees on stopping, so they all checkpoint the same step,
     // and (checkpoint.async) on whether every rank has written the one in

@@ -796,7 +796,8 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
                       "eval.batches (-3) must be >= 0");
   expect_config_error(
       kValid, {"eval.every=3"},
-      "unknown key 'eval.every' (allowed in eval: interval, batches, early_stop_patience, "
+      "unknown key 'eval.every' (allowed in eval: interval, batches, at_start, "
+      "early_stop_patience, "
       "early_stop_delta, choices, "
       "choices_limit, choices_fewshot, hellaswag_prompt, lambada, lambada_limit, samples, "
       "sample_tokens, "
@@ -1074,6 +1075,11 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
     EXPECT_EQ(stopping.eval.early_stop_patience, 3);
     EXPECT_EQ(stopping.eval.early_stop_delta, 0.01);
   }
+  EXPECT_TRUE(
+      parse_config(to_yaml(parse_config(kValid, {"data.val=data/v.bin", "eval.at_start=true"})))
+          .eval.at_start);
+  expect_config_error(kValid, {"eval.at_start=true"},
+                      "eval.at_start needs something to evaluate: set data.val");
   expect_config_error(kValid, {"eval.early_stop_patience=3"},
                       "eval.early_stop_patience (3) counts evaluations of the validation loss: "
                       "set data.val or data.val_split, and eval.interval");

@@ -635,6 +635,38 @@ TEST(Trainer, EarlyStoppingEndsTheRunWhenTheValidationLossStalls) {
   EXPECT_EQ(falling.run().size(), 10u);
 }
 
+// eval.at_start: the starting weights' validation loss as step 0 (the
+// loss evaluate() gives before any step), a metrics line of its own without
+// training's fields; early stopping counts from it.
+TEST(Trainer, EvaluationAtTheStartIsStepZero) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c = parse_config(to_yaml(c), {"data.val=" + dir.file("train.bin"), "eval.batches=1",
+                                "eval.interval=1", "eval.at_start=true"});
+  double before = 0;
+  {
+    Trainer fresh(c);
+    before = fresh.evaluate();
+  }
+  {
+    Trainer t(c);
+    EXPECT_EQ(t.run().size(), 3u);
+  }
+  std::ifstream in(dir.file("out/metrics.jsonl"));
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0]["step"], 0);
+  EXPECT_EQ(lines[0]["val_loss"].get<double>(), before);
+  EXPECT_FALSE(lines[0].contains("loss"));
+  EXPECT_EQ(lines[1]["step"], 1);
+  EXPECT_TRUE(lines[1].contains("loss"));
+  // No fall of 100 comes: one evaluation after step 0's ends the run.
+  c = parse_config(to_yaml(c), {"eval.early_stop_patience=1", "eval.early_stop_delta=100"});
+  Trainer stopping(c);
+  EXPECT_EQ(stopping.run().size(), 1u);
+}
+
 // checkpoint.resume naming a checkpoint: a step_<N> of checkpoint.dir goes
 // on from there bit for bit (as auto from the latest does), and a path to
 // another run's checkpoint branches a new run from it, writing into its own

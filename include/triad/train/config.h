@@ -202,6 +202,9 @@ struct EvalSection {
   // below the best so far by more than early_stop_delta; 0: never.
   int64_t early_stop_patience = 0;
   double early_stop_delta = 0;
+  // true: also evaluate the weights a run starts from, as step 0 (not when
+  // it resumes a checkpoint).
+  bool at_start = false;
   // Multiple-choice questions (JSON lines, data/multiple_choice.h:
   // HellaSwag's validation file, say) scored at every evaluation as
   // triad-eval scores them: one file (no name), or several by name

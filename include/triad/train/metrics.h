@@ -21,6 +21,9 @@ struct StepMetrics {
   // train.skip_steps: the step passed its batch over (skipped too); it has
   // no loss, norms or speed.
   bool passed_over = false;
+  // eval.at_start: step 0, the evaluations of the starting weights alone
+  // (no loss, norms or speed).
+  bool evaluation_only = false;
   // log.grad_norms: the gradient norm (before clipping) of each group of
   // parameters that trains, by group name; empty otherwise.
   std::vector<std::pair<std::string, double>> grad_norms;
