@@ -240,8 +240,12 @@ std::optional<int64_t> commit_checkpoint(const std::string& dir, int64_t step, i
       const fs::path manifest_path = fs::path(dir) / step_name(*it) / "manifest.json";
       std::error_code ec;
       if (!fs::exists(manifest_path, ec)) continue;  // (never finished)
-      const std::optional<double> loss =
-          read_checkpoint((fs::path(dir) / step_name(*it)).string()).val_loss;
+      std::optional<double> loss;
+      try {
+        loss = read_checkpoint((fs::path(dir) / step_name(*it)).string()).val_loss;
+      } catch (const IoError&) {
+        continue;  // (a manifest that does not read is nobody's best; resuming it says why)
+      }
       if (loss && (!best || *loss < lowest)) {
         best = *it;
         lowest = *loss;

@@ -2210,7 +2210,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "timeout_s" << YAML::Value << p.timeout_s << YAML::Key << "validate_collectives"
     << YAML::Value << p.validate_collectives;
   e << YAML::EndMap;
-  if (!c.checkpoint.dir.empty()) {
+  if (!c.checkpoint.dir.empty() || c.checkpoint.resume != "never") {
     e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"
       << YAML::Value << c.checkpoint.dir << YAML::Key << "interval" << YAML::Value
       << c.checkpoint.interval << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep

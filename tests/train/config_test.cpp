@@ -1097,7 +1097,8 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                 to_yaml(parse_config(kValid, {"checkpoint.dir=ck", "checkpoint.resume=step_40"})))
                 .checkpoint.resume_path(),
             "ck/step_40");
-  EXPECT_EQ(parse_config(kValid, {"checkpoint.resume=runs/a/ck/step_40"}).checkpoint.resume_path(),
+  EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"checkpoint.resume=runs/a/ck/step_40"})))
+                .checkpoint.resume_path(),
             "runs/a/ck/step_40");
   EXPECT_TRUE(parse_config(kValid, {"checkpoint.resume=runs/a/ck/best"}).checkpoint.resumes());
   EXPECT_FALSE(parse_config(kValid, {"checkpoint.resume=auto"}).checkpoint.resumes());
