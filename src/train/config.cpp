@@ -1582,6 +1582,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"adapter", {false, [&](auto& v, auto& k) { c.init_adapter = get_string(v, k); }}}};
   const Section output{
       {"dir", {false, [&](auto& v, auto& k) { c.output_dir = get_string(v, k); }}}};
+  // log.grad_norms and log.param_norms: how their norms are grouped.
+  auto norm_grouping = [](const YAML::Node& v, const std::string& k) {
+    std::string by = get_string(v, k);
+    if (by != "none" && by != "layers" && by != "parameters")
+      throw ConfigError(k + " ('" + by + "') must be none, layers or parameters");
+    return by;
+  };
   const Section log{
       {"interval", {false, [&](auto& v, auto& k) { c.log_interval = get_int(v, k); }}},
       {"peak_tflops",
@@ -1594,16 +1601,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"tensorboard", {false, [&](auto& v, auto& k) { c.log_tensorboard = get_bool(v, k); }}},
       {"param_norm", {false, [&](auto& v, auto& k) { c.log_param_norm = get_bool(v, k); }}},
       {"moe_per_layer", {false, [&](auto& v, auto& k) { c.log_moe_per_layer = get_bool(v, k); }}},
-      {"grad_norms",
-       {false,
-        [&](auto& v, auto& k) {
-          c.log_grad_norms = get_string(v, k);
-          if (c.log_grad_norms != "none" && c.log_grad_norms != "layers" &&
-              c.log_grad_norms != "parameters") {
-            throw ConfigError(k + " ('" + c.log_grad_norms +
-                              "') must be none, layers or parameters");
-          }
-        }}},
+      {"grad_norms", {false, [&](auto& v, auto& k) { c.log_grad_norms = norm_grouping(v, k); }}},
+      {"param_norms", {false, [&](auto& v, auto& k) { c.log_param_norms = norm_grouping(v, k); }}},
       {"plan_cluster", {false, [&](auto& v, auto& k) { c.log_plan_cluster = get_string(v, k); }}},
   };
   const Section checkpoint{
@@ -1836,11 +1835,11 @@ data::FimOptions Config::fim_options() const {
   return o;
 }
 
-std::optional<optim::NormGroups> Config::grad_norm_groups() const {
-  if (log_grad_norms == "none") return std::nullopt;
+std::optional<optim::NormGroups> Config::norm_groups(const std::string& by) const {
+  if (by == "none") return std::nullopt;
   std::vector<std::string> names;
   for (const auto& [name, shape] : nn::gpt_parameter_shapes(model)) names.push_back(name);
-  if (log_grad_norms == "parameters")
+  if (by == "parameters")
     return optim::NormGroups(names, [](const std::string& name) { return name; });
   // layers: a block's parameters ("h.3.attn.c_attn.weight") and a prediction
   // module's ("mtp.0.eh_proj.weight") by their first two parts, the rest by
@@ -2181,6 +2180,8 @@ std::string to_yaml(const Config& c) {
     << "tensorboard" << YAML::Value << c.log_tensorboard << YAML::Key << "param_norm" << YAML::Value
     << c.log_param_norm;
   if (c.log_grad_norms != "none") e << YAML::Key << "grad_norms" << YAML::Value << c.log_grad_norms;
+  if (c.log_param_norms != "none")
+    e << YAML::Key << "param_norms" << YAML::Value << c.log_param_norms;
   if (c.log_moe_per_layer) e << YAML::Key << "moe_per_layer" << YAML::Value << true;
   if (!c.log_plan_cluster.empty())
     e << YAML::Key << "plan_cluster" << YAML::Value << c.log_plan_cluster;

@@ -46,10 +46,12 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["lr"] = m.lr;
   j["grad_norm"] = m.grad_norm;
   if (m.param_norm >= 0) j["param_norm"] = m.param_norm;
-  if (!m.grad_norms.empty()) {
+  for (const auto& [key, norms] :
+       {std::pair{"grad_norms", &m.grad_norms}, std::pair{"param_norms", &m.param_norms}}) {
+    if (norms->empty()) continue;
     nlohmann::json groups = nlohmann::json::object();
-    for (const auto& [name, norm] : m.grad_norms) groups[name] = norm;
-    j["grad_norms"] = groups;
+    for (const auto& [name, norm] : *norms) groups[name] = norm;
+    j[key] = groups;
   }
   j["consumed_sequences"] = m.consumed_sequences;
   j["global_batch_size"] = m.global_batch_size;

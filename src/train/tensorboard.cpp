@@ -177,6 +177,7 @@ void TensorBoardWriter::write(const StepMetrics& m) {
     scalar("train/grad_norm", m.step, m.grad_norm, t);
     if (m.param_norm >= 0) scalar("train/param_norm", m.step, m.param_norm, t);
     for (const auto& [name, norm] : m.grad_norms) scalar("grad_norm/" + name, m.step, norm, t);
+    for (const auto& [name, norm] : m.param_norms) scalar("param_norm/" + name, m.step, norm, t);
     scalar("train/tokens_per_s", m.step, m.tokens_per_s, t);
     scalar("train/step_ms", m.step, m.step_ms, t);
     scalar("train/tflops_per_device", m.step, m.tflops_per_device, t);

@@ -228,7 +228,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     : config_(std::move(config)),
       world_(std::move(world)),
       schedule_(initial_schedule(config_.train)) {
-  grad_norm_groups_ = config_.grad_norm_groups();
+  grad_norm_groups_.groups = config_.norm_groups(config_.log_grad_norms);
+  param_norm_groups_.groups = config_.norm_groups(config_.log_param_norms);
   const auto& par = config_.parallel;
   const int world_size = world_ ? world_->size() : 1;
   device_ = device_from_string(config_.device);
@@ -1450,41 +1451,49 @@ std::vector<double> Trainer::norm_squares_zero1(const Tensor& flat,
   return std::vector<double>(v, v + G);
 }
 
-std::vector<std::pair<std::string, double>> Trainer::grad_norms_by_group() {
-  if (!grad_norm_groups_) return {};
+std::vector<std::pair<std::string, double>> Trainer::norms_by_group(GroupNorms& report,
+                                                                    bool of_grads) {
+  if (!report.groups) return {};
   autograd::NoGradGuard ng;
-  const optim::NormGroups& groups = *grad_norm_groups_;
+  const optim::NormGroups& groups = *report.groups;
   const size_t G = groups.size();
   const int64_t n = static_cast<int64_t>(G);
-  if (grad_norm_trains_.empty()) {
+  if (report.trains.empty()) {
     // The groups with a parameter that trains on some rank.
     std::vector<double> trains(G, 0.0);
     for (const auto& [name, p] : trainable_parameters()) trains[groups.of(name)] = 1.0;
     Tensor t = from_vector(trains, {n}, DType::F64);
     if (world_ && world_->size() > 1) world_->all_reduce(t, dist::ReduceOp::Max)->wait();
-    for (size_t i = 0; i < G; ++i) grad_norm_trains_.push_back(t.data<double>()[i] > 0);
+    for (size_t i = 0; i < G; ++i) report.trains.push_back(t.data<double>()[i] > 0);
   }
+  // As grad_norm() and param_norm() count: under ZeRO-1 from this rank's
+  // pieces of the flat buffers (the updated ones for the values).
   std::vector<double> squares;
   if (zero_optimizer_) {
-    squares = norm_squares_zero1(reducer_->flat_grads(), &groups);
+    squares =
+        norm_squares_zero1(of_grads ? reducer_->flat_grads() : reducer_->flat_params(), &groups);
   } else if (pp_model_) {
-    squares = pp_model_->grad_norm_squares(groups);
+    squares = pp_model_->norm_squares_by_group(groups, of_grads);
   } else {
     Tensor t;
     if (tp_model_) {
-      t = tp_model_->grad_norm_squares(groups);
+      t = tp_model_->norm_squares(groups, of_grads);
     } else {
-      std::vector<std::vector<Tensor>> grads(G);
-      for (const auto& [name, p] : model_->named_parameters())
-        grads[groups.of(name)].push_back(p.grad());
-      t = optim::grouped_sum_of_squares(grads, device_);
+      std::vector<std::vector<Tensor>> tensors(G);
+      for (const auto& [name, p] : model_->named_parameters()) {
+        // (The values of the parameters that train: a frozen one has none.)
+        tensors[groups.of(name)].push_back(of_grads            ? p.grad()
+                                           : p.requires_grad() ? p.detach()
+                                                               : Tensor());
+      }
+      t = optim::grouped_sum_of_squares(tensors, device_);
     }
     t = t.defined() ? to_device(t, Device::cpu()) : zeros({n}, DType::F64, Device::cpu());
     squares.assign(t.data<double>(), t.data<double>() + G);
   }
   std::vector<std::pair<std::string, double>> out;
   for (size_t i = 0; i < G; ++i)
-    if (grad_norm_trains_[i]) out.emplace_back(groups.names()[i], std::sqrt(squares[i]));
+    if (report.trains[i]) out.emplace_back(groups.names()[i], std::sqrt(squares[i]));
   return out;
 }
 
@@ -2003,7 +2012,8 @@ StepMetrics Trainer::train_step(int64_t index) {
          : tp_model_     ? tp_model_->grad_norm()
                          : optim::global_grad_norm(model_->parameters());
   // (Like the global norm: a pass over the gradients and a reduction.)
-  std::vector<std::pair<std::string, double>> grad_norms = grad_norms_by_group();
+  std::vector<std::pair<std::string, double>> grad_norms =
+      norms_by_group(grad_norm_groups_, /*of_grads=*/true);
   // Clipping's coefficient goes into the optimizer step: no pass over
   // every gradient (on a GPU, one launch per parameter fewer).
   if (t.grad_clip > 0 && std::isfinite(norm))
@@ -2063,6 +2073,8 @@ StepMetrics Trainer::train_step(int64_t index) {
   // (In the step's time: like the norm of the gradients, one pass over the
   // parameters and a reduction.)
   const double param_norm_value = config_.log_param_norm ? param_norm() : -1;
+  std::vector<std::pair<std::string, double>> param_norms =
+      norms_by_group(param_norm_groups_, /*of_grads=*/false);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.step = index + 1;
@@ -2073,6 +2085,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   m.grad_norm = norm;
   m.param_norm = param_norm_value;
   m.grad_norms = std::move(grad_norms);
+  m.param_norms = std::move(param_norms);
   m.step_ms = ms;
   m.bubble_fraction = bubble;
   moe_metrics_into(m);

@@ -1026,7 +1026,12 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"log.moe_per_layer=true"},
                       "log.moe_per_layer reports a mixture of experts' layers: set model.moe");
   EXPECT_EQ(parse_config(kValid).log_grad_norms, "none");
-  EXPECT_FALSE(parse_config(kValid).grad_norm_groups());
+  EXPECT_FALSE(parse_config(kValid).norm_groups(parse_config(kValid).log_grad_norms));
+  EXPECT_EQ(
+      parse_config(to_yaml(parse_config(kValid, {"log.param_norms=parameters"}))).log_param_norms,
+      "parameters");
+  expect_config_error(kValid, {"log.param_norms=all"},
+                      "log.param_norms ('all') must be none, layers or parameters");
   EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"log.grad_norms=layers"}))).log_grad_norms,
             "layers");
   expect_config_error(kValid, {"log.grad_norms=blocks"},

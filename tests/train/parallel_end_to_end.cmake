@@ -7,7 +7,7 @@
 # switch on full recomputation, which must not change a single loss.
 # Each step's gradient norm (before clipping), each layer's
 # (log.grad_norms: layers) and the parameter norm (after the update,
-# log.param_norm) must match one process's too.
+# log.param_norm; each layer's, log.param_norms) must match one process's too.
 # Every run reads its training sequences in the shuffled order (data.shuffle:
 # a function of the seed and the pass, never of the layout), and also
 # evaluates 2 global batches of validation data halfway and at the
@@ -53,7 +53,7 @@ set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=30
     --set model.d_model=64 --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=${half}
     --set data.val=${DATA} --set eval.interval=${half}
     --set eval.batches=2 --set data.shuffle=true --set log.param_norm=true
-    --set log.grad_norms=layers ${extra})
+    --set log.grad_norms=layers --set log.param_norms=layers ${extra})
 if(QUESTIONS)
   list(APPEND common --set eval.choices=${QUESTIONS})
 endif()
@@ -266,6 +266,19 @@ foreach(layout IN LISTS layouts)
     list(SUBLIST want 1 -1 want)
     list(SUBLIST got 1 -1 got)
     expect_close("${ranks} ranks ${flags} gradient norm of ${group}" "${want}" "${got}" ${later_div})
+    math(EXPR i "${i} + 1")
+  endforeach()
+  # So does each layer's parameter norm (log.param_norms).
+  named_values(${WORK}/reference param_norms "" reference_layer_params)
+  named_values(${dir} param_norms "" got_layer_params)
+  if(NOT reference_layer_params OR NOT "${got_layer_params}" STREQUAL "${reference_layer_params}")
+    message(FATAL_ERROR "${ranks} ranks ${flags}: parameter norm groups [${got_layer_params}], one "
+                        "process [${reference_layer_params}]")
+  endif()
+  set(i 0)
+  foreach(group IN LISTS reference_layer_params)
+    expect_close("${ranks} ranks ${flags} parameter norm of ${group}"
+                 "${reference_layer_params_${i}}" "${got_layer_params_${i}}" ${loss_div})
     math(EXPR i "${i} + 1")
   endforeach()
   # So does the parameters' (log.param_norm), each tensor counted once.

@@ -731,7 +731,8 @@ TEST(Trainer, MoePerLayerLoadsBracketTheBalancedShare) {
 
 // log.grad_norms: layers reports the embeddings, each block and the final
 // norm, parameters each parameter; both add up (in squares) to the
-// clipping norm, each layer's to its parameters'. A group that does not
+// clipping norm, each layer's to its parameters'. log.param_norms groups
+// the weights' norm alike. A group that does not
 // train is left out; none reports nothing. (PyTorch's own per-layer norms:
 // parity.gpt2; every layout's: the mpi.train_* comparisons.)
 TEST(Trainer, GradNormsByGroupAddUpToTheGlobalNorm) {
@@ -776,6 +777,17 @@ TEST(Trainer, GradNormsByGroupAddUpToTheGlobalNorm) {
   names.clear();
   for (const auto& [name, norm] : part.step(0).grad_norms) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{"h.1", "ln_f", "wpe", "wte"}));
+  // log.param_norms: the updated weights' norms in the same groups, adding
+  // up to log.param_norm's.
+  c.train.freeze.clear();
+  c.log_param_norm = true;
+  c.log_param_norms = "layers";
+  Trainer weights(c);
+  const StepMetrics w = weights.step(0);
+  ASSERT_EQ(w.param_norms.size(), 5u);
+  EXPECT_EQ(w.param_norms[0].first, "h.0");
+  const double all = w.param_norm * w.param_norm;
+  EXPECT_NEAR(square_sum(w.param_norms, ""), all, 1e-6 * all);
 }
 
 // model.z_loss_coef: the step's loss is the cross entropy still (the first

@@ -315,6 +315,8 @@ struct Config {
   // metrics: none | layers (the embeddings, each block, the final norm,
   // the head, each prediction module) | parameters (each parameter).
   std::string log_grad_norms = "none";
+  // log.param_norms: the same for the parameters' norms after the update.
+  std::string log_param_norms = "none";
   // log.moe_per_layer: each MoE layer's busiest and idlest expert's load in
   // the metrics (Megatron-LM's --moe-per-layer-logging).
   bool log_moe_per_layer = false;
@@ -340,9 +342,10 @@ struct Config {
   // What data.fim_rate, data.fim_spm_rate and data.fim_tokens describe (rate
   // 0: none), its draws seeded from train.seed apart from dropout's.
   data::FimOptions fim_options() const;
-  // log.grad_norms' groups over every parameter of the whole model (the
-  // same on every rank of any layout); none when it is none.
-  std::optional<optim::NormGroups> grad_norm_groups() const;
+  // Groups over every parameter of the whole model (the same on every rank
+  // of any layout) for log.grad_norms and log.param_norms: `by` layers or
+  // parameters; none for none.
+  std::optional<optim::NormGroups> norm_groups(const std::string& by) const;
   // The names of the parameters train.no_weight_decay matches, checked so.
   std::set<std::string> no_decay_parameters() const;
   // Each parameter train.lr_scale matches, with its factor. Each pattern

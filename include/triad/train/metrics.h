@@ -27,6 +27,8 @@ struct StepMetrics {
   // log.grad_norms: the gradient norm (before clipping) of each group of
   // parameters that trains, by group name; empty otherwise.
   std::vector<std::pair<std::string, double>> grad_norms;
+  // log.param_norms: the same groups' parameter norms after the update.
+  std::vector<std::pair<std::string, double>> param_norms;
   double tokens_per_s = 0;
   double step_ms = 0;
   double tflops_per_device = 0;  // PTD-P model FLOPs per second per device

@@ -304,14 +304,17 @@ class Trainer {
   double global_norm_zero1(const Tensor& flat) const;
   // The same squared, by group when `groups` is given (else one value).
   std::vector<double> norm_squares_zero1(const Tensor& flat, const optim::NormGroups* groups) const;
-  // log.grad_norms: the groups (config_.grad_norm_groups()), and which of
-  // them train on some rank (found at the first step; the others are not
-  // reported).
-  std::optional<optim::NormGroups> grad_norm_groups_;
-  std::vector<bool> grad_norm_trains_;
-  // log.grad_norms: each training group's gradient norm, the same on every
-  // rank (collective); empty when log.grad_norms is none.
-  std::vector<std::pair<std::string, double>> grad_norms_by_group();
+  // log.grad_norms, log.param_norms: the groups (Config::norm_groups), and
+  // which of them train on some rank (found at the first report; the others
+  // are not reported).
+  struct GroupNorms {
+    std::optional<optim::NormGroups> groups;
+    std::vector<bool> trains;
+  };
+  GroupNorms grad_norm_groups_, param_norm_groups_;
+  // Each training group's gradient norm (or, `of_grads` false, the norm of
+  // its values), the same on every rank (collective); empty without groups.
+  std::vector<std::pair<std::string, double>> norms_by_group(GroupNorms& report, bool of_grads);
   // log.param_norm: the global L2 norm of the parameters training updates,
   // after the step's update (every rank gets it).
   double param_norm() const;

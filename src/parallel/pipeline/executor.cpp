@@ -203,8 +203,9 @@ double PipelineModel::norm(bool of_grads) const {
   return std::sqrt(item(norm_squares(of_grads, nullptr)));
 }
 
-std::vector<double> PipelineModel::grad_norm_squares(const optim::NormGroups& groups) const {
-  const Tensor t = norm_squares(/*of_grads=*/true, &groups);
+std::vector<double> PipelineModel::norm_squares_by_group(const optim::NormGroups& groups,
+                                                         bool of_grads) const {
+  const Tensor t = norm_squares(of_grads, &groups);
   const double* v = t.data<double>();
   return std::vector<double>(v, v + t.numel());
 }
@@ -214,7 +215,7 @@ Tensor PipelineModel::norm_squares(bool of_grads, const optim::NormGroups* group
   Tensor t;
   for (const auto& c : chunks_) {
     const bool count_embedding = !c->plan().head || c->plan().embedding;
-    Tensor sq = groups     ? c->grad_norm_squares(*groups, count_embedding)
+    Tensor sq = groups     ? c->norm_squares(*groups, of_grads, count_embedding)
                 : of_grads ? c->grad_norm_squared(count_embedding)
                            : c->param_norm_squared(count_embedding);
     t = t.defined() ? add(t, sq).detach() : sq;

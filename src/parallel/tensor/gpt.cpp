@@ -613,9 +613,9 @@ Tensor TensorParallelGpt::param_norm_squared(bool count_embedding) const {
   return norm_squared(count_embedding, /*of_grads=*/false);
 }
 
-Tensor TensorParallelGpt::grad_norm_squares(const optim::NormGroups& groups,
-                                            bool count_embedding) const {
-  return norm_squared(count_embedding, /*of_grads=*/true, &groups);
+Tensor TensorParallelGpt::norm_squares(const optim::NormGroups& groups, bool of_grads,
+                                       bool count_embedding) const {
+  return norm_squared(count_embedding, of_grads, &groups);
 }
 
 Tensor TensorParallelGpt::norm_squared(bool count_embedding, bool of_grads,

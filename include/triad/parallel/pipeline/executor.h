@@ -89,9 +89,10 @@ class PipelineModel {
   // The global L2 norm of the parameters training updates, the tied
   // embedding counted once (log.param_norm; identical on every rank).
   double param_norm() const;
-  // The gradient norm's squares group by group (log.grad_norms), the tied
-  // embedding counted once: groups.size() values, identical on every rank.
-  std::vector<double> grad_norm_squares(const optim::NormGroups& groups) const;
+  // The gradient norm's squares group by group (log.grad_norms), or the
+  // parameters' (log.param_norms; `of_grads` false), the tied embedding
+  // counted once: groups.size() values, identical on every rank.
+  std::vector<double> norm_squares_by_group(const optim::NormGroups& groups, bool of_grads) const;
   // Full tensors of every parameter of the whole model on every rank (TP
   // shards gathered, pipeline stages broadcast). Collective.
   nn::StateDict full_state_dict() const;
@@ -124,7 +125,7 @@ class PipelineModel {
  private:
   double norm(bool of_grads) const;  // grad_norm or param_norm
   // The squares of norm(of_grads) summed over the pipeline, on the host: one
-  // element, or with `groups` the gradients' squares group by group.
+  // element, or with `groups` group by group.
   Tensor norm_squares(bool of_grads, const optim::NormGroups* groups) const;
   nn::GptConfig cfg_;
   PipelineGroups groups_;

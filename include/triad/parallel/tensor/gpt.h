@@ -188,9 +188,11 @@ class TensorParallelGpt : public nn::Module {
   // shares there and reads the total once (each read makes the host wait
   // for the GPU). Collective over the TP group.
   Tensor grad_norm_squared(bool count_embedding = true) const;
-  // The same share group by group (log.grad_norms): an f64 tensor of
+  // The same share group by group (log.grad_norms), or of the parameters'
+  // values (log.param_norms; `of_grads` false): an f64 tensor of
   // groups.size() elements. Collective over the TP group.
-  Tensor grad_norm_squares(const optim::NormGroups& groups, bool count_embedding = true) const;
+  Tensor norm_squares(const optim::NormGroups& groups, bool of_grads,
+                      bool count_embedding = true) const;
   // The same over the values of the parameters training updates (those
   // that require a gradient): the model's global L2 norm (log.param_norm).
   Tensor param_norm_squared(bool count_embedding = true) const;
