@@ -2917,6 +2917,14 @@ std::vector<StepMetrics> Trainer::run() {
         total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
     std::string extra = m.mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * m.mfu) : std::string();
     if (m.param_norm >= 0) extra += fmt::format(" | param norm {:.3f}", m.param_norm);
+    if (!m.grad_norms.empty()) {  // (log.grad_norms: where a spike starts shows here first)
+      const auto top = std::max_element(
+          m.grad_norms.begin(), m.grad_norms.end(), [](const auto& a, const auto& b) {
+            // (a non-finite norm is the top one)
+            return std::isfinite(a.second) && (!std::isfinite(b.second) || a.second < b.second);
+          });
+      extra += fmt::format(" | top grad {} {:.3f}", top->first, top->second);
+    }
     if (m.bubble_fraction >= 0) extra += fmt::format(" | bubble {:.1f}%", 100 * m.bubble_fraction);
     if (m.moe_balance >= 0) {
       extra += fmt::format(" | moe balance {:.3f} max load {:.2f}", m.moe_balance, m.moe_max_load);

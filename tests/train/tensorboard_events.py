@@ -2,8 +2,8 @@
 frames, their masked CRC-32C computed bit by bit, Event/Summary messages)
 and checks them against the run's metrics.jsonl: every step's loss,
 learning rate, gradient norm, parameter norm (log.param_norm) and
-gradient norms by group (log.grad_norms), the validation losses, and the
-samples
+gradient and parameter norms by group (log.grad_norms, log.param_norms),
+the validation losses, and the samples
 (eval.samples) as text summaries of TensorBoard's text plugin.
 
     python3 tensorboard_events.py OUTPUT_DIR STEPS [SAMPLES]
@@ -118,16 +118,20 @@ def main():
             norms += key == "param_norm"
     assert vals >= 2, "expected validation losses, found %d" % vals
     assert norms == steps, "expected %d parameter norms (log.param_norm), found %d" % (steps, norms)
-    # log.grad_norms: every group's norm as grad_norm/<group>, and no other.
+    # log.grad_norms, log.param_norms: every group's norm as grad_norm/<group>
+    # and param_norm/<group>, and no other.
     groups = 0
-    for m in metrics:
-        for name, norm in m.get("grad_norms", {}).items():
-            got = scalars.pop(("grad_norm/" + name, m["step"]))
-            assert math.isclose(got, norm, rel_tol=1e-6), (name, m["step"], got, norm)
-            groups += 1
-    stray = [key for key in scalars if key[0].startswith("grad_norm/")]
-    assert not stray, "grad_norm scalars without grad_norms in metrics.jsonl: %s" % stray
-    assert groups >= steps, "expected gradient norms by group (log.grad_norms), found %d" % groups
+    for key, prefix in (("grad_norms", "grad_norm/"), ("param_norms", "param_norm/")):
+        found = 0
+        for m in metrics:
+            for name, norm in m.get(key, {}).items():
+                got = scalars.pop((prefix + name, m["step"]))
+                assert math.isclose(got, norm, rel_tol=1e-6), (name, m["step"], got, norm)
+                found += 1
+        stray = [k for k in scalars if k[0].startswith(prefix)]
+        assert not stray, "%s scalars without %s in metrics.jsonl: %s" % (prefix, key, stray)
+        assert found >= steps, "expected %s by group, found %d" % (key, found)
+        groups += found
     samples = 0
     for m in metrics:
         for i, s in enumerate(m.get("samples", [])):
@@ -139,7 +143,7 @@ def main():
     expected = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     assert samples == expected, "expected %d samples, found %d" % (expected, samples)
     print("tensorboard events match metrics.jsonl: %d steps, %d validation losses, %d samples, "
-          "%d group gradient norms" % (len(metrics), vals, samples, groups))
+          "%d norms by group" % (len(metrics), vals, samples, groups))
 
 
 main()
