@@ -1726,6 +1726,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   }
   weigh_by_tokens(batches);
   if (config_.model.moe.experts > 0) moe_stats_ = std::make_shared<nn::MoeStats>();
+  world_expert_loads_.reset();
   if (config_.model.mtp_layers > 0) mtp_stats_ = std::make_shared<nn::LossSums>();
   if (config_.model.z_loss_coef > 0) z_loss_stats_ = std::make_shared<nn::LossSums>();
   if (pp_model_) {
@@ -1883,7 +1884,7 @@ void Trainer::moe_metrics_into(StepMetrics& m) const {
   if (config_.log_moe_per_layer) {
     // (Scale-free: a tensor-parallel group's ranks may each count a layer's
     // tokens, all layers' alike.)
-    const std::vector<double> loads = world_expert_loads();
+    const std::vector<double>& loads = world_expert_loads();
     const int64_t E = config_.model.moe.experts, n = config_.model.n_layer;
     for (size_t at = 0; at < loads.size(); at += static_cast<size_t>(E)) {
       const auto first = loads.begin() + static_cast<std::ptrdiff_t>(at), last = first + E;
@@ -1902,7 +1903,8 @@ void Trainer::moe_metrics_into(StepMetrics& m) const {
   if (config_.model.moe.z_loss_coef > 0) m.moe_z_loss = s[2] / s[3];
 }
 
-std::vector<double> Trainer::world_expert_loads() const {
+const std::vector<double>& Trainer::world_expert_loads() const {
+  if (world_expert_loads_) return *world_expert_loads_;
   // Every layer's loads in one vector, zero where this rank holds none of
   // it (a pipeline's other stages): summed over the world, each layer's are
   // those of every micro-batch of every data-parallel replica.
@@ -1913,7 +1915,7 @@ std::vector<double> Trainer::world_expert_loads() const {
     std::copy(load.begin(), load.end(), loads.begin() + layer * E);
   Tensor all = from_vector(loads, {L * E}, DType::F64);
   if (world_ && world_->size() > 1) world_->all_reduce(all, dist::ReduceOp::Sum)->wait();
-  return to_double_vector(all);
+  return world_expert_loads_.emplace(to_double_vector(all));
 }
 
 void Trainer::update_expert_biases() {
@@ -1923,7 +1925,7 @@ void Trainer::update_expert_biases() {
   // count each layer's loads t times over, which moves no bias, as only
   // their order about the mean does.)
   const int64_t E = moe.experts;
-  const std::vector<double> loads = world_expert_loads();
+  const std::vector<double>& loads = world_expert_loads();
   if (!expert_biases_) {
     // This rank's biases by layer, found once (the handles follow the
     // tensors wherever they move). Not through parameters(): the biases

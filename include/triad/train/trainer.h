@@ -135,8 +135,10 @@ class Trainer {
   void moe_metrics_into(StepMetrics& m) const;
   // Each MoE layer's expert loads of the step summed over every rank,
   // layer by layer ((n_layer + mtp_layers) x experts; zeros for the dense
-  // ones). Collective.
-  std::vector<double> world_expert_loads() const;
+  // ones). Collective the first time in a step (the expert biases' update
+  // and log.moe_per_layer share the sum).
+  const std::vector<double>& world_expert_loads() const;
+  mutable std::optional<std::vector<double>> world_expert_loads_;  // this step's, once summed
   // Multi-token prediction's losses (model.mtp_layers) and the z-loss
   // (model.z_loss_coef) this step, into m.
   void side_loss_metrics_into(StepMetrics& m) const;
