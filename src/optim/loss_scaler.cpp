@@ -21,7 +21,7 @@ std::string num(double v) {
 }  // namespace
 
 DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& o)
-    : options_(o), scale_(o.init_scale) {
+    : options_(o), scale_(o.init_scale), hysteresis_left_(o.hysteresis) {
   if (!(o.growth_factor > 1.0))
     throw ConfigError("loss scaler growth_factor (" + num(o.growth_factor) + ") must be > 1");
   if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0))
@@ -30,6 +30,8 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& o)
   if (o.growth_interval < 1)
     throw ConfigError("loss scaler growth_interval (" + std::to_string(o.growth_interval) +
                       ") must be >= 1");
+  if (o.hysteresis < 1)
+    throw ConfigError("loss scaler hysteresis (" + std::to_string(o.hysteresis) + ") must be >= 1");
   if (!(o.min_scale > 0.0 && o.min_scale <= o.init_scale && o.init_scale <= o.max_scale &&
         std::isfinite(o.max_scale)))
     throw ConfigError("loss scaler scales must satisfy 0 < min_scale (" + num(o.min_scale) +
@@ -39,7 +41,14 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& o)
 
 bool DynamicLossScaler::update(bool found_non_finite) {
   if (found_non_finite) {
-    scale_ = std::max(options_.min_scale, scale_ * options_.backoff_factor);
+    // Megatron-LM's rule: the allowance is spent, never refilled, by
+    // overflows; once gone, each overflow backs off until the scale grows.
+    if (hysteresis_left_ > 1) {
+      --hysteresis_left_;
+    } else {
+      hysteresis_left_ = 1;
+      scale_ = std::max(options_.min_scale, scale_ * options_.backoff_factor);
+    }
     streak_ = 0;
     ++skipped_;
     return false;
@@ -47,12 +56,16 @@ bool DynamicLossScaler::update(bool found_non_finite) {
   if (++streak_ >= options_.growth_interval) {
     scale_ = std::min(options_.max_scale, scale_ * options_.growth_factor);
     streak_ = 0;
+    hysteresis_left_ = options_.hysteresis;
   }
   return true;
 }
 
 nlohmann::json DynamicLossScaler::state() const {
-  return {{"scale", scale_}, {"clean_streak", streak_}, {"skipped_steps", skipped_}};
+  return {{"scale", scale_},
+          {"clean_streak", streak_},
+          {"skipped_steps", skipped_},
+          {"hysteresis_left", hysteresis_left_}};
 }
 
 void DynamicLossScaler::load_state(const nlohmann::json& s) {
@@ -72,9 +85,17 @@ void DynamicLossScaler::load_state(const nlohmann::json& s) {
     throw IoError("loss scaler state: clean_streak " + std::to_string(streak) + " must be in [0, " +
                   std::to_string(options_.growth_interval) + ") and skipped_steps " +
                   std::to_string(skipped) + " >= 0");
+  int64_t left = options_.hysteresis;
+  if (s.contains("hysteresis_left")) {
+    left = field("hysteresis_left").get<int64_t>();
+    if (left < 1)
+      throw IoError("loss scaler state: hysteresis_left " + std::to_string(left) + " must be >= 1");
+    left = std::min(left, options_.hysteresis);
+  }
   scale_ = scale;
   streak_ = streak;
   skipped_ = skipped;
+  hysteresis_left_ = left;
 }
 
 }  // namespace triad::optim

@@ -555,6 +555,12 @@ void validate(const Config& c, bool min_lr_given) {
     os << "train.min_lr (" << t.min_lr << ") must not exceed train.lr (" << t.lr << ")";
     throw ConfigError(os.str());
   }
+  if (t.loss_scale_min > t.loss_scale_init) {
+    std::ostringstream os;
+    os << "train.loss_scale_min (" << t.loss_scale_min
+       << ") must not exceed train.loss_scale_init (" << t.loss_scale_init << ")";
+    throw ConfigError(os.str());
+  }
   require(t.warmup_steps >= 0, "train.warmup_steps", t.warmup_steps, "must be >= 0");
   require(t.lr_decay_steps >= 0, "train.lr_decay_steps", t.lr_decay_steps,
           "must be >= 0 (0: train.steps)");
@@ -1422,6 +1428,24 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
                               ") must be positive");
           }
         }}},
+      {"loss_scale_hysteresis",
+       {false,
+        [&](auto& v, auto& k) {
+          t.loss_scale_hysteresis = get_int(v, k);
+          if (t.loss_scale_hysteresis < 1) {
+            throw ConfigError(k + " (" + std::to_string(t.loss_scale_hysteresis) +
+                              ") must be >= 1 (1: every overflow backs the scale off)");
+          }
+        }}},
+      {"loss_scale_min",
+       {false,
+        [&](auto& v, auto& k) {
+          t.loss_scale_min = get_double(v, k);
+          if (!(t.loss_scale_min > 0.0) || !std::isfinite(t.loss_scale_min)) {
+            throw ConfigError(k + " (" + std::to_string(t.loss_scale_min) +
+                              ") must be a positive number");
+          }
+        }}},
       {"seed",
        {false,
         [&](auto& v, auto& k) {
@@ -2139,6 +2163,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "loss_average" << YAML::Value << t.loss_average;
   e << YAML::Key << "loss_scale_init" << YAML::Value << t.loss_scale_init;
   e << YAML::Key << "loss_scale_window" << YAML::Value << t.loss_scale_window;
+  e << YAML::Key << "loss_scale_hysteresis" << YAML::Value << t.loss_scale_hysteresis;
+  e << YAML::Key << "loss_scale_min" << YAML::Value << t.loss_scale_min;
   e << YAML::Key << "seed" << YAML::Value << t.seed;
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "train" << YAML::Value;

@@ -425,6 +425,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     optim::LossScalerOptions so;
     so.init_scale = config_.train.loss_scale_init;
     so.growth_interval = config_.train.loss_scale_window;
+    so.hysteresis = config_.train.loss_scale_hysteresis;
+    so.min_scale = config_.train.loss_scale_min;
     so.max_scale = std::max(so.max_scale, so.init_scale);
     scaler_ = std::make_unique<optim::DynamicLossScaler>(so);
   }
@@ -2030,10 +2032,36 @@ StepMetrics Trainer::train_step(int64_t index) {
   if (scaler_ && std::isfinite(loss) && !std::isfinite(norm)) {
     // fp16 overflow: part of dynamic loss scaling, not a failure. The scale
     // backs off and the step is skipped on every rank (the norm is global).
+    const bool absorbed = scaler_->hysteresis_left() > 0;
     scaler_->update(true);
     m.skipped = true;
-    spdlog::info("step {}: fp16 gradients overflowed; loss scale {} -> {}, update skipped",
-                 index + 1, m.loss_scale, scaler_->scale());
+    if (scaler_->scale() != m.loss_scale) {
+      spdlog::info("step {}: fp16 gradients overflowed; loss scale {} -> {}, update skipped",
+                   index + 1, m.loss_scale, scaler_->scale());
+    } else if (absorbed) {
+      const int64_t left = scaler_->hysteresis_left();
+      spdlog::info(
+          "step {}: fp16 gradients overflowed; loss scale {} kept (train.loss_scale_hysteresis: "
+          "{}), update skipped",
+          index + 1, m.loss_scale,
+          left == 0 ? std::string("the next overflow backs it off")
+                    : "it stays through " + std::to_string(left) + " more overflow" +
+                          (left == 1 ? "" : "s"));
+    } else {
+      // At the floor nothing changes for the next try: such overflows are
+      // failures, counted as non-finite steps are.
+      ++consecutive_skips_;
+      spdlog::warn(
+          "step {}: fp16 gradients overflowed at the smallest loss scale (train.loss_scale_min "
+          "{}); skipping the update ({} in a row)",
+          index + 1, m.loss_scale, consecutive_skips_);
+      if (consecutive_skips_ > t.max_skipped_steps) {
+        throw Error("stopping: " + std::to_string(consecutive_skips_) +
+                    " consecutive steps whose fp16 gradients overflow even at "
+                    "train.loss_scale_min (train.max_skipped_steps is " +
+                    std::to_string(t.max_skipped_steps) + ")");
+      }
+    }
   } else if (!std::isfinite(norm) || !std::isfinite(loss)) {
     m.skipped = true;
     ++consecutive_skips_;

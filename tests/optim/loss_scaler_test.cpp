@@ -50,6 +50,46 @@ TEST(DynamicLossScaler, BacksOffOnOverflowAndGrowsAfterCleanSteps) {
   EXPECT_EQ(top.scale(), o.max_scale);  // clamped at max_scale
 }
 
+// Megatron-LM's --hysteresis: with 3, the first two overflows since the
+// scale last grew keep it; from the third on, each overflow backs it off,
+// clean steps in between or not, until a growth restores the allowance.
+TEST(DynamicLossScaler, HysteresisSparesTheScaleFromRareOverflows) {
+  LossScalerOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  o.hysteresis = 3;
+  DynamicLossScaler s(o);
+  EXPECT_EQ(s.hysteresis_left(), 2);
+  EXPECT_FALSE(s.update(true));  // skipped, but the scale stays
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_EQ(s.hysteresis_left(), 1);
+  EXPECT_TRUE(s.update(false));
+  EXPECT_TRUE(s.update(false));  // clean steps do not refill the allowance
+  EXPECT_EQ(s.hysteresis_left(), 1);
+  EXPECT_FALSE(s.update(true));
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_EQ(s.clean_streak(), 0);  // an absorbed overflow still ends the streak
+  EXPECT_EQ(s.hysteresis_left(), 0);
+  EXPECT_FALSE(s.update(true));  // the third: back off
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_FALSE(s.update(true));  // and every one after it
+  EXPECT_EQ(s.scale(), 256);
+  EXPECT_EQ(s.skipped_steps(), 4);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(s.update(false));
+  EXPECT_EQ(s.scale(), 512);  // grown: the allowance is whole again
+  EXPECT_EQ(s.hysteresis_left(), 2);
+  EXPECT_FALSE(s.update(true));
+  EXPECT_EQ(s.scale(), 512);
+  // The floor is min_scale whatever the hysteresis.
+  o.min_scale = 256;
+  o.hysteresis = 1;
+  DynamicLossScaler floor(o);
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(floor.update(true));
+  EXPECT_EQ(floor.scale(), 256);
+  o.hysteresis = 0;
+  EXPECT_THROW(DynamicLossScaler{o}, ConfigError);
+}
+
 // Overflow detection is the global gradient norm: one Inf or NaN anywhere
 // makes it non-finite.
 TEST(DynamicLossScaler, NonFiniteGradientsAreSeenThroughTheGlobalNorm) {
@@ -82,6 +122,39 @@ TEST(DynamicLossScaler, StateRoundTripsAndBadStateIsRejected) {
   EXPECT_THROW(b.load_state({{"scale", 0.5}, {"clean_streak", 0}, {"skipped_steps", 0}}), IoError);
   EXPECT_THROW(b.load_state({{"scale", 8.0}, {"clean_streak", 5}, {"skipped_steps", 0}}), IoError);
   EXPECT_EQ(b.scale(), a.scale());  // a rejected state changes nothing
+}
+
+TEST(DynamicLossScaler, HysteresisStateRoundTripsAndOlderStatesStartWhole) {
+  LossScalerOptions o;
+  o.hysteresis = 4;
+  DynamicLossScaler a(o);
+  a.update(true);
+  a.update(true);
+  DynamicLossScaler b(o);
+  b.load_state(nlohmann::json::parse(a.state().dump()));
+  EXPECT_EQ(b.hysteresis_left(), 1);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a.update(true), b.update(true));
+  EXPECT_EQ(b.scale(), a.scale());
+  EXPECT_EQ(b.scale(), o.init_scale / 4);
+  // A state written before hysteresis existed has the whole allowance.
+  DynamicLossScaler c(o);
+  c.load_state({{"scale", 8.0}, {"clean_streak", 0}, {"skipped_steps", 0}});
+  EXPECT_EQ(c.hysteresis_left(), 3);
+  // A resumed run with a smaller hysteresis keeps at most its own.
+  LossScalerOptions small = o;
+  small.hysteresis = 2;
+  DynamicLossScaler d(small);
+  d.load_state(DynamicLossScaler(o).state());
+  EXPECT_EQ(d.hysteresis_left(), 1);
+  EXPECT_THROW(
+      d.load_state(
+          {{"scale", 8.0}, {"clean_streak", 0}, {"skipped_steps", 0}, {"hysteresis_left", 0}}),
+      IoError);
+  EXPECT_THROW(
+      d.load_state(
+          {{"scale", 8.0}, {"clean_streak", 0}, {"skipped_steps", 0}, {"hysteresis_left", "two"}}),
+      IoError);
+  EXPECT_EQ(d.hysteresis_left(), 1);
 }
 
 TEST(DynamicLossScaler, OptionsAreValidated) {

@@ -145,6 +145,41 @@ TEST(MixedPrecision, Fp16OverflowBacksOffAndSkipsWithoutStoppingTheRun) {
   EXPECT_EQ(m[first_applied].lr, m.front().lr);
 }
 
+// train.loss_scale_hysteresis: with 3, the first two overflowing steps keep
+// the scale (and are skipped); the third halves it. train.loss_scale_min is
+// the floor the scale backs off to; overflows there are failures.
+TEST(MixedPrecision, Fp16HysteresisKeepsTheScaleThroughTheFirstOverflows) {
+  TempDir dir;
+  Trainer t(config(dir, "fp16", 6, ", loss_scale_init: 16777216, loss_scale_hysteresis: 3"));
+  const auto m = run_steps(t, 4);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_TRUE(m[k].skipped) << "step " << k + 1;
+    EXPECT_EQ(m[k].loss_scale, 16777216.0) << "step " << k + 1;
+  }
+  EXPECT_EQ(m[3].loss_scale, 8388608.0);
+  EXPECT_EQ(t.loss_scaler()->skipped_steps(), 3 + (m[3].skipped ? 1 : 0));
+
+  // At the floor an overflow cannot back off: it counts as a failed step,
+  // and more than max_skipped_steps in a row stop the run.
+  Trainer floor(config(dir, "fp16", 12,
+                       ", loss_scale_init: 16777216, loss_scale_min: 8388608, "
+                       "max_skipped_steps: 2"));
+  std::vector<StepMetrics> f;
+  try {
+    for (int64_t k = 0; k < 12; ++k) f.push_back(floor.step(k));
+    FAIL() << "expected the run to stop";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 consecutive steps whose fp16 gradients overflow even "
+                                         "at train.loss_scale_min (train.max_skipped_steps is 2)"),
+              std::string::npos)
+        << e.what();
+  }
+  ASSERT_EQ(f.size(), 3u);  // the back-off, then two overflows at the floor
+  EXPECT_EQ(f[0].loss_scale, 16777216.0);
+  for (size_t k = 1; k < f.size(); ++k) EXPECT_EQ(f[k].loss_scale, 8388608.0);
+  EXPECT_EQ(floor.loss_scaler()->scale(), 8388608.0);
+}
+
 TEST(MixedPrecision, ResumedFp16AndBf16RunsReproduceTheLossesBitwise) {
   for (const std::string precision : {"fp16", "bf16"}) {
     SCOPED_TRACE(precision);
@@ -283,6 +318,21 @@ TEST(MixedPrecision, ConfigNamesABadPrecision) {
   }
   EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_init: 0.5"), ConfigError);
   EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_window: 0"), ConfigError);
+  EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_hysteresis: 0"), ConfigError);
+  EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_min: 0"), ConfigError);
+  try {
+    config(dir, "fp16", 1, ", loss_scale_init: 1024, loss_scale_min: 2048");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "train.loss_scale_min (2048) must not exceed train.loss_scale_init (1024)"),
+              std::string::npos)
+        << e.what();
+  }
+  const Config h = parse_config(
+      to_yaml(config(dir, "fp16", 1, ", loss_scale_hysteresis: 2, loss_scale_min: 128")));
+  EXPECT_EQ(h.train.loss_scale_hysteresis, 2);
+  EXPECT_EQ(h.train.loss_scale_min, 128.0);
   const Config c = config(dir, "bf16", 1);
   EXPECT_EQ(c.train.param_dtype(), DType::BF16);
   EXPECT_NE(to_yaml(c).find("precision: bf16"), std::string::npos);

@@ -88,8 +88,10 @@ struct TrainSection {
   // it: Megatron-LM's per-token loss). They differ only where microbatches
   // hold different numbers of unmasked targets (data.eod_mask_loss).
   std::string loss_average = "microbatches";
-  double loss_scale_init = 65536.0;  // fp16: initial loss scale
-  int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
+  double loss_scale_init = 65536.0;   // fp16: initial loss scale
+  int64_t loss_scale_window = 2000;   // fp16: clean steps before the scale doubles
+  int64_t loss_scale_hysteresis = 1;  // fp16: overflows since the scale grew before it backs off
+  double loss_scale_min = 1.0;        // fp16: the scale never backs off below it
   // [start, increment, samples]: the global batch ramps up from `start`
   // (train/batch_size_ramp.h); empty: global_batch_size from the first step.
   std::vector<int64_t> rampup_batch_size;
