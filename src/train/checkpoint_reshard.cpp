@@ -25,8 +25,8 @@ struct Kind {
 constexpr Kind kStateKinds[] = {
     {"adam_m/", "zero/m"}, {"adam_v/", "zero/v"}, {"master/", "zero/master"}};
 // Every per-parameter kind a rank file may hold (Muon's momentum has no
-// ZeRO-1 form).
-const char* const kKinds[] = {"param/", "adam_m/", "adam_v/", "master/", "muon_momentum/"};
+// ZeRO-1 form; train.ema_decay's averages are whole on every rank).
+const char* const kKinds[] = {"param/", "adam_m/", "adam_v/", "master/", "muon_momentum/", "ema/"};
 
 }  // namespace
 

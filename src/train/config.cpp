@@ -1329,6 +1329,16 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"muon_lr", {false, [&](auto& v, auto& k) { t.muon_lr = get_double(v, k); }}},
       {"muon_ns_precision",
        {false, [&](auto& v, auto& k) { t.muon_ns_precision = get_fp32_or_bf16(v, k); }}},
+      {"ema_decay",
+       {false,
+        [&](auto& v, auto& k) {
+          t.ema_decay = get_double(v, k);
+          if (!(t.ema_decay >= 0 && t.ema_decay < 1)) {
+            throw ConfigError(k + " (" + std::to_string(t.ema_decay) +
+                              ") must be in [0, 1): 0 keeps no average, 0.999 averages over "
+                              "about the last 1000 steps");
+          }
+        }}},
       {"exit_after_minutes",
        {false,
         [&](auto& v, auto& k) {
@@ -2155,6 +2165,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "spike_window" << YAML::Value << t.spike_window;
   }
   e << YAML::Key << "exit_after_minutes" << YAML::Value << t.exit_after_minutes;
+  if (t.ema_decay > 0) e << YAML::Key << "ema_decay" << YAML::Value << t.ema_decay;
   e << YAML::Key << "precision" << YAML::Value << t.precision;
   if (t.moment_precision != "fp32")
     e << YAML::Key << "moment_precision" << YAML::Value << t.moment_precision;

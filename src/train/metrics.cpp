@@ -84,6 +84,12 @@ void MetricsWriter::write(const StepMetrics& m) {
     for (const auto& [name, loss] : m.val_losses) sets[name] = loss;
     j["val_losses"] = sets;
   }
+  if (m.val_ema_loss) j["val_ema_loss"] = *m.val_ema_loss;
+  if (!m.val_ema_losses.empty()) {
+    nlohmann::json sets = nlohmann::json::object();
+    for (const auto& [name, loss] : m.val_ema_losses) sets[name] = loss;
+    j["val_ema_losses"] = sets;
+  }
   auto scores = [](const StepMetrics::ChoiceScores& c) {
     return nlohmann::json{{"questions", c.questions},
                           {"acc", c.acc},

@@ -205,6 +205,9 @@ void TensorBoardWriter::write(const StepMetrics& m) {
   }
   if (m.val_loss) scalar("val/loss", m.step, *m.val_loss, t);
   for (const auto& [name, loss] : m.val_losses) scalar("val/" + name + "/loss", m.step, loss, t);
+  if (m.val_ema_loss) scalar("val_ema/loss", m.step, *m.val_ema_loss, t);
+  for (const auto& [name, loss] : m.val_ema_losses)
+    scalar("val_ema/" + name + "/loss", m.step, loss, t);
   auto choices = [&](const std::string& prefix, const StepMetrics::ChoiceScores& c) {
     scalar(prefix + "acc", m.step, c.acc, t);
     scalar(prefix + "acc_norm", m.step, c.acc_norm, t);

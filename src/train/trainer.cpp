@@ -585,6 +585,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   } else {
     make_optimizers(o);
   }
+  reset_ema();
   choose_attention_kernel();
 }
 
@@ -878,6 +879,8 @@ void Trainer::save_checkpoint(int64_t next_step, std::optional<double> val_loss)
     return t.device().is_cpu() ? clone(h).detach() : h;
   };
   for (auto& [name, p] : parameters()) tensors["param/" + name] = host(p);
+  fold_ema();
+  for (const auto& [name, average] : ema_) tensors["ema/" + name] = host(average);
   int64_t opt_step = 0;
   if (zero_optimizer_) {
     tensors["zero/m"] = host(zero_optimizer_->m());
@@ -1078,6 +1081,20 @@ int64_t Trainer::load_checkpoint() {
       muon_->set_step_count(optimizer_step);
     }
   }
+  int64_t fresh_ema = 0;
+  {
+    autograd::NoGradGuard no_grad;
+    const auto params = trainable_parameters();
+    for (size_t i = 0; i < ema_.size(); ++i) {
+      if (st->tensors.count("ema/" + ema_[i].first)) {
+        take("ema/" + ema_[i].first, ema_[i].second);
+      } else {
+        copy_(ema_[i].second, cast(params[i].second.detach(), DType::F32));
+        ++fresh_ema;
+      }
+    }
+  }
+  ema_started(fresh_ema);
   spdlog::info("resumed from {} (step {})", info->step_dir, info->step);
   return restore_counters(*info, st->metadata);
 }
@@ -1288,6 +1305,9 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   if (muon_) {
     for (auto& s : muon_->state()) muon_of[s.matrix.name] = &s;
   }
+  std::map<std::string, Tensor*> ema_of;  // (train.ema_decay)
+  for (auto& [name, average] : ema_) ema_of[name] = &average;
+  int64_t fresh_ema = 0;
   std::set<std::string> zero_muon;  // ZeRO-1's Muon matrices
   if (zero_optimizer_) {
     for (size_t i = 0; i < reducer_->params().size(); ++i) {
@@ -1340,6 +1360,14 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
         }();
         Tensor& p = param_of.at(name);
         put(p, p.dtype() == DType::F32 ? w : cast(w, p.dtype()), "param/" + name);
+        if (auto e = ema_of.find(name); e != ema_of.end()) {
+          if (full.count("ema/" + name)) {
+            put(*e->second, cut("ema/"), "ema/" + name);
+          } else {
+            copy_(*e->second, w);  // (no average written: it starts here)
+            ++fresh_ema;
+          }
+        }
         // Muon's matrices keep their momentum, the rest AdamW's moments.
         const bool muon = muon_of.count(name) || zero_muon.count(name);
         const std::string moment = muon ? "muon_momentum/" : "adam_m/";
@@ -1387,7 +1415,10 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
           if (s->second->master.defined()) put(s->second->master, w, "master/" + name);
         }
       },
-      {.metadata = &metadata,
+      {.kinds = ema_.empty() ? std::set<std::string>{"param/", "adam_m/", "adam_v/", "master/",
+                                                     "muon_momentum/"}
+                             : std::set<std::string>{},
+       .metadata = &metadata,
        .headers = headers.empty() ? nullptr : &headers,
        .replica = dp_rank_});
   if (fresh_moments > 0 && is_logging_rank()) {
@@ -1396,6 +1427,7 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
         "there, or under another train.optimizer) start{} from zero moments",
         fresh_moments, fresh_moments == 1 ? "" : "s", fresh_moments == 1 ? "s" : "");
   }
+  ema_started(fresh_ema);
   const int64_t optimizer_step = metadata_int(info, metadata, "optimizer_step");
   if (zero_optimizer_) {
     zero_optimizer_->sync_params_from_masters();
@@ -1533,6 +1565,72 @@ std::vector<std::pair<std::string, Tensor>> Trainer::trainable_parameters() cons
   auto all = parameters();
   std::erase_if(all, [](const auto& named) { return !named.second.requires_grad(); });
   return all;
+}
+
+void Trainer::reset_ema() {
+  autograd::NoGradGuard no_grad;
+  ema_.clear();
+  ema_pending_ = false;
+  ema_folded_ = false;
+  if (!(config_.train.ema_decay > 0)) return;
+  for (const auto& [name, p] : trainable_parameters())
+    ema_.emplace_back(name, clone(cast(p.detach(), DType::F32)).detach());
+}
+
+void Trainer::fold_ema() {
+  if (!ema_pending_) return;
+  autograd::NoGradGuard no_grad;
+  const double d = config_.train.ema_decay;
+  const auto params = trainable_parameters();  // (ZeRO-1's all-gathers done)
+  if (params.size() != ema_.size())
+    throw Error("train.ema_decay: " + std::to_string(params.size()) +
+                " trainable parameters, but averages of " + std::to_string(ema_.size()));
+  for (size_t i = 0; i < ema_.size(); ++i) {
+    Tensor& average = ema_[i].second;
+    scale_(average, d);
+    add_(average, scale(cast(params[i].second.detach(), DType::F32), 1.0 - d));
+  }
+  ema_pending_ = false;
+  ema_folded_ = true;
+}
+
+void Trainer::with_ema_weights(const std::function<void()>& fn) {
+  fold_ema();
+  autograd::NoGradGuard no_grad;
+  auto params = trainable_parameters();
+  std::vector<Tensor> kept;
+  kept.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor& w = params[i].second;
+    kept.push_back(clone(w.detach()).detach());
+    copy_(w, cast(ema_[i].second, w.dtype()));
+  }
+  auto restore = [&] {
+    for (size_t i = 0; i < params.size(); ++i) copy_(params[i].second, kept[i]);
+  };
+  try {
+    fn();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
+
+void Trainer::ema_started(int64_t fresh) {
+  ema_pending_ = false;
+  ema_folded_ = !ema_.empty() && fresh < static_cast<int64_t>(ema_.size());
+  if (fresh > 0 && is_logging_rank()) {
+    spdlog::info(
+        "resume: {} of {} trainable parameters have no average in the checkpoint "
+        "(train.ema_decay was off, or they were frozen): theirs starts from the weights",
+        fresh, ema_.size());
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Trainer::ema_parameters() {
+  fold_ema();
+  return ema_;
 }
 
 void Trainer::zero_grad() const {
@@ -2087,12 +2185,14 @@ StepMetrics Trainer::train_step(int64_t index) {
     consecutive_skips_ = 0;
     if (scaler_) scaler_->update(false);
     const auto opt_start = TraceRecorder::Clock::now();
+    fold_ema();  // the last applied step's weights, before they change
     if (zero_optimizer_) {
       zero_optimizer_->step(lr, clip_coef, muon_lr(lr));
     } else {
       optimizer_->step(lr, clip_coef);
       if (muon_) muon_->step(muon_lr(lr), clip_coef);
     }
+    ema_pending_ = !ema_.empty();
     update_expert_biases();
     ++applied_steps_;
     applied_sequences_ += G;
@@ -2140,6 +2240,15 @@ void Trainer::evaluate_into(StepMetrics& m) {
     if (i == 0) m.val_loss = loss;
     if (!val_[i].name.empty()) m.val_losses.emplace_back(val_[i].name, loss);
   }
+  fold_ema();
+  if (!ema_folded_) return;  // (the averages are still the weights)
+  with_ema_weights([&] {
+    for (size_t i = 0; i < val_.size(); ++i) {
+      const double loss = evaluate(i);
+      if (i == 0) m.val_ema_loss = loss;
+      if (!val_[i].name.empty()) m.val_ema_losses.emplace_back(val_[i].name, loss);
+    }
+  });
 }
 
 std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& given,
@@ -2361,13 +2470,19 @@ std::string lambada_summary(const std::string& name, const StepMetrics::LambadaS
 
 // "val loss 2.3456" for one unnamed set; "val loss 2.3456 (web) | 2.5 (code)"
 // for named ones.
+// train.ema_decay adds the averaged weights' losses: "... | ema 2.3012".
 std::string val_summary(const StepMetrics& m, int precision) {
-  if (m.val_losses.empty()) return fmt::format("val loss {:.{}f}", *m.val_loss, precision);
-  std::string s = "val loss ";
-  for (size_t i = 0; i < m.val_losses.size(); ++i) {
-    s += fmt::format("{}{:.{}f} ({})", i ? " | " : "", m.val_losses[i].second, precision,
-                     m.val_losses[i].first);
-  }
+  const auto sets = [&](const std::string& head, const std::optional<double>& first,
+                        const std::vector<std::pair<std::string, double>>& named) {
+    if (named.empty()) return fmt::format("{} {:.{}f}", head, *first, precision);
+    std::string s = head + " ";
+    for (size_t i = 0; i < named.size(); ++i)
+      s +=
+          fmt::format("{}{:.{}f} ({})", i ? " | " : "", named[i].second, precision, named[i].first);
+    return s;
+  };
+  std::string s = sets("val loss", m.val_loss, m.val_losses);
+  if (m.val_ema_loss) s += " | " + sets("ema", m.val_ema_loss, m.val_ema_losses);
   return s;
 }
 
@@ -2884,6 +2999,87 @@ StepMetrics Trainer::check() {
   return m;
 }
 
+// Collective: the model's weights as they stand into `weights` (LoRA merged
+// in), and with `adapters` a LoRA run's adapters in PEFT's format beside it.
+// Returns what was written, for the log line.
+Trainer::WrittenWeights Trainer::write_weights(const std::string& weights, bool adapters) const {
+  const bool lead = is_logging_rank();
+  // Collective: only data-parallel replica 0's tensor-parallel groups join
+  // their shards (on the host), and only the writing rank's pipeline (its
+  // ranks share their tp and dp rank) sends its stages there. The writing
+  // rank writes each tensor as it is joined (or arrives), so no rank holds
+  // the whole model on its host either.
+  if (reducer_) reducer_->wait_gathers();
+  std::vector<std::pair<std::string, io::TensorLayout>> layout;
+  // Each tensor in the parameters' dtype, but for the state a model keeps
+  // in its own (an MoE layer's expert biases, f32 under any precision),
+  // whichever rank or stage holds it.
+  if (pp_model_) {
+    for (auto& [name, shape] : pp_model_->gather_order())
+      layout.push_back({name, {shape, pp_model_->tensor_dtype(name)}});
+  } else if (tp_model_) {
+    // In name order, the experts other expert-parallel ranks hold included
+    // (gather_model_each's order).
+    std::map<std::string, Shape> shapes = tp_model_->full_shapes();
+    shapes.insert(tp_model_->others_experts().begin(), tp_model_->others_experts().end());
+    const DType dtype = config_.train.param_dtype();
+    for (const auto& [name, shape] : shapes)
+      layout.push_back({name, {shape, nn::is_moe_state(name) ? DType::F32 : dtype}});
+  } else {
+    for (const auto& [name, p] : parameters()) layout.push_back({name, {p.shape(), p.dtype()}});
+  }
+  // LoRA: the file holds the model with its adapters merged in, under the
+  // model's own names (what triad-generate, triad-export and Hugging Face
+  // read); the checkpoints keep the adapters apart.
+  const bool merge = config_.model.lora.rank > 0;
+  std::set<std::string> adapted;  // the weights with adapters
+  for (const auto& [name, l] : layout) {
+    if (merge && nn::is_lora_adapter(name)) adapted.insert(nn::lora_adapted_weight(name));
+  }
+  if (merge) std::erase_if(layout, [](const auto& l) { return nn::is_lora_adapter(l.first); });
+  // A write that fails (the file cannot be made, the disk fills) is raised
+  // once the other ranks have given their tensors: none waits on the writer.
+  std::exception_ptr write_error;
+  auto attempt = [&](const std::function<void()>& fn) {
+    if (write_error) return;
+    try {
+      fn();
+    } catch (...) {
+      write_error = std::current_exception();
+    }
+  };
+  std::unique_ptr<io::Gpt2Writer> writer;
+  if (lead) {
+    attempt([&] {
+      writer = std::make_unique<io::Gpt2Writer>(weights, config_.model.without_lora(), layout);
+    });
+  }
+  std::optional<MergingWriter> merging;
+  if (writer && merge) merging.emplace(*writer, adapted, config_.model.lora_scale());
+  auto take = [&](const std::string& name, const Tensor& t) {
+    if (!writer) return;
+    attempt([&] {
+      if (merging) {
+        merging->write(name, t);
+      } else {
+        writer->write(name, t);
+      }
+    });
+  };
+  gather_model_each(take);
+  if (writer) attempt([&] { writer->finish(); });
+  // The adapters apart too, in PEFT's format, for serving many on one base.
+  const std::string adapter_dir = config_.output_dir + "/adapter";
+  const bool peft = adapters && merging && io::peft_adapter_unsupported(config_.model).empty();
+  if (peft) {
+    attempt([&] {
+      io::save_peft_adapter(merging->adapters(), config_.model, adapter_dir, config_.init_from);
+    });
+  }
+  if (write_error) std::rethrow_exception(write_error);
+  return {merging.has_value(), peft ? adapter_dir : std::string()};
+}
+
 std::vector<StepMetrics> Trainer::run() {
   const bool lead = is_logging_rank();
   std::unique_ptr<MetricsWriter> metrics;
@@ -3101,88 +3297,24 @@ std::vector<StepMetrics> Trainer::run() {
     std::ofstream(config_.output_dir + "/trace.json") << trace;
   }
   const std::string weights = config_.output_dir + "/model.safetensors";
-  // Collective: only data-parallel replica 0's tensor-parallel groups join
-  // their shards (on the host), and only the writing rank's pipeline (its
-  // ranks share their tp and dp rank) sends its stages there. The writing
-  // rank writes each tensor as it is joined (or arrives), so no rank holds
-  // the whole model on its host either.
-  if (reducer_) reducer_->wait_gathers();
-  std::vector<std::pair<std::string, io::TensorLayout>> layout;
-  // Each tensor in the parameters' dtype, but for the state a model keeps
-  // in its own (an MoE layer's expert biases, f32 under any precision),
-  // whichever rank or stage holds it.
-  if (pp_model_) {
-    for (auto& [name, shape] : pp_model_->gather_order())
-      layout.push_back({name, {shape, pp_model_->tensor_dtype(name)}});
-  } else if (tp_model_) {
-    // In name order, the experts other expert-parallel ranks hold included
-    // (gather_model_each's order).
-    std::map<std::string, Shape> shapes = tp_model_->full_shapes();
-    shapes.insert(tp_model_->others_experts().begin(), tp_model_->others_experts().end());
-    const DType dtype = config_.train.param_dtype();
-    for (const auto& [name, shape] : shapes)
-      layout.push_back({name, {shape, nn::is_moe_state(name) ? DType::F32 : dtype}});
-  } else {
-    for (const auto& [name, p] : parameters()) layout.push_back({name, {p.shape(), p.dtype()}});
+  const WrittenWeights written = write_weights(weights, /*adapters=*/true);
+  std::string also;
+  if (!ema_.empty()) {
+    // The average the run kept (train.ema_decay), in the weights' place.
+    const std::string averaged = config_.output_dir + "/model_ema.safetensors";
+    with_ema_weights([&] { write_weights(averaged, /*adapters=*/false); });
+    also = ", " + averaged;
   }
-  // LoRA: the file holds the model with its adapters merged in, under the
-  // model's own names (what triad-generate, triad-export and Hugging Face
-  // read); the checkpoints keep the adapters apart.
-  const bool merge = config_.model.lora.rank > 0;
-  std::set<std::string> adapted;  // the weights with adapters
-  for (const auto& [name, l] : layout) {
-    if (merge && nn::is_lora_adapter(name)) adapted.insert(nn::lora_adapted_weight(name));
-  }
-  if (merge) std::erase_if(layout, [](const auto& l) { return nn::is_lora_adapter(l.first); });
-  // A write that fails (the file cannot be made, the disk fills) is raised
-  // once the other ranks have given their tensors: none waits on the writer.
-  std::exception_ptr write_error;
-  auto attempt = [&](const std::function<void()>& fn) {
-    if (write_error) return;
-    try {
-      fn();
-    } catch (...) {
-      write_error = std::current_exception();
-    }
-  };
-  std::unique_ptr<io::Gpt2Writer> writer;
-  if (lead) {
-    attempt([&] {
-      writer = std::make_unique<io::Gpt2Writer>(weights, config_.model.without_lora(), layout);
-    });
-  }
-  std::optional<MergingWriter> merging;
-  if (writer && merge) merging.emplace(*writer, adapted, config_.model.lora_scale());
-  auto take = [&](const std::string& name, const Tensor& t) {
-    if (!writer) return;
-    attempt([&] {
-      if (merging) {
-        merging->write(name, t);
-      } else {
-        writer->write(name, t);
-      }
-    });
-  };
-  gather_model_each(take);
-  if (writer) attempt([&] { writer->finish(); });
-  // The adapters apart too, in PEFT's format, for serving many on one base.
-  const std::string adapter_dir = config_.output_dir + "/adapter";
-  const bool peft = merging && io::peft_adapter_unsupported(config_.model).empty();
-  if (peft) {
-    attempt([&] {
-      io::save_peft_adapter(merging->adapters(), config_.model, adapter_dir, config_.init_from);
-    });
-  }
-  if (write_error) std::rethrow_exception(write_error);
-  if (lead && peft) {
+  if (lead && !written.adapter_dir.empty()) {
     spdlog::info(
-        "wrote {} (LoRA merged in), the adapters in PEFT's format in {}, and "
+        "wrote {} (LoRA merged in){}, the adapters in PEFT's format in {}, and "
         "{}/metrics.jsonl",
-        weights, adapter_dir, config_.output_dir);
-  } else if (lead && merging) {
-    spdlog::info("wrote {} (LoRA merged in) and {}/metrics.jsonl", weights, config_.output_dir);
+        weights, also, written.adapter_dir, config_.output_dir);
+  } else if (lead && written.merged) {
+    spdlog::info("wrote {} (LoRA merged in){} and {}/metrics.jsonl", weights, also,
+                 config_.output_dir);
   } else if (lead) {
-    spdlog::info("wrote {} and {}/metrics.jsonl", weights, config_.output_dir);
+    spdlog::info("wrote {}{} and {}/metrics.jsonl", weights, also, config_.output_dir);
   }
   if (lead) log_plan_against(out);
   return out;

@@ -12,7 +12,8 @@
 # a function of the seed and the pass, never of the layout), and also
 # evaluates 2 global batches of validation data halfway and at the
 # end (forward only, the pipelines' own forward-only order), and those
-# losses must match one process's too.
+# losses must match one process's too; with train.ema_decay in EXTRA, so
+# must the averaged weights' (val_ema_loss).
 # Mixed-precision layouts (bf16/fp16) are compared with the same fp32
 # reference at the tolerance they deserve, given as a third field
 # "loss divisor,norm divisor" (200,10: losses within 0.5%, norms within 10%).
@@ -139,6 +140,11 @@ field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
 field(${WORK}/reference param_norm reference_param_norms)
 field(${WORK}/reference val_loss reference_val)
+field(${WORK}/reference val_ema_loss reference_val_ema)
+list(LENGTH reference_val_ema ema_count)
+if("${EXTRA}" MATCHES "train.ema_decay" AND NOT ema_count EQUAL 2)
+  message(FATAL_ERROR "one process reported ${ema_count} val_ema_loss values with train.ema_decay, not 2")
+endif()
 named_values(${WORK}/reference grad_norms "" reference_groups)
 if(NOT reference_groups)
   message(FATAL_ERROR "one process reported no grad_norms with log.grad_norms=layers")
@@ -287,6 +293,11 @@ foreach(layout IN LISTS layouts)
                "${got_param_norms}" ${loss_div})
   field(${dir} val_loss got_val)
   expect_close("${ranks} ranks ${flags} validation loss" "${reference_val}" "${got_val}" ${loss_div})
+  if(reference_val_ema)
+    field(${dir} val_ema_loss got_val_ema)
+    expect_close("${ranks} ranks ${flags} averaged weights' validation loss" "${reference_val_ema}"
+                 "${got_val_ema}" ${loss_div})
+  endif()
   foreach(name moe_balance moe_dropped moe_z_loss z_loss)
     if(reference_${name})
       field(${dir} ${name} got_${name})

@@ -11,6 +11,9 @@
 # Each second half's last checkpoint must also export (triad-export
 # --checkpoint, when EXPORT is given) to the bytes of its final model, and
 # (first pair) start a new run as the model does (init.from).
+# With train.ema_decay in EXTRA every run also evaluates 2 batches after its
+# last step, and the second half's averaged weights (carried through the
+# checkpoint, resharded) must score one process's val_ema_loss.
 # Variables: TRAIN (triad-train), [EXPORT], MPIRUN (list), CONFIG, DATA, WORK, PAIRS
 # ("ranksA|flags A|ranksB|flags B[|loss,norm divisors]" entries joined by '@'),
 # and optionally EXTRA (more --set flags for every run, the reference included).
@@ -21,6 +24,9 @@ separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
     --set model.d_model=64 --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=5 --set train.lr_decay_steps=10
     --set log.param_norm=true ${extra})
+if("${EXTRA}" MATCHES "train.ema_decay")
+  list(APPEND common --set data.val=${DATA} --set eval.batches=2)
+endif()
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors)
 run(reference ${TRAIN} ${common} ${from} --set train.steps=10 --set output.dir=${WORK}/reference)
@@ -28,6 +34,10 @@ run(reference ${TRAIN} ${common} ${from} --set train.steps=10 --set output.dir=$
 field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
 field(${WORK}/reference param_norm reference_param_norms)
+field(${WORK}/reference val_ema_loss reference_val_ema)
+if("${EXTRA}" MATCHES "train.ema_decay" AND NOT reference_val_ema)
+  message(FATAL_ERROR "one process reported no val_ema_loss with train.ema_decay")
+endif()
 list(LENGTH reference n)
 if(NOT n EQUAL 10)
   message(FATAL_ERROR "expected 10 steps from the reference, got ${n}")
@@ -64,6 +74,11 @@ foreach(pair IN LISTS pairs)
   expect_close("${label} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
   field(${dir}/b param_norm got_param_norms)
   expect_close("${label} parameter norm" "${reference_param_norms}" "${got_param_norms}" ${loss_div})
+  if(reference_val_ema)
+    field(${dir}/b val_ema_loss got_val_ema)
+    expect_close("${label} averaged weights' validation loss" "${reference_val_ema}"
+                 "${got_val_ema}" ${loss_div})
+  endif()
   message(STATUS "${label}: steps 6-10 match one process (within 1/${loss_div})")
   # The second half's last checkpoint, sharded its way, exports to the same
   # bytes as its final model (triad-export --checkpoint joins the shards).

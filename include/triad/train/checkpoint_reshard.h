@@ -69,8 +69,7 @@ void for_each_full_state(
     std::map<std::string, std::string>* metadata = nullptr);
 // The same in the order `order` names the parameters (each once), for the
 // kinds of state asked for ("param/", "adam_m/", "adam_v/", "master/",
-// "muon_momentum/"; none
-// named: all): an export reads the weights alone, block by block.
+// "muon_momentum/", "ema/"; none named: all): an export reads the weights alone, block by block.
 struct FullStateOptions {
   std::set<std::string> kinds{};
   std::map<std::string, std::string>* metadata = nullptr;  // receives rank 0's

@@ -66,6 +66,12 @@ struct TrainSection {
   // trainer was created, every rank checkpoints and the run ends, as on SIGTERM (a job
   // that must end before its allocation does); 0: no limit.
   double exit_after_minutes = 0;
+  // > 0: an exponential moving average of the trainable weights, in f32,
+  // folded in after every applied step (w_ema <- d*w_ema + (1-d)*w):
+  // DeepSeek-V3's early look at the weights a learning-rate decay would
+  // reach. Checkpointed; evaluated beside the weights (val_ema_loss);
+  // written as model_ema.safetensors. 0: none.
+  double ema_decay = 0;
   uint64_t seed = 1234;
   // fp32 | bf16 | fp16. bf16/fp16: parameters and activations in half
   // precision, f32 gradients, master weights and optimizer state; fp16 adds

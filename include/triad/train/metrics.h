@@ -90,6 +90,9 @@ struct StepMetrics {
   // set, and with named sets every one's by name, in the config's order.
   std::optional<double> val_loss;
   std::vector<std::pair<std::string, double>> val_losses;
+  // train.ema_decay: the same sets' losses under the averaged weights.
+  std::optional<double> val_ema_loss;
+  std::vector<std::pair<std::string, double>> val_ema_losses;
   // eval.choices at the same steps: the questions, the share each
   // normalisation got right (acc: total -log p; acc_norm: per character;
   // acc_per_token), and the right choices' mean -log p per token. The first

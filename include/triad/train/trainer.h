@@ -105,6 +105,10 @@ class Trainer {
   const optim::DynamicLossScaler* loss_scaler() const { return scaler_.get(); }
   // Elements of AdamW moment state this rank keeps (per moment).
   int64_t optimizer_state_elements() const;
+  // train.ema_decay: this rank's running averages of its trainable weights
+  // (f32, its own pieces of them, by parameter name), every applied step
+  // folded in; empty without it.
+  std::vector<std::pair<std::string, Tensor>> ema_parameters();
   // The model's parameters as full (unsharded) tensors; collective.
   nn::StateDict full_state_dict() const;
   bool is_logging_rank() const { return !world_ || world_->rank() == 0; }
@@ -112,6 +116,30 @@ class Trainer {
 
  private:
   std::vector<std::pair<std::string, Tensor>> parameters() const;
+  // train.ema_decay: the trainable weights' running averages (f32, on the
+  // device), in trainable_parameters() order.
+  std::vector<std::pair<std::string, Tensor>> ema_;
+  // An applied step whose weights the averages do not hold yet: with
+  // ZeRO-1's overlapped all-gathers they arrive under the next forward, so
+  // they are folded in before the next update (or whatever reads them).
+  bool ema_pending_ = false;
+  // Whether the averages hold any step (or a checkpoint's): evaluations
+  // score them only then.
+  bool ema_folded_ = false;
+  // The averages restart from the weights as they stand.
+  void reset_ema();
+  // After a resume: `fresh` averages (of this rank's) started from the
+  // weights, the checkpoint holding none for them.
+  void ema_started(int64_t fresh);
+  void fold_ema();
+  // Runs fn with the averages in the trainable weights' place (rounded to
+  // their dtype), then puts the weights back as they were.
+  void with_ema_weights(const std::function<void()>& fn);
+  struct WrittenWeights {
+    bool merged = false;      // LoRA's adapters merged in
+    std::string adapter_dir;  // where the PEFT adapters went, if anywhere
+  };
+  WrittenWeights write_weights(const std::string& path, bool adapters) const;
   // step() of a step that trains: forward, backward, update.
   StepMetrics train_step(int64_t index);
   // step() of a step train.skip_steps names: its global batch goes by
