@@ -6,6 +6,7 @@
 // weights.
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -39,6 +40,9 @@ class ModelSource {
                    "it names and those before it in its checkpoint.dir (Polyak averaging, as "
                    "Llama 3 averaged its annealing checkpoints); 1: that checkpoint alone")
         ->capture_default_str();
+    app.add_flag("--ema", ema_,
+                 "the run's averaged weights (train.ema_decay) instead of its weights: with --run "
+                 "its model_ema.safetensors, with --checkpoint the average the checkpoint keeps");
     app.add_option("--adapter", adapter_dir_,
                    "a PEFT LoRA adapter's directory, merged into the weights as they are read "
                    "(as init.adapter: a PEFT adapter, or a LoRA run's adapter/ onto its base)");
@@ -51,9 +55,22 @@ class ModelSource {
     if (!checkpoint_.empty() && !weights_.empty()) {
       throw ValueError("give --weights or --checkpoint, not both");
     }
+    if (ema_ && !weights_.empty()) {
+      throw ValueError(
+          "--ema reads a run's averaged weights: give --run or --checkpoint, not "
+          "--weights (a model_ema.safetensors is a weights file of its own)");
+    }
     if (!run_dir_.empty()) {
       if (config_path_.empty()) config_path_ = run_dir_ + "/config.yaml";
-      if (weights_.empty() && checkpoint_.empty()) weights_ = run_dir_ + "/model.safetensors";
+      if (weights_.empty() && checkpoint_.empty()) {
+        weights_ = run_dir_ + (ema_ ? "/model_ema.safetensors" : "/model.safetensors");
+        if (ema_ && !std::filesystem::exists(weights_)) {
+          throw ValueError("--ema: run '" + run_dir_ +
+                           "' has no model_ema.safetensors (it trained without train.ema_decay)");
+        }
+      }
+    } else if (ema_ && checkpoint_.empty()) {
+      throw ValueError("--ema reads a run's averaged weights: give --run or --checkpoint");
     }
     if (average_ != 1 && checkpoint_.empty()) {
       throw ValueError("--average " + std::to_string(average_) +
@@ -94,9 +111,9 @@ class ModelSource {
   // first read only: an export reads twice). After resolve().
   void read(const nn::GptConfig& model, const std::function<void(nn::StateDict&&)>& consume) {
     if (averaged_.size() > 1) {
-      train::read_averaged_checkpoint_weights(averaged_, model, consume);
+      train::read_averaged_checkpoint_weights(averaged_, model, consume, ema_);
     } else if (info_) {
-      train::read_checkpoint_weights(*info_, model, consume, {.verify = !verified_});
+      train::read_checkpoint_weights(*info_, model, consume, {.verify = !verified_, .ema = ema_});
       verified_ = true;
     } else {
       io::WeightLayout layout = io::weight_layout(model);
@@ -117,6 +134,7 @@ class ModelSource {
   std::vector<io::CheckpointInfo> averaged_;  // its checkpoints, newest first (when > 1)
   std::optional<io::PeftDeltas> adapter_;     // --adapter
   bool verified_ = false;
+  bool ema_ = false;  // --ema
 };
 
 }  // namespace triad::examples

@@ -392,6 +392,16 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
     for (const auto& [name, param] : placement_in(h->second, where, rank).params)
       held.emplace(name, param.full_shape);
   }
+  if (options.ema) {
+    bool averaged = false;
+    for (const auto& [rank, header] : *headers) {
+      for (const auto& [key, shape] : header.shapes)
+        averaged = averaged || key.rfind("ema/", 0) == 0;
+    }
+    if (!averaged) {
+      throw IoError(where + " holds no averaged weights: it was written without train.ema_decay");
+    }
+  }
   for (const auto& [name, shape] : expected) {
     auto it = held.find(name);
     if (it == held.end()) {
@@ -462,31 +472,36 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
   }
   nn::StateDict part;
   size_t i = 0;
-  for_each_full_state(info, order,
-                      [&](const std::string& name, std::map<std::string, Tensor>& full) {
-                        part.emplace(name, full.at("param/" + name));
-                        ++i;
-                        if (i == order.size() || part_of[i] != part_of[i - 1]) {
-                          for (const auto& [weight, adapters] : adapters_of) {
-                            auto w = part.find(weight);
-                            if (w == part.end()) continue;
-                            w->second = nn::merge_lora(w->second, part.at(adapters[0]),
-                                                       part.at(adapters[1]), lora_scale);
-                            for (const std::string& adapter : adapters) part.erase(adapter);
-                          }
-                          consume(std::move(part));
-                          part.clear();  // (moved from: empty again)
-                        }
-                      },
-                      {.kinds = {"param/"},
-                       .headers = headers,
-                       .verify = options.verify,
-                       .replica = options.replica});
+  for_each_full_state(
+      info, order,
+      [&](const std::string& name, std::map<std::string, Tensor>& full) {
+        auto average = full.find("ema/" + name);
+        part.emplace(name, options.ema && average != full.end() ? average->second
+                                                                : full.at("param/" + name));
+        ++i;
+        if (i == order.size() || part_of[i] != part_of[i - 1]) {
+          for (const auto& [weight, adapters] : adapters_of) {
+            auto w = part.find(weight);
+            if (w == part.end()) continue;
+            w->second =
+                nn::merge_lora(w->second, part.at(adapters[0]), part.at(adapters[1]), lora_scale);
+            for (const std::string& adapter : adapters) part.erase(adapter);
+          }
+          consume(std::move(part));
+          part.clear();  // (moved from: empty again)
+        }
+      },
+      {.kinds =
+           options.ema ? std::set<std::string>{"param/", "ema/"} : std::set<std::string>{"param/"},
+       .headers = headers,
+       .verify = options.verify,
+       .replica = options.replica});
 }
 
 void read_averaged_checkpoint_weights(const std::vector<io::CheckpointInfo>& infos,
                                       const nn::GptConfig& model,
-                                      const std::function<void(nn::StateDict&&)>& consume) {
+                                      const std::function<void(nn::StateDict&&)>& consume,
+                                      bool ema) {
   if (infos.empty()) throw ValueError("read_averaged_checkpoint_weights: no checkpoint to average");
   std::vector<std::map<int, io::RankHeader>> headers;
   for (const io::CheckpointInfo& info : infos) {
@@ -504,21 +519,24 @@ void read_averaged_checkpoint_weights(const std::vector<io::CheckpointInfo>& inf
     nn::StateDict sum;
     std::map<std::string, DType> dtypes;
     for (size_t k = 0; k < infos.size(); ++k) {
-      read_checkpoint_weights(
-          infos[k], model,
-          [&](nn::StateDict&& got) {
-            for (auto& [name, t] : got) {
-              const Tensor wide = cast(t, DType::F64);
-              auto it = sum.find(name);
-              if (it == sum.end()) {
-                dtypes.emplace(name, t.dtype());
-                sum.emplace(name, wide);
-              } else {
-                it->second = add(it->second, wide);
-              }
-            }
-          },
-          {.blocks = &blocks, .outside = part < 0, .headers = &headers[k], .verify = false});
+      read_checkpoint_weights(infos[k], model,
+                              [&](nn::StateDict&& got) {
+                                for (auto& [name, t] : got) {
+                                  const Tensor wide = cast(t, DType::F64);
+                                  auto it = sum.find(name);
+                                  if (it == sum.end()) {
+                                    dtypes.emplace(name, t.dtype());
+                                    sum.emplace(name, wide);
+                                  } else {
+                                    it->second = add(it->second, wide);
+                                  }
+                                }
+                              },
+                              {.blocks = &blocks,
+                               .outside = part < 0,
+                               .headers = &headers[k],
+                               .verify = false,
+                               .ema = ema});
     }
     if (sum.empty()) continue;
     nn::StateDict mean;

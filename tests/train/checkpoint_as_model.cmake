@@ -5,7 +5,10 @@
 # triad-generate --checkpoint samples as the run does, and a new run with
 # init.from the checkpoint trains as one from the final model. --average 2
 # (the mean of steps 3 and 6) exports weights of neither; --average 1 is the
-# latest alone, and more checkpoints than there are is refused.
+# latest alone, and more checkpoints than there are is refused. The run
+# keeps an average of its weights (train.ema_decay): --ema exports the run's
+# model_ema.safetensors and the last checkpoint's average to the same bytes,
+# other than the weights'.
 # EXTRA: more --set flags for the training run (model.lora: its adapters
 # are merged into the run's model and into what is read of a checkpoint).
 #   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DOTHER_CONFIG= -DDATA= -DWORK= [-DEXTRA=]
@@ -15,7 +18,7 @@ separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 set(batch --set train.global_batch_size=4 --set train.micro_batch_size=4)
 run(training ${TRAIN} --config ${CONFIG} --set data.train=${DATA} ${batch} --set train.steps=6
     --set train.warmup_steps=2 --set output.dir=${WORK}/run --set checkpoint.dir=${WORK}/ck
-    --set checkpoint.interval=3 ${extra})
+    --set checkpoint.interval=3 --set train.ema_decay=0.8 ${extra})
 run("export of the run" ${EXPORT} --run ${WORK}/run --output ${WORK}/from_run)
 run("export of the latest checkpoint" ${EXPORT} --checkpoint ${WORK}/ck --output ${WORK}/latest)
 run("export of step 3" ${EXPORT} --checkpoint ${WORK}/ck/step_3 --output ${WORK}/step3)
@@ -57,6 +60,19 @@ if(rc1 OR rc2 OR NOT from_run STREQUAL from_checkpoint OR NOT from_run MATCHES "
   message(FATAL_ERROR "samples differ (${rc1}, ${rc2}):\nrun: ${from_run}\ncheckpoint: "
                       "${from_checkpoint}\n${err1}\n${err2}")
 endif()
+run("export of the run's average" ${EXPORT} --run ${WORK}/run --ema --output ${WORK}/ema_run)
+run("export of the latest checkpoint's average" ${EXPORT} --checkpoint ${WORK}/ck --ema
+    --output ${WORK}/ema_latest)
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/ema_run/model.safetensors
+                        ${WORK}/ema_latest/model.safetensors RESULT_VARIABLE differ)
+if(differ)
+  message(FATAL_ERROR "the last checkpoint's average exports other weights than model_ema.safetensors")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/ema_run/model.safetensors
+                        ${WORK}/from_run/model.safetensors RESULT_VARIABLE differ)
+if(NOT differ)
+  message(FATAL_ERROR "--ema exports the run's weights, not their average")
+endif()
 # init.from a checkpoint: the same losses as from the run's model.
 expect_init_from_checkpoint("one process" ${WORK}/ck ${WORK}/run/model.safetensors ${WORK}
                             ${TRAIN} --config ${CONFIG} --set data.train=${DATA} ${batch}
@@ -78,6 +94,8 @@ refused("too many to average" "holds 2 checkpoint.s. up to step 6 .6, 3., not th
         --checkpoint ${WORK}/ck --average 3 --output ${WORK}/never)
 refused("averaging a run" "--average 2 averages checkpoints: give --checkpoint"
         --run ${WORK}/run --average 2 --output ${WORK}/never)
+refused("--ema with a weights file" "--ema reads a run's averaged weights: give --run or --checkpoint, not --weights"
+        --config ${WORK}/run/config.yaml --weights ${WORK}/run/model.safetensors --ema --output ${WORK}/never)
 if(EXISTS ${WORK}/never)
   message(FATAL_ERROR "a refused export wrote ${WORK}/never")
 endif()

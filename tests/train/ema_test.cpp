@@ -12,6 +12,7 @@
 #include "support/temp_dir.h"
 #include "triad/core/error.h"
 #include "triad/data/token_shard.h"
+#include "triad/io/checkpoint.h"
 #include "triad/ops.h"
 #include "triad/train/trainer.h"
 
@@ -134,6 +135,14 @@ TEST(Ema, ResumesFromCheckpointsBitwise) {
     t.run();  // checkpoints at steps 3 and 6
     whole = t.ema_parameters();
   }
+  // What triad-export/-generate/-eval --checkpoint --ema read: the averages.
+  nn::StateDict read;
+  const Config c = config(dir, "");
+  read_checkpoint_weights(io::open_checkpoint(dir.file("ckpt")), c.model,
+                          [&](nn::StateDict&& part) { read.merge(part); }, {.ema = true});
+  ASSERT_EQ(read.size(), whole.size());
+  for (const auto& [name, average] : whole)
+    EXPECT_EQ(to_double_vector(read.at(name)), to_double_vector(average)) << name;
   Trainer resumed(config(
       dir, ", ema_decay: 0.9",
       "checkpoint: {dir: " + dir.file("ckpt2") + ", resume: " + dir.file("ckpt/step_3") + "}\n"));
@@ -158,6 +167,17 @@ TEST(Ema, ACheckpointWithoutAveragesStartsThemFromItsWeights) {
   const nn::StateDict weights = t.full_state_dict();
   for (const auto& [name, average] : t.ema_parameters())
     EXPECT_EQ(to_double_vector(average), to_double_vector(weights.at(name))) << name;
+  // Asked for its averages, such a checkpoint says it has none.
+  try {
+    read_checkpoint_weights(io::open_checkpoint(dir.file("ckpt")), t.config().model,
+                            [](nn::StateDict&&) {}, {.ema = true});
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "holds no averaged weights: it was written without train.ema_decay"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Ema, ConfigNamesABadDecay) {

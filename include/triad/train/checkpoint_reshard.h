@@ -116,6 +116,11 @@ struct CheckpointWeightsOptions {
   const std::map<int, io::RankHeader>* headers = nullptr;
   bool verify = true;  // as FullStateOptions::verify
   int replica = 0;     // as FullStateOptions::replica
+  // The averages of the weights the checkpoint keeps (train.ema_decay's
+  // "ema/" tensors, f32) instead of the weights; a parameter without one
+  // (frozen, or a LoRA run's base weight) is its own average. A checkpoint
+  // with none is an IoError saying so.
+  bool ema = false;
 };
 void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
                              const std::function<void(nn::StateDict&&)>& consume,
@@ -128,8 +133,10 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
 // holds one part of each checkpoint and their sum. Each checkpoint may come
 // from any layout; every rank file is verified once, first. An empty list
 // is a ValueError.
+// `ema`: each checkpoint's averaged weights, as CheckpointWeightsOptions::ema.
 void read_averaged_checkpoint_weights(const std::vector<io::CheckpointInfo>& infos,
                                       const nn::GptConfig& model,
-                                      const std::function<void(nn::StateDict&&)>& consume);
+                                      const std::function<void(nn::StateDict&&)>& consume,
+                                      bool ema = false);
 
 }  // namespace triad::train
