@@ -8,14 +8,15 @@
 //                      [--cp-a2a N]
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
 //                      [--stage-layers auto|3,4,4,1|first=N,last=M] [--optimizer adamw|muon]
-//                      [--moment-precision fp32|bf16] [--grad-precision fp32|bf16] [--json]
+//                      [--moment-precision fp32|bf16] [--grad-precision fp32|bf16] [--ema]
+//                      [--json]
 //   triad-plan predict --config RUN.yaml --cluster C.yaml [any option above]
 //                      [--write-config OUT.yaml]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
 //   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--whole-recompute]
 //   [--cps 1,2,4]
 //   [--optimizer adamw|muon] [--moment-precision fp32|bf16] [--grad-precision fp32|bf16]
-//   [--json]
+//   [--ema] [--json]
 //   triad-plan recommend --config RUN.yaml --cluster C.yaml [--gpus N] [--write-config BEST.yaml]
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
                                         moment_precision = "fp32", grad_precision = "fp32";
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5, ep = 1,
       cp = 1, cp_a2a = 1, recompute_layers = 0;
-  bool sp = false, json = false, overlap = false, overlap_tp = false;
+  bool sp = false, json = false, overlap = false, overlap_tp = false, ema = false;
   std::string config_path, write_config;
   auto add_common = [&](CLI::App* c) {
     c->add_option("--model", model_path, "trainer config or model section YAML");
@@ -183,6 +184,9 @@ int main(int argc, char** argv) {
                   "fp32 (the default) or bf16 (train.grad_precision: the gradients in 2 bytes "
                   "each, Megatron-LM's default)")
         ->check(CLI::IsMember({"fp32", "bf16"}));
+    c->add_flag("--ema", ema,
+                "an f32 moving average of the weights (train.ema_decay): 4 bytes a trained "
+                "parameter on every rank");
     c->add_flag("--json", json, "print JSON");
   };
   auto* predict = app.add_subcommand("predict", "price one configuration");
@@ -385,6 +389,7 @@ int main(int argc, char** argv) {
       if (given(predict, "--optimizer")) c.muon = optimizer == "muon";
       if (given(predict, "--moment-precision")) c.bf16_moments = moment_precision == "bf16";
       if (given(predict, "--grad-precision")) c.bf16_grads = grad_precision == "bf16";
+      if (given(predict, "--ema")) c.ema = ema;
       if (gpus % (c.tp * c.pp * c.cp) != 0) {
         throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be divisible by tp*pp" +
                           (c.cp > 1 ? "*cp" : "") + " (" + std::to_string(c.tp * c.pp * c.cp) +
@@ -486,6 +491,7 @@ int main(int argc, char** argv) {
       space.bf16_moments = moment_precision == "bf16";
     if (config_path.empty() || given(rec, "--grad-precision"))
       space.bf16_grads = grad_precision == "bf16";
+    if (config_path.empty() || given(rec, "--ema")) space.ema = ema;
     space.try_balanced_stages = !even_stages;
     space.try_recompute_layers = !whole_recompute;
     space.try_zb_h1 = space.try_zb_auto = space.try_zb_v = false;

@@ -666,7 +666,7 @@ std::string ParallelConfig::str() const {
               : std::string()) +
          (attention == Attention::Flash ? " attention=flash" : "") + stages +
          (muon ? " muon" : "") + (bf16_moments ? " moments=bf16" : "") +
-         (bf16_grads ? " grads=bf16" : "");
+         (bf16_grads ? " grads=bf16" : "") + (ema ? " ema" : "");
 }
 
 double ptdp_model_flops(const nn::GptConfig& m, int global_batch, double recomputed) {
@@ -1206,6 +1206,9 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double grad_bytes = p.bf16_grads ? 2.0 : 4.0;
   e.optimizer_time = optimized * (10.0 + grad_bytes + 4.0 * moment_bytes) /
                      (c.memory_bandwidth * c.memory_efficiency);
+  // train.ema_decay: the f32 average read and written, the weights read,
+  // on every rank for all it trains.
+  if (p.ema) e.optimizer_time += trained * 10.0 / (c.memory_bandwidth * c.memory_efficiency);
   if (p.muon) {
     // Newton-Schulz in bf16, or in f32 without TF32: about a sixteenth of
     // the bf16 tensor-core peak (A100: 19.5 of 312 TFLOP/s; H100 SXM: 67 of
@@ -1245,6 +1248,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // f32 master and AdamW's two moments (f32, or bf16: train.moment_precision);
   // Muon's matrices one moment.
   e.optimizer_bytes = optimized * (4.0 + moment_bytes * (2.0 - muon_share));
+  // train.ema_decay's f32 average, whole on every data-parallel rank.
+  if (p.ema) e.optimizer_bytes += trained * 4.0;
   // (A chunk of each sequence under context parallelism; the attention's
   // own, below, a cp-th of the heads over the whole sequence.)
   const double sbh = s / p.cp * b * h;

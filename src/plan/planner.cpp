@@ -32,6 +32,7 @@ void SearchSpace::apply_to(ParallelConfig& p) const {
   p.muon_ns_fp32 = muon_ns_fp32;
   p.bf16_moments = bf16_moments;
   p.bf16_grads = bf16_grads;
+  p.ema = ema;
   p.overlap_param_gather = overlap_param_gather;
   p.scatter_gather = scatter_gather;
   p.frozen = frozen;

@@ -329,6 +329,32 @@ TEST(CostModel, PricesBf16Moments) {
   EXPECT_NEAR(bf16.optimizer_time / f32.optimizer_time, 22.0 / 30.0, 1e-9);
 }
 
+// train.ema_decay: an f32 average of every weight the rank trains, ZeRO-1
+// or not (4 bytes a parameter: twice the bf16 weights' bytes), and 10 bytes
+// a parameter more streamed by the step.
+TEST(CostModel, PricesTheWeightsAverage) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(8, 16, 1536);
+  for (const bool zero : {false, true}) {
+    SCOPED_TRACE(zero ? "zero1" : "");
+    ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+    p.zero1 = zero;
+    ParallelConfig a = p;
+    a.ema = true;
+    const Estimate plain = estimate(m, c, 32, 64, p), averaged = estimate(m, c, 32, 64, a);
+    EXPECT_NEAR(averaged.optimizer_bytes - plain.optimizer_bytes, 2.0 * plain.weights_bytes,
+                1e-6 * plain.weights_bytes);
+    EXPECT_NEAR(averaged.memory_bytes - plain.memory_bytes, 2.0 * plain.weights_bytes,
+                1e-6 * plain.weights_bytes);
+    EXPECT_NEAR((averaged.optimizer_time - plain.optimizer_time) *
+                    (c.memory_bandwidth * c.memory_efficiency),
+                5.0 * plain.weights_bytes, 1e-6 * plain.weights_bytes);
+    EXPECT_DOUBLE_EQ(averaged.pipeline_time, plain.pipeline_time);
+    EXPECT_NE(averaged.config.str().find(" ema"), std::string::npos);
+    EXPECT_EQ(plain.config.str().find(" ema"), std::string::npos);
+  }
+}
+
 // model.lora.dropout keeps each adapted layer's dropped-out input for
 // backward: 2h (the column-parallel layers' whole inputs) plus (h + 4h) / tp
 // (the row-parallel ones' split inputs) per token and held layer, 2 bytes

@@ -64,6 +64,9 @@ TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
     EXPECT_TRUE(planned_run(bm).layout.bf16_moments);
     bm.train.grad_precision = "bf16";
     EXPECT_TRUE(planned_run(bm).layout.bf16_grads);
+    EXPECT_FALSE(planned_run(bm).layout.ema);
+    bm.train.ema_decay = 0.999;
+    EXPECT_TRUE(planned_run(bm).layout.ema);
   }
   EXPECT_TRUE(run.note.empty()) << run.note;
   // It prices without complaint on a real cluster file.

@@ -101,10 +101,15 @@ struct ParallelConfig {
   // train.grad_precision bf16: gradients in 2 bytes, not 4, and reduced in
   // bf16 over the data-parallel ranks (NCCL's bf16 sums).
   bool bf16_grads = false;
+  // train.ema_decay: an f32 average of the weights each rank trains (4
+  // bytes a trained parameter, not sharded by ZeRO-1), folded in after
+  // each step (10 bytes a parameter streamed).
+  bool ema = false;
 
   // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b", and
   // " stages=[3,4,4,1]" for an uneven split, " muon" under Muon,
-  // " moments=bf16" under bf16 moments, " grads=bf16" under bf16 gradients.
+  // " moments=bf16" under bf16 moments, " grads=bf16" under bf16 gradients,
+  // " ema" with the weights' average.
   std::string str() const;
 };
 

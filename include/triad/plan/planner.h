@@ -37,6 +37,7 @@ struct SearchSpace {
   bool muon_ns_fp32 = false;
   bool bf16_moments = false;
   bool bf16_grads = false;
+  bool ema = false;
   bool overlap_param_gather = true;
   bool scatter_gather = true;
   std::set<std::string> frozen;
@@ -45,7 +46,7 @@ struct SearchSpace {
   std::vector<int64_t> ramp_batches;
   // Gives `layout` what every layout of this space holds (overlap_dp and
   // overlap_tp, attention, muon and muon_ns_fp32, bf16_moments, bf16_grads,
-  // overlap_param_gather,
+  // ema, overlap_param_gather,
   // scatter_gather, frozen).
   void apply_to(ParallelConfig& layout) const;
   // > 0: only the `top` fastest layouts that fit are wanted. Layouts are
