@@ -1635,6 +1635,25 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"tensorboard", {false, [&](auto& v, auto& k) { c.log_tensorboard = get_bool(v, k); }}},
       {"param_norm", {false, [&](auto& v, auto& k) { c.log_param_norm = get_bool(v, k); }}},
       {"moe_per_layer", {false, [&](auto& v, auto& k) { c.log_moe_per_layer = get_bool(v, k); }}},
+      {"trace_steps",
+       {false,
+        [&](auto& v, auto& k) {
+          if (v.IsScalar() && v.Scalar() == "none") {
+            c.log_trace_first = c.log_trace_last = -1;
+            return;
+          }
+          std::vector<int64_t> range;
+          if (v.IsSequence()) {
+            for (const auto& item : v) range.push_back(get_int(item, k));
+          }
+          if (range.size() != 2 || range[0] < 1 || range[1] < range[0]) {
+            throw ConfigError(k + " (" + YAML::Dump(v) +
+                              ") must be [first, last], steps numbered from 1 as logged with "
+                              "first <= last, or none");
+          }
+          c.log_trace_first = range[0];
+          c.log_trace_last = range[1];
+        }}},
       {"grad_norms", {false, [&](auto& v, auto& k) { c.log_grad_norms = norm_grouping(v, k); }}},
       {"param_norms", {false, [&](auto& v, auto& k) { c.log_param_norms = norm_grouping(v, k); }}},
       {"plan_cluster", {false, [&](auto& v, auto& k) { c.log_plan_cluster = get_string(v, k); }}},
@@ -2220,6 +2239,12 @@ std::string to_yaml(const Config& c) {
   if (c.log_param_norms != "none")
     e << YAML::Key << "param_norms" << YAML::Value << c.log_param_norms;
   if (c.log_moe_per_layer) e << YAML::Key << "moe_per_layer" << YAML::Value << true;
+  if (c.log_trace_first < 0) {
+    e << YAML::Key << "trace_steps" << YAML::Value << "none";
+  } else if (c.log_trace_first > 0) {
+    e << YAML::Key << "trace_steps" << YAML::Value << YAML::Flow << YAML::BeginSeq
+      << c.log_trace_first << c.log_trace_last << YAML::EndSeq;
+  }
   if (!c.log_plan_cluster.empty())
     e << YAML::Key << "plan_cluster" << YAML::Value << c.log_plan_cluster;
   e << YAML::EndMap;

@@ -586,7 +586,20 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     make_optimizers(o);
   }
   reset_ema();
+  trace_steps_from(0);
   choose_attention_kernel();
+}
+
+void Trainer::trace_steps_from(int64_t first) {
+  if (config_.log_trace_first < 0) {
+    trace_from_ = trace_to_ = 0;  // (none)
+  } else if (config_.log_trace_first > 0) {
+    trace_from_ = config_.log_trace_first - 1;
+    trace_to_ = config_.log_trace_last;
+  } else {
+    trace_from_ = first;
+    trace_to_ = first + kTracedSteps;
+  }
 }
 
 std::vector<const tp::TensorParallelGpt*> Trainer::parallel_parts() const {
@@ -2094,7 +2107,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   const auto& t = config_.train;
   Allocator& memory = backend_for(device_.type).allocator(device_.index);
   memory.reset_peak();
-  trace_.set_enabled(index < kTracedSteps);
+  trace_.set_enabled(index >= trace_from_ && index < trace_to_);
   double bubble = -1;
   if (reducer_) reducer_->set_microbatches(batch_size(index) / dp_ / t.micro_batch_size);
   double loss = forward_backward(index, &bubble);
@@ -3109,6 +3122,7 @@ std::vector<StepMetrics> Trainer::run() {
   // after the first `interval` steps, whether it can.
   if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
   if (ck.resumes()) first = load_checkpoint();
+  trace_steps_from(first);
   // A resumed run goes on with the history in metrics.jsonl (the steps up to
   // its checkpoint kept, any after it trained again); a new run starts one.
   if (lead) {
@@ -3230,8 +3244,8 @@ std::vector<StepMetrics> Trainer::run() {
       print_line(m);
       log_timing(m.step % config_.log_interval == 0 ? config_.log_interval
                                                     : m.step % config_.log_interval);
-    } else if (m.step == 1) {
-      print_line(m);
+    } else if (k == first) {
+      print_line(m);  // (the first step this run trains, a resumed run's too)
     }
     log_evaluation(m, evaluated);
     const bool stalled = m.val_loss && validation_stalled(*m.val_loss, m.step);

@@ -26,30 +26,26 @@ run("export of the mean of steps 3 and 6" ${EXPORT} --checkpoint ${WORK}/ck --av
     --output ${WORK}/mean)
 run("export of the latest one averaged alone" ${EXPORT} --checkpoint ${WORK}/ck --average 1
     --output ${WORK}/alone)
+# expect_files(same|different A B why): the two files' bytes must be the
+# same (or differ), else the test fails saying why.
+function(expect_files want a b why)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${a} ${b} RESULT_VARIABLE differ)
+  if((want STREQUAL "same" AND differ) OR (want STREQUAL "different" AND NOT differ))
+    message(FATAL_ERROR "${why}")
+  endif()
+endfunction()
 foreach(other latest step3)
-  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/mean/model.safetensors
-                          ${WORK}/${other}/model.safetensors RESULT_VARIABLE differ)
-  if(NOT differ)
-    message(FATAL_ERROR "the mean of steps 3 and 6 is ${other}'s weights")
-  endif()
+  expect_files(different ${WORK}/mean/model.safetensors ${WORK}/${other}/model.safetensors
+               "the mean of steps 3 and 6 is ${other}'s weights")
 endforeach()
-execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/alone/model.safetensors
-                        ${WORK}/latest/model.safetensors RESULT_VARIABLE differ)
-if(differ)
-  message(FATAL_ERROR "--average 1 is not the latest checkpoint's weights")
-endif()
+expect_files(same ${WORK}/alone/model.safetensors ${WORK}/latest/model.safetensors
+             "--average 1 is not the latest checkpoint's weights")
 foreach(f model.safetensors config.json)
-  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/from_run/${f} ${WORK}/latest/${f}
-                  RESULT_VARIABLE differ)
-  if(differ)
-    message(FATAL_ERROR "the last checkpoint's ${f} differs from the run's")
-  endif()
+  expect_files(same ${WORK}/from_run/${f} ${WORK}/latest/${f}
+               "the last checkpoint's ${f} differs from the run's")
 endforeach()
-execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/latest/model.safetensors
-                        ${WORK}/step3/model.safetensors RESULT_VARIABLE differ)
-if(NOT differ)
-  message(FATAL_ERROR "step 3's weights are step 6's")
-endif()
+expect_files(different ${WORK}/latest/model.safetensors ${WORK}/step3/model.safetensors
+             "step 3's weights are step 6's")
 # triad-generate --checkpoint samples what the run's model samples.
 set(sample --prompt "Once upon" --tokens 40 --temperature 1 --top-k 0 --seed 3 --stop-token -1)
 execute_process(COMMAND ${GENERATE} --run ${WORK}/run ${sample}
@@ -63,16 +59,10 @@ endif()
 run("export of the run's average" ${EXPORT} --run ${WORK}/run --ema --output ${WORK}/ema_run)
 run("export of the latest checkpoint's average" ${EXPORT} --checkpoint ${WORK}/ck --ema
     --output ${WORK}/ema_latest)
-execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/ema_run/model.safetensors
-                        ${WORK}/ema_latest/model.safetensors RESULT_VARIABLE differ)
-if(differ)
-  message(FATAL_ERROR "the last checkpoint's average exports other weights than model_ema.safetensors")
-endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/ema_run/model.safetensors
-                        ${WORK}/from_run/model.safetensors RESULT_VARIABLE differ)
-if(NOT differ)
-  message(FATAL_ERROR "--ema exports the run's weights, not their average")
-endif()
+expect_files(same ${WORK}/ema_run/model.safetensors ${WORK}/ema_latest/model.safetensors
+             "the last checkpoint's average exports other weights than model_ema.safetensors")
+expect_files(different ${WORK}/ema_run/model.safetensors ${WORK}/from_run/model.safetensors
+             "--ema exports the run's weights, not their average")
 # init.from a checkpoint: the same losses as from the run's model.
 expect_init_from_checkpoint("one process" ${WORK}/ck ${WORK}/run/model.safetensors ${WORK}
                             ${TRAIN} --config ${CONFIG} --set data.train=${DATA} ${batch}

@@ -1,6 +1,8 @@
 #include "triad/train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <filesystem>
@@ -8,6 +10,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -1026,6 +1029,61 @@ TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {
   EXPECT_NE(text.find("\"traceEvents\""), std::string::npos);
   EXPECT_NE(text.find("\"cat\":\"forward\""), std::string::npos);
   EXPECT_NE(text.find("\"cat\":\"optimizer\""), std::string::npos);
+}
+
+// log.trace_steps: trace.json records the steps asked for; by default the
+// first 20 the run trains, which for a run resumed past step 20 are the 20
+// after its checkpoint (not none). Each traced step has one optimizer event.
+TEST(Trainer, TracesTheStepsAskedFor) {
+  TempDir dir;
+  const auto optimizer_events = [&](const std::string& run) {
+    std::ifstream trace(dir.file(run + "/trace.json"));
+    const std::string text((std::istreambuf_iterator<char>(trace)),
+                           std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"traceEvents\""), std::string::npos) << run;
+    int n = 0;
+    for (size_t at = text.find("\"cat\":\"optimizer\""); at != std::string::npos;
+         at = text.find("\"cat\":\"optimizer\"", at + 1))
+      ++n;
+    return n;
+  };
+  const auto run = [&](const std::string& out, int64_t steps, const std::vector<std::string>& set) {
+    std::vector<std::string> all{"output.dir=" + dir.file(out),
+                                 "train.steps=" + std::to_string(steps),
+                                 "checkpoint.dir=" + dir.file("ck")};
+    all.insert(all.end(), set.begin(), set.end());
+    Trainer t(parse_config(to_yaml(small_config(dir, 2)), all));
+    t.run();
+  };
+  run("whole", 24, {});
+  EXPECT_EQ(optimizer_events("whole"), 20);
+  {
+    // (Its first step's console line too, as a new run's first step has.)
+    std::ostringstream log;
+    const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+    spdlog::default_logger()->sinks().push_back(sink);
+    run("resumed", 27, {"checkpoint.resume=auto"});  // steps 25-27, after step_24
+    spdlog::default_logger()->sinks().pop_back();
+    EXPECT_NE(log.str().find("step    25/27 | loss"), std::string::npos) << log.str();
+  }
+  EXPECT_EQ(optimizer_events("resumed"), 3);
+  run("window", 24, {"log.trace_steps=[5, 7]", "checkpoint.dir="});
+  EXPECT_EQ(optimizer_events("window"), 3);
+  run("none", 4, {"log.trace_steps=none", "checkpoint.dir="});
+  EXPECT_EQ(optimizer_events("none"), 0);
+  const Config c = parse_config(to_yaml(small_config(dir, 2)), {"log.trace_steps=[100, 105]"});
+  EXPECT_EQ(c.log_trace_first, 100);
+  EXPECT_EQ(c.log_trace_last, 105);
+  EXPECT_EQ(parse_config(to_yaml(c)).log_trace_last, 105);
+  for (const char* bad : {"[0, 3]", "[5, 4]", "[3]", "7"}) {
+    try {
+      parse_config(to_yaml(small_config(dir, 2)), {std::string("log.trace_steps=") + bad});
+      FAIL() << "expected ConfigError for " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("log.trace_steps"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("must be [first, last]"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // A validation shard: the training stream's rule continued past its end

@@ -319,6 +319,10 @@ struct Config {
   double log_peak_tflops = 0;    // log.peak_tflops: per-device peak for MFU (0: no MFU)
   bool log_tensorboard = false;  // log.tensorboard: TensorBoard event files in output.dir
   bool log_param_norm = false;   // log.param_norm: each step's parameter norm in the metrics
+  // log.trace_steps: the steps trace.json records, [first, last] as logged
+  // (from 1); {0, 0}: the first 20 steps the run trains (a resumed run's
+  // first 20 after its checkpoint); {-1, -1} ("none"): none.
+  int64_t log_trace_first = 0, log_trace_last = 0;
   // log.grad_norms: each step's gradient norm group by group in the
   // metrics: none | layers (the embeddings, each block, the final norm,
   // the head, each prediction module) | parameters (each parameter).

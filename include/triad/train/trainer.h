@@ -122,6 +122,11 @@ class Trainer {
   // An applied step whose weights the averages do not hold yet: with
   // ZeRO-1's overlapped all-gathers they arrive under the next forward, so
   // they are folded in before the next update (or whatever reads them).
+  // The steps (0-based, [from, to)) whose events trace.json records
+  // (log.trace_steps; by default the first kTracedSteps the run trains).
+  int64_t trace_from_ = 0, trace_to_ = 0;
+  // Sets them for a run whose first step is `first` (0-based).
+  void trace_steps_from(int64_t first);
   bool ema_pending_ = false;
   // Whether the averages hold any step (or a checkpoint's): evaluations
   // score them only then.
