@@ -1668,6 +1668,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
         }}},
       {"keep_best", {false, [&](auto& v, auto& k) { c.checkpoint.keep_best = get_bool(v, k); }}},
+      {"load_optimizer",
+       {false, [&](auto& v, auto& k) { c.checkpoint.load_optimizer = get_bool(v, k); }}},
       {"keep_every",
        {false,
         [&](auto& v, auto& k) {
@@ -2281,6 +2283,7 @@ std::string to_yaml(const Config& c) {
       << "resume" << YAML::Value << c.checkpoint.resume << YAML::Key << "async" << YAML::Value
       << c.checkpoint.async;
     if (c.checkpoint.keep_best) e << YAML::Key << "keep_best" << YAML::Value << true;
+    if (!c.checkpoint.load_optimizer) e << YAML::Key << "load_optimizer" << YAML::Value << false;
     e << YAML::EndMap;
   }
   if (c.evaluates()) {

@@ -1048,12 +1048,16 @@ int64_t Trainer::load_checkpoint() {
       if (it != info->layout.end())
         from += std::string(from.empty() ? "" : ", ") + key + " " + it->second;
     }
+    const std::string fresh = config_.checkpoint.load_optimizer
+                                  ? ""
+                                  : "; the optimizer starts afresh (checkpoint.load_optimizer: "
+                                    "false)";
     if (info->layout == mine) {
-      spdlog::info("resumed from {} (step {}), whose ZeRO-1 pieces are cut another way",
-                   info->step_dir, info->step);
+      spdlog::info("resumed from {} (step {}), whose ZeRO-1 pieces are cut another way{}",
+                   info->step_dir, info->step, fresh);
     } else {
-      spdlog::info("resumed from {} (step {}), written with another layout ({})", info->step_dir,
-                   info->step, from);
+      spdlog::info("resumed from {} (step {}), written with another layout ({}){}", info->step_dir,
+                   info->step, from, fresh);
     }
     return restore_counters(*info, metadata);
   }
@@ -1068,10 +1072,15 @@ int64_t Trainer::load_checkpoint() {
     copy_(into, it->second);
   };
   for (auto& [name, p] : parameters()) take("param/" + name, p);
-  const int64_t optimizer_step = metadata_int(*info, st->metadata, "optimizer_step");
+  // checkpoint.load_optimizer false: the weights (masters included) alone;
+  // the moments stay zero and the step count starts again.
+  const bool moments = ck.load_optimizer;
+  const int64_t optimizer_step = moments ? metadata_int(*info, st->metadata, "optimizer_step") : 0;
   if (zero_optimizer_) {
-    take("zero/m", zero_optimizer_->m());
-    take("zero/v", zero_optimizer_->v());
+    if (moments) {
+      take("zero/m", zero_optimizer_->m());
+      take("zero/v", zero_optimizer_->v());
+    }
     if (zero_optimizer_->master().defined()) {
       take("zero/master", zero_optimizer_->master());
       zero_optimizer_->sync_params_from_masters();
@@ -1079,15 +1088,17 @@ int64_t Trainer::load_checkpoint() {
     zero_optimizer_->set_step_count(optimizer_step);
   } else {
     for (auto& s : optimizer_->state()) {
-      take("adam_m/" + s.name, s.m);
-      take("adam_v/" + s.name, s.v);
+      if (moments) {
+        take("adam_m/" + s.name, s.m);
+        take("adam_v/" + s.name, s.v);
+      }
       if (s.master.defined()) take("master/" + s.name, s.master);
     }
     optimizer_->sync_params_from_masters();
     optimizer_->set_step_count(optimizer_step);
     if (muon_) {
       for (auto& s : muon_->state()) {
-        take("muon_momentum/" + s.matrix.name, s.momentum);
+        if (moments) take("muon_momentum/" + s.matrix.name, s.momentum);
         if (s.master.defined()) take("master/" + s.matrix.name, s.master);
       }
       muon_->sync_params_from_masters();
@@ -1108,7 +1119,8 @@ int64_t Trainer::load_checkpoint() {
     }
   }
   ema_started(fresh_ema);
-  spdlog::info("resumed from {} (step {})", info->step_dir, info->step);
+  spdlog::info("resumed from {} (step {}){}", info->step_dir, info->step,
+               moments ? "" : "; the optimizer starts afresh (checkpoint.load_optimizer: false)");
   return restore_counters(*info, st->metadata);
 }
 
@@ -1347,6 +1359,11 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   // Every rank file's header, read by rank 0 alone and broadcast: a
   // thousand ranks do not each open a thousand files.
   const std::map<int, io::RankHeader> headers = shared_rank_headers(info);
+  // The kinds of state this run takes (checkpoint.load_optimizer false:
+  // no moments; train.ema_decay: the averages).
+  std::set<std::string> kinds{"param/", "master/"};
+  if (config_.checkpoint.load_optimizer) kinds.insert({"adam_m/", "adam_v/", "muon_momentum/"});
+  if (!ema_.empty()) kinds.insert("ema/");
   // One parameter's full state at a time, this rank's cut of it placed
   // before the next is assembled.
   std::map<std::string, std::string> metadata;
@@ -1428,20 +1445,20 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
           if (s->second->master.defined()) put(s->second->master, w, "master/" + name);
         }
       },
-      {.kinds = ema_.empty() ? std::set<std::string>{"param/", "adam_m/", "adam_v/", "master/",
-                                                     "muon_momentum/"}
-                             : std::set<std::string>{},
+      {.kinds = kinds,
        .metadata = &metadata,
        .headers = headers.empty() ? nullptr : &headers,
        .replica = dp_rank_});
-  if (fresh_moments > 0 && is_logging_rank()) {
+  if (fresh_moments > 0 && is_logging_rank() && config_.checkpoint.load_optimizer) {
     spdlog::info(
         "resume: {} parameter{} without state for this run's optimizer in the checkpoint (frozen "
         "there, or under another train.optimizer) start{} from zero moments",
         fresh_moments, fresh_moments == 1 ? "" : "s", fresh_moments == 1 ? "s" : "");
   }
   ema_started(fresh_ema);
-  const int64_t optimizer_step = metadata_int(info, metadata, "optimizer_step");
+  const int64_t optimizer_step = config_.checkpoint.load_optimizer
+                                     ? metadata_int(info, metadata, "optimizer_step")
+                                     : 0;  // (the optimizer starts afresh)
   if (zero_optimizer_) {
     zero_optimizer_->sync_params_from_masters();
     zero_optimizer_->set_step_count(optimizer_step);

@@ -49,6 +49,57 @@ void point_latest_to(const TempDir& dir, int64_t step) {
   std::ofstream(dir.file("ckpt/latest"), std::ios::trunc) << "step_" << step << "\n";
 }
 
+// checkpoint.load_optimizer false: the run takes the checkpoint's weights,
+// counters and data position, and starts AdamW afresh, bitwise the run that
+// resumes the same checkpoint with its moments zeroed and its optimizer step
+// count at 0 — on the same layout and, with bf16 moments (another layout of
+// the optimizer's state), through the resharding path.
+TEST(Checkpoint, ResumingWithoutTheOptimizerStartsItAfresh) {
+  for (const std::string moments : {"fp32", "bf16"}) {
+    SCOPED_TRACE("moments " + moments);
+    TempDir dir;
+    std::vector<StepMetrics> whole;
+    {
+      Trainer t(config(dir, 6, 3, "never"));
+      whole = t.run();
+    }
+    // The reference checkpoint: step 3's, its moments zeroed.
+    const auto info = io::open_checkpoint(dir.file("ckpt/step_3"));
+    io::RankState st = io::read_rank_state(info, 0);
+    for (auto& [key, t] : st.tensors) {
+      if (key.rfind("adam_", 0) == 0) t = zeros(t.shape(), t.dtype());
+    }
+    st.metadata["optimizer_step"] = "0";
+    const std::string fresh = dir.file("fresh");
+    io::write_rank_state(io::checkpoint_staging_dir(fresh, 3), 0, st.tensors, st.metadata);
+    io::commit_checkpoint(fresh, 3, 1, info.layout, info.config, 5);
+    const auto resumed = [&](const std::string& from, bool optimizer) {
+      Config c = config(dir, 6, 0, from);
+      c.checkpoint.dir = dir.file("elsewhere");
+      c.checkpoint.load_optimizer = optimizer;
+      c.train.moment_precision = moments;
+      Trainer t(parse_config(to_yaml(c)));
+      return t.run();
+    };
+    const auto got = resumed(dir.file("ckpt/step_3"), false);
+    const auto want = resumed(fresh + "/step_3", true);
+    ASSERT_EQ(got.size(), 3u);
+    ASSERT_EQ(want.size(), 3u);
+    bool differs = false;  // (from the run that kept its moments)
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(got[k].loss, want[k].loss) << "step " << got[k].step;
+      EXPECT_EQ(got[k].lr, whole[3 + k].lr) << "step " << got[k].step;  // the schedule goes on
+      differs = differs || got[k].loss != whole[3 + k].loss;
+    }
+    EXPECT_TRUE(differs);
+  }
+  TempDir dir;
+  EXPECT_NE(
+      to_yaml(parse_config(to_yaml(config(dir, 6, 3, "auto")), {"checkpoint.load_optimizer=false"}))
+          .find("load_optimizer: false"),
+      std::string::npos);
+}
+
 TEST(Checkpoint, ResumedRunReproducesTheUninterruptedLossesBitwise) {
   TempDir dir;
   std::vector<StepMetrics> whole;

@@ -186,6 +186,11 @@ struct CheckpointSection {
   // never | auto (the newest complete checkpoint in dir) | a checkpoint: a
   // name in dir (step_<N>, best, latest) or a path with a '/'.
   std::string resume = "never";
+  // false: a resumed run takes the checkpoint's weights, counters, data
+  // position and schedule but starts the optimizer afresh (zero moments,
+  // its step count, and so AdamW's bias correction, from 0): Megatron-LM's
+  // --no-load-optim.
+  bool load_optimizer = true;
   // Whether a run resumes: auto with a dir, or a checkpoint named.
   bool resumes() const;
   // The checkpoint `resume` names (not auto or never): in dir, or the path.
