@@ -14,6 +14,9 @@
 # With train.ema_decay in EXTRA every run also evaluates 2 batches after its
 # last step, and the second half's averaged weights (carried through the
 # checkpoint, resharded) must score one process's val_ema_loss.
+# With FRESH_OPTIMIZER (ON) every second half resumes with
+# checkpoint.load_optimizer false, and so does the reference, which then
+# trains steps 1-5, checkpoints and resumes for steps 6-10 in one process.
 # Variables: TRAIN (triad-train), [EXPORT], MPIRUN (list), CONFIG, DATA, WORK, PAIRS
 # ("ranksA|flags A|ranksB|flags B[|loss,norm divisors]" entries joined by '@'),
 # and optionally EXTRA (more --set flags for every run, the reference included).
@@ -29,7 +32,20 @@ if("${EXTRA}" MATCHES "train.ema_decay")
 endif()
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors)
-run(reference ${TRAIN} ${common} ${from} --set train.steps=10 --set output.dir=${WORK}/reference)
+set(second_half)
+if(FRESH_OPTIMIZER)
+  set(second_half --set checkpoint.load_optimizer=false)
+  run("reference, first half" ${TRAIN} ${common} ${from} --set train.steps=5
+      --set checkpoint.dir=${WORK}/reference_ck --set output.dir=${WORK}/reference)
+  run("reference, second half" ${TRAIN} ${common} ${from} ${second_half} --set train.steps=10
+      --set checkpoint.dir=${WORK}/reference_ck --set checkpoint.resume=auto
+      --set output.dir=${WORK}/reference)
+  if(NOT run_output MATCHES "the optimizer starts afresh")
+    message(FATAL_ERROR "the reference did not resume without its optimizer:\n${run_output}")
+  endif()
+else()
+  run(reference ${TRAIN} ${common} ${from} --set train.steps=10 --set output.dir=${WORK}/reference)
+endif()
 
 field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
@@ -63,10 +79,13 @@ foreach(pair IN LISTS pairs)
   run("${label}: first half" ${MPIRUN} -np ${ranks_a} ${TRAIN} ${common} ${from} ${flags_a}
       --set train.steps=5 --set checkpoint.dir=${dir}/ck --set output.dir=${dir}/a)
   run("${label}: second half" ${MPIRUN} -np ${ranks_b} ${TRAIN} ${common} ${from} ${flags_b}
-      --set train.steps=10 --set checkpoint.dir=${dir}/ck --set checkpoint.resume=auto
-      --set output.dir=${dir}/b)
-  if(NOT run_output MATCHES "written with another layout")
+      ${second_half} --set train.steps=10 --set checkpoint.dir=${dir}/ck
+      --set checkpoint.resume=auto --set output.dir=${dir}/b)
+  if(NOT run_output MATCHES "written with another layout" AND NOT FRESH_OPTIMIZER)
     message(FATAL_ERROR "${label}: the second half did not resume across layouts:\n${run_output}")
+  endif()
+  if(FRESH_OPTIMIZER AND NOT run_output MATCHES "the optimizer starts afresh")
+    message(FATAL_ERROR "${label}: the second half kept its optimizer:\n${run_output}")
   endif()
   field(${dir}/b loss got)
   field(${dir}/b grad_norm got_norms)
