@@ -1670,6 +1670,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"keep_best", {false, [&](auto& v, auto& k) { c.checkpoint.keep_best = get_bool(v, k); }}},
       {"load_optimizer",
        {false, [&](auto& v, auto& k) { c.checkpoint.load_optimizer = get_bool(v, k); }}},
+      {"save_optimizer",
+       {false, [&](auto& v, auto& k) { c.checkpoint.save_optimizer = get_bool(v, k); }}},
       {"keep_every",
        {false,
         [&](auto& v, auto& k) {
@@ -2284,6 +2286,7 @@ std::string to_yaml(const Config& c) {
       << c.checkpoint.async;
     if (c.checkpoint.keep_best) e << YAML::Key << "keep_best" << YAML::Value << true;
     if (!c.checkpoint.load_optimizer) e << YAML::Key << "load_optimizer" << YAML::Value << false;
+    if (!c.checkpoint.save_optimizer) e << YAML::Key << "save_optimizer" << YAML::Value << false;
     e << YAML::EndMap;
   }
   if (c.evaluates()) {

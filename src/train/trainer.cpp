@@ -895,22 +895,27 @@ void Trainer::save_checkpoint(int64_t next_step, std::optional<double> val_loss)
   fold_ema();
   for (const auto& [name, average] : ema_) tensors["ema/" + name] = host(average);
   int64_t opt_step = 0;
+  const bool moments = ck.save_optimizer;  // (the masters are weights: always)
   if (zero_optimizer_) {
-    tensors["zero/m"] = host(zero_optimizer_->m());
-    tensors["zero/v"] = host(zero_optimizer_->v());
+    if (moments) {
+      tensors["zero/m"] = host(zero_optimizer_->m());
+      tensors["zero/v"] = host(zero_optimizer_->v());
+    }
     if (zero_optimizer_->master().defined()) {
       tensors["zero/master"] = host(zero_optimizer_->master());
     }
     opt_step = zero_optimizer_->step_count();
   } else {
     for (auto& st : optimizer_->state()) {
-      tensors["adam_m/" + st.name] = host(st.m);
-      tensors["adam_v/" + st.name] = host(st.v);
+      if (moments) {
+        tensors["adam_m/" + st.name] = host(st.m);
+        tensors["adam_v/" + st.name] = host(st.v);
+      }
       if (st.master.defined()) tensors["master/" + st.name] = host(st.master);
     }
     if (muon_) {
       for (auto& st : muon_->state()) {
-        tensors["muon_momentum/" + st.matrix.name] = host(st.momentum);
+        if (moments) tensors["muon_momentum/" + st.matrix.name] = host(st.momentum);
         if (st.master.defined()) tensors["master/" + st.matrix.name] = host(st.master);
       }
     }
@@ -930,6 +935,7 @@ void Trainer::save_checkpoint(int64_t next_step, std::optional<double> val_loss)
                       {"stale", val_stale_}}
            .dump()},
       {"optimizer_step", std::to_string(opt_step)},
+      {"optimizer_state", moments ? "saved" : "none"},
       {"data_sequences", std::to_string(dataset_->num_sequences())}};
   if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
   meta["placement"] = placement_to_json(placement());
@@ -1010,6 +1016,28 @@ void Trainer::commit_pending_checkpoint(bool wait, bool any_failed) {
   if (wait) barrier();
 }
 
+namespace {
+
+// Whether a resume takes the checkpoint's optimizer moments: asked to
+// (checkpoint.load_optimizer) and written with them (checkpoint.save_optimizer;
+// a checkpoint from before that key always was).
+bool takes_optimizer(const CheckpointSection& ck,
+                     const std::map<std::string, std::string>& metadata) {
+  auto it = metadata.find("optimizer_state");
+  return ck.load_optimizer && (it == metadata.end() || it->second != "none");
+}
+
+// The resume log line's word on an optimizer started afresh ("" if not).
+std::string fresh_optimizer_note(bool takes, const CheckpointSection& ck) {
+  if (takes) return "";
+  return ck.load_optimizer
+             ? "; the optimizer starts afresh (the checkpoint was written without it, "
+               "checkpoint.save_optimizer: false)"
+             : "; the optimizer starts afresh (checkpoint.load_optimizer: false)";
+}
+
+}  // namespace
+
 int64_t Trainer::load_checkpoint() {
   const auto& ck = config_.checkpoint;
   std::optional<io::CheckpointInfo> info;
@@ -1048,10 +1076,8 @@ int64_t Trainer::load_checkpoint() {
       if (it != info->layout.end())
         from += std::string(from.empty() ? "" : ", ") + key + " " + it->second;
     }
-    const std::string fresh = config_.checkpoint.load_optimizer
-                                  ? ""
-                                  : "; the optimizer starts afresh (checkpoint.load_optimizer: "
-                                    "false)";
+    const std::string fresh =
+        fresh_optimizer_note(takes_optimizer(config_.checkpoint, metadata), config_.checkpoint);
     if (info->layout == mine) {
       spdlog::info("resumed from {} (step {}), whose ZeRO-1 pieces are cut another way{}",
                    info->step_dir, info->step, fresh);
@@ -1072,9 +1098,10 @@ int64_t Trainer::load_checkpoint() {
     copy_(into, it->second);
   };
   for (auto& [name, p] : parameters()) take("param/" + name, p);
-  // checkpoint.load_optimizer false: the weights (masters included) alone;
-  // the moments stay zero and the step count starts again.
-  const bool moments = ck.load_optimizer;
+  // checkpoint.load_optimizer false, or a checkpoint written without the
+  // optimizer: the weights (masters included) alone; the moments stay zero
+  // and the step count starts again.
+  const bool moments = takes_optimizer(ck, st->metadata);
   const int64_t optimizer_step = moments ? metadata_int(*info, st->metadata, "optimizer_step") : 0;
   if (zero_optimizer_) {
     if (moments) {
@@ -1120,7 +1147,7 @@ int64_t Trainer::load_checkpoint() {
   }
   ema_started(fresh_ema);
   spdlog::info("resumed from {} (step {}){}", info->step_dir, info->step,
-               moments ? "" : "; the optimizer starts afresh (checkpoint.load_optimizer: false)");
+               fresh_optimizer_note(moments, ck));
   return restore_counters(*info, st->metadata);
 }
 
@@ -1449,16 +1476,16 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
        .metadata = &metadata,
        .headers = headers.empty() ? nullptr : &headers,
        .replica = dp_rank_});
-  if (fresh_moments > 0 && is_logging_rank() && config_.checkpoint.load_optimizer) {
+  const bool moments = takes_optimizer(config_.checkpoint, metadata);
+  if (fresh_moments > 0 && is_logging_rank() && moments) {
     spdlog::info(
         "resume: {} parameter{} without state for this run's optimizer in the checkpoint (frozen "
         "there, or under another train.optimizer) start{} from zero moments",
         fresh_moments, fresh_moments == 1 ? "" : "s", fresh_moments == 1 ? "s" : "");
   }
   ema_started(fresh_ema);
-  const int64_t optimizer_step = config_.checkpoint.load_optimizer
-                                     ? metadata_int(info, metadata, "optimizer_step")
-                                     : 0;  // (the optimizer starts afresh)
+  const int64_t optimizer_step =
+      moments ? metadata_int(info, metadata, "optimizer_step") : 0;  // (else it starts afresh)
   if (zero_optimizer_) {
     zero_optimizer_->sync_params_from_masters();
     zero_optimizer_->set_step_count(optimizer_step);

@@ -100,6 +100,44 @@ TEST(Checkpoint, ResumingWithoutTheOptimizerStartsItAfresh) {
       std::string::npos);
 }
 
+// checkpoint.save_optimizer false: the checkpoints hold the weights but no
+// moments, and a run resuming one starts the optimizer afresh by itself:
+// bitwise a load_optimizer false resume of a whole checkpoint.
+TEST(Checkpoint, ACheckpointWithoutTheOptimizerResumesWithAFreshOne) {
+  TempDir dir;
+  {
+    Trainer t(config(dir, 6, 3, "never"));
+    t.run();
+  }
+  Config lean = config(dir, 3, 3, "never");
+  lean.checkpoint.dir = dir.file("lean");
+  lean.checkpoint.save_optimizer = false;
+  {
+    Trainer t(parse_config(to_yaml(lean)));
+    t.run();
+  }
+  const auto whole = io::read_rank_state(io::open_checkpoint(dir.file("ckpt/step_3")), 0);
+  const auto slim = io::read_rank_state(io::open_checkpoint(dir.file("lean/step_3")), 0);
+  for (const auto& [key, t] : whole.tensors) {
+    const bool moment = key.rfind("adam_", 0) == 0;
+    EXPECT_EQ(slim.tensors.count(key), moment ? 0u : 1u) << key;
+    if (!moment) EXPECT_EQ(to_double_vector(slim.tensors.at(key)), to_double_vector(t)) << key;
+  }
+  EXPECT_EQ(slim.metadata.at("optimizer_state"), "none");
+  const auto resumed = [&](const std::string& from, bool load) {
+    Config c = config(dir, 6, 0, from);
+    c.checkpoint.dir = dir.file("elsewhere");
+    c.checkpoint.load_optimizer = load;
+    Trainer t(parse_config(to_yaml(c)));
+    return t.run();
+  };
+  const auto got = resumed(dir.file("lean/step_3"), true);
+  const auto want = resumed(dir.file("ckpt/step_3"), false);
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(want.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(got[k].loss, want[k].loss) << "step " << got[k].step;
+}
+
 TEST(Checkpoint, ResumedRunReproducesTheUninterruptedLossesBitwise) {
   TempDir dir;
   std::vector<StepMetrics> whole;

@@ -15,8 +15,10 @@
 # last step, and the second half's averaged weights (carried through the
 # checkpoint, resharded) must score one process's val_ema_loss.
 # With FRESH_OPTIMIZER (ON) every second half resumes with
-# checkpoint.load_optimizer false, and so does the reference, which then
-# trains steps 1-5, checkpoints and resumes for steps 6-10 in one process.
+# checkpoint.load_optimizer false (unless its flags say otherwise, for a
+# checkpoint written without the optimizer), and so does the reference, which
+# then trains steps 1-5, checkpoints and resumes for steps 6-10 in one
+# process.
 # Variables: TRAIN (triad-train), [EXPORT], MPIRUN (list), CONFIG, DATA, WORK, PAIRS
 # ("ranksA|flags A|ranksB|flags B[|loss,norm divisors]" entries joined by '@'),
 # and optionally EXTRA (more --set flags for every run, the reference included).
@@ -78,8 +80,8 @@ foreach(pair IN LISTS pairs)
   set(label "${ranks_a} ranks [${flags_a}] -> ${ranks_b} ranks [${flags_b}]")
   run("${label}: first half" ${MPIRUN} -np ${ranks_a} ${TRAIN} ${common} ${from} ${flags_a}
       --set train.steps=5 --set checkpoint.dir=${dir}/ck --set output.dir=${dir}/a)
-  run("${label}: second half" ${MPIRUN} -np ${ranks_b} ${TRAIN} ${common} ${from} ${flags_b}
-      ${second_half} --set train.steps=10 --set checkpoint.dir=${dir}/ck
+  run("${label}: second half" ${MPIRUN} -np ${ranks_b} ${TRAIN} ${common} ${from} ${second_half}
+      ${flags_b} --set train.steps=10 --set checkpoint.dir=${dir}/ck
       --set checkpoint.resume=auto --set output.dir=${dir}/b)
   if(NOT run_output MATCHES "written with another layout" AND NOT FRESH_OPTIMIZER)
     message(FATAL_ERROR "${label}: the second half did not resume across layouts:\n${run_output}")

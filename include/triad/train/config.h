@@ -191,6 +191,11 @@ struct CheckpointSection {
   // its step count, and so AdamW's bias correction, from 0): Megatron-LM's
   // --no-load-optim.
   bool load_optimizer = true;
+  // false: checkpoints hold the weights (f32 masters included), counters and
+  // data position but not the optimizer's moments (a third of an fp32
+  // run's bytes); a run resuming one starts the optimizer afresh, as with
+  // load_optimizer false. Megatron-LM's --no-save-optim.
+  bool save_optimizer = true;
   // Whether a run resumes: auto with a dir, or a checkpoint named.
   bool resumes() const;
   // The checkpoint `resume` names (not auto or never): in dir, or the path.
