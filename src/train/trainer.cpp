@@ -936,6 +936,7 @@ void Trainer::save_checkpoint(int64_t next_step, std::optional<double> val_loss)
            .dump()},
       {"optimizer_step", std::to_string(opt_step)},
       {"optimizer_state", moments ? "saved" : "none"},
+      {"ema", ema_on() ? "kept" : "none"},
       {"data_sequences", std::to_string(dataset_->num_sequences())}};
   if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
   meta["placement"] = placement_to_json(placement());
@@ -1145,7 +1146,7 @@ int64_t Trainer::load_checkpoint() {
       }
     }
   }
-  ema_started(fresh_ema);
+  ema_started(fresh_ema, st->metadata);
   spdlog::info("resumed from {} (step {}){}", info->step_dir, info->step,
                fresh_optimizer_note(moments, ck));
   return restore_counters(*info, st->metadata);
@@ -1390,7 +1391,7 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   // no moments; train.ema_decay: the averages).
   std::set<std::string> kinds{"param/", "master/"};
   if (config_.checkpoint.load_optimizer) kinds.insert({"adam_m/", "adam_v/", "muon_momentum/"});
-  if (!ema_.empty()) kinds.insert("ema/");
+  if (ema_on()) kinds.insert("ema/");
   // One parameter's full state at a time, this rank's cut of it placed
   // before the next is assembled.
   std::map<std::string, std::string> metadata;
@@ -1483,7 +1484,7 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
         "there, or under another train.optimizer) start{} from zero moments",
         fresh_moments, fresh_moments == 1 ? "" : "s", fresh_moments == 1 ? "s" : "");
   }
-  ema_started(fresh_ema);
+  ema_started(fresh_ema, metadata);
   const int64_t optimizer_step =
       moments ? metadata_int(info, metadata, "optimizer_step") : 0;  // (else it starts afresh)
   if (zero_optimizer_) {
@@ -1674,9 +1675,13 @@ void Trainer::with_ema_weights(const std::function<void()>& fn) {
   restore();
 }
 
-void Trainer::ema_started(int64_t fresh) {
+void Trainer::ema_started(int64_t fresh, const std::map<std::string, std::string>& metadata) {
   ema_pending_ = false;
-  ema_folded_ = !ema_.empty() && fresh < static_cast<int64_t>(ema_.size());
+  // (Every rank alike, from the checkpoint's metadata: a rank training
+  // nothing, a LoRA pipeline's head stage say, keeps no averages but still
+  // joins the evaluations of them.)
+  auto kept = metadata.find("ema");
+  ema_folded_ = ema_on() && kept != metadata.end() && kept->second == "kept";
   if (fresh > 0 && is_logging_rank()) {
     spdlog::info(
         "resume: {} of {} trainable parameters have no average in the checkpoint "
@@ -2249,7 +2254,7 @@ StepMetrics Trainer::train_step(int64_t index) {
       optimizer_->step(lr, clip_coef);
       if (muon_) muon_->step(muon_lr(lr), clip_coef);
     }
-    ema_pending_ = !ema_.empty();
+    ema_pending_ = ema_on();
     update_expert_biases();
     ++applied_steps_;
     applied_sequences_ += G;
@@ -3357,7 +3362,7 @@ std::vector<StepMetrics> Trainer::run() {
   const std::string weights = config_.output_dir + "/model.safetensors";
   const WrittenWeights written = write_weights(weights, /*adapters=*/true);
   std::string also;
-  if (!ema_.empty()) {
+  if (ema_on()) {
     // The average the run kept (train.ema_decay), in the weights' place.
     const std::string averaged = config_.output_dir + "/model_ema.safetensors";
     with_ema_weights([&] { write_weights(averaged, /*adapters=*/false); });

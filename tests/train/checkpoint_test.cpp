@@ -121,7 +121,9 @@ TEST(Checkpoint, ACheckpointWithoutTheOptimizerResumesWithAFreshOne) {
   for (const auto& [key, t] : whole.tensors) {
     const bool moment = key.rfind("adam_", 0) == 0;
     EXPECT_EQ(slim.tensors.count(key), moment ? 0u : 1u) << key;
-    if (!moment) EXPECT_EQ(to_double_vector(slim.tensors.at(key)), to_double_vector(t)) << key;
+    if (!moment) {
+      EXPECT_EQ(to_double_vector(slim.tensors.at(key)), to_double_vector(t)) << key;
+    }
   }
   EXPECT_EQ(slim.metadata.at("optimizer_state"), "none");
   const auto resumed = [&](const std::string& from, bool load) {

@@ -129,13 +129,15 @@ class Trainer {
   void trace_steps_from(int64_t first);
   bool ema_pending_ = false;
   // Whether the averages hold any step (or a checkpoint's): evaluations
-  // score them only then.
+  // score them only then. The same on every rank.
   bool ema_folded_ = false;
   // The averages restart from the weights as they stand.
   void reset_ema();
   // After a resume: `fresh` averages (of this rank's) started from the
-  // weights, the checkpoint holding none for them.
-  void ema_started(int64_t fresh);
+  // weights, the checkpoint holding none for them; `metadata`, the
+  // checkpoint's, says whether it kept any.
+  void ema_started(int64_t fresh, const std::map<std::string, std::string>& metadata);
+  bool ema_on() const { return config_.train.ema_decay > 0; }
   void fold_ema();
   // Runs fn with the averages in the trainable weights' place (rounded to
   // their dtype), then puts the weights back as they were.
