@@ -80,7 +80,8 @@ SearchSpace search_space(const train::Config& config) {
   space.muon_ns_fp32 = space.muon && config.train.muon_ns_dtype() == DType::F32;
   space.bf16_moments = config.train.moment_dtype() == DType::BF16;
   space.bf16_grads = config.train.grad_dtype() == DType::BF16;
-  space.ema = config.train.ema_decay > 0;
+  // (An average in host memory, train.ema_device cpu, costs the GPU nothing.)
+  space.ema = config.train.ema_decay > 0 && config.train.ema_device == "device";
   space.overlap_param_gather = config.parallel.overlap_param_gather;
   space.scatter_gather = config.parallel.pipeline_scatter_gather;
   // train.freeze (model.lora's own freezing the cost model applies itself).

@@ -1339,6 +1339,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
                               "about the last 1000 steps");
           }
         }}},
+      {"ema_device",
+       {false,
+        [&](auto& v, auto& k) {
+          t.ema_device = get_string(v, k);
+          if (t.ema_device != "device" && t.ema_device != "cpu")
+            throw ConfigError(k + " '" + t.ema_device + "' must be device or cpu");
+        }}},
       {"exit_after_minutes",
        {false,
         [&](auto& v, auto& k) {
@@ -2189,6 +2196,7 @@ std::string to_yaml(const Config& c) {
   }
   e << YAML::Key << "exit_after_minutes" << YAML::Value << t.exit_after_minutes;
   if (t.ema_decay > 0) e << YAML::Key << "ema_decay" << YAML::Value << t.ema_decay;
+  if (t.ema_device != "device") e << YAML::Key << "ema_device" << YAML::Value << t.ema_device;
   e << YAML::Key << "precision" << YAML::Value << t.precision;
   if (t.moment_precision != "fp32")
     e << YAML::Key << "moment_precision" << YAML::Value << t.moment_precision;

@@ -1141,7 +1141,7 @@ int64_t Trainer::load_checkpoint() {
       if (st->tensors.count("ema/" + ema_[i].first)) {
         take("ema/" + ema_[i].first, ema_[i].second);
       } else {
-        copy_(ema_[i].second, cast(params[i].second.detach(), DType::F32));
+        copy_(ema_[i].second, cast(params[i].second.detach(), DType::F32));  // (any device)
         ++fresh_ema;
       }
     }
@@ -1630,9 +1630,10 @@ void Trainer::reset_ema() {
   ema_.clear();
   ema_pending_ = false;
   ema_folded_ = false;
-  if (!(config_.train.ema_decay > 0)) return;
+  if (!ema_on()) return;
+  const Device where = config_.train.ema_device == "cpu" ? Device::cpu() : device_;
   for (const auto& [name, p] : trainable_parameters())
-    ema_.emplace_back(name, clone(cast(p.detach(), DType::F32)).detach());
+    ema_.emplace_back(name, clone(cast(to_device(p.detach(), where), DType::F32)).detach());
 }
 
 void Trainer::fold_ema() {
@@ -1645,8 +1646,10 @@ void Trainer::fold_ema() {
                 " trainable parameters, but averages of " + std::to_string(ema_.size()));
   for (size_t i = 0; i < ema_.size(); ++i) {
     Tensor& average = ema_[i].second;
+    // (train.ema_device cpu: the weights go to the host in their own dtype.)
+    const Tensor w = to_device(params[i].second.detach(), average.device());
     scale_(average, d);
-    add_(average, scale(cast(params[i].second.detach(), DType::F32), 1.0 - d));
+    add_(average, scale(cast(w, DType::F32), 1.0 - d));
   }
   ema_pending_ = false;
   ema_folded_ = true;
@@ -1661,7 +1664,7 @@ void Trainer::with_ema_weights(const std::function<void()>& fn) {
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor& w = params[i].second;
     kept.push_back(clone(w.detach()).detach());
-    copy_(w, cast(ema_[i].second, w.dtype()));
+    copy_(w, to_device(cast(ema_[i].second, w.dtype()), w.device()));
   }
   auto restore = [&] {
     for (size_t i = 0; i < params.size(); ++i) copy_(params[i].second, kept[i]);

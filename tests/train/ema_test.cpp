@@ -191,6 +191,16 @@ TEST(Ema, ConfigNamesABadDecay) {
       EXPECT_NE(std::string(e.what()).find("must be in [0, 1)"), std::string::npos) << e.what();
     }
   }
+  try {
+    config(dir, ", ema_decay: 0.9, ema_device: gpu");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.ema_device 'gpu' must be device or cpu"),
+              std::string::npos)
+        << e.what();
+  }
+  const Config host = parse_config(to_yaml(config(dir, ", ema_decay: 0.9, ema_device: cpu")));
+  EXPECT_EQ(host.train.ema_device, "cpu");
   const Config c = parse_config(to_yaml(config(dir, ", ema_decay: 0.999")));
   EXPECT_EQ(c.train.ema_decay, 0.999);
   EXPECT_EQ(to_yaml(config(dir, "")).find("ema_decay"), std::string::npos);

@@ -72,6 +72,10 @@ struct TrainSection {
   // reach. Checkpointed; evaluated beside the weights (val_ema_loss);
   // written as model_ema.safetensors. 0: none.
   double ema_decay = 0;
+  // Where the average lives: "device" (beside the weights) or "cpu" (host
+  // memory, as DeepSeek-V3 kept it: no GPU memory, a copy of the weights to
+  // the host after every applied step).
+  std::string ema_device = "device";
   uint64_t seed = 1234;
   // fp32 | bf16 | fp16. bf16/fp16: parameters and activations in half
   // precision, f32 gradients, master weights and optimizer state; fp16 adds
