@@ -67,6 +67,8 @@ TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
     EXPECT_FALSE(planned_run(bm).layout.ema);
     bm.train.ema_decay = 0.999;
     EXPECT_TRUE(planned_run(bm).layout.ema);
+    bm.train.ema_device = "cpu";  // (host memory: no GPU bytes to price)
+    EXPECT_FALSE(planned_run(bm).layout.ema);
   }
   EXPECT_TRUE(run.note.empty()) << run.note;
   // It prices without complaint on a real cluster file.
