@@ -2205,8 +2205,12 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "loss_average" << YAML::Value << t.loss_average;
   e << YAML::Key << "loss_scale_init" << YAML::Value << t.loss_scale_init;
   e << YAML::Key << "loss_scale_window" << YAML::Value << t.loss_scale_window;
-  e << YAML::Key << "loss_scale_hysteresis" << YAML::Value << t.loss_scale_hysteresis;
-  e << YAML::Key << "loss_scale_min" << YAML::Value << t.loss_scale_min;
+  // (Keys newer than the rest only when set: a checkpoint written before
+  // them reads as unchanged.)
+  if (t.loss_scale_hysteresis != 1)
+    e << YAML::Key << "loss_scale_hysteresis" << YAML::Value << t.loss_scale_hysteresis;
+  if (t.loss_scale_min != 1.0)
+    e << YAML::Key << "loss_scale_min" << YAML::Value << t.loss_scale_min;
   e << YAML::Key << "seed" << YAML::Value << t.seed;
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "train" << YAML::Value;
