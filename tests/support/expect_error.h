@@ -9,14 +9,14 @@
 
 namespace triad::testing {
 
-// Runs f, which must throw a triad::Error whose message holds every one of
-// `fragments`.
-template <class F>
+// Runs f, which must throw a triad::Error (of the kind E, when given) whose
+// message holds every one of `fragments`.
+template <class E = Error, class F>
 void expect_error(F&& f, const std::vector<std::string>& fragments) {
   try {
     f();
     FAIL() << "expected an error with '" << fragments.front() << "'";
-  } catch (const Error& e) {
+  } catch (const E& e) {
     for (const auto& s : fragments) {
       EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
     }

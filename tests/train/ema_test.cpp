@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "triad/core/error.h"
 #include "triad/data/token_shard.h"
@@ -168,37 +169,23 @@ TEST(Ema, ACheckpointWithoutAveragesStartsThemFromItsWeights) {
   for (const auto& [name, average] : t.ema_parameters())
     EXPECT_EQ(to_double_vector(average), to_double_vector(weights.at(name))) << name;
   // Asked for its averages, such a checkpoint says it has none.
-  try {
-    read_checkpoint_weights(io::open_checkpoint(dir.file("ckpt")), t.config().model,
-                            [](nn::StateDict&&) {}, {.ema = true});
-    FAIL() << "expected IoError";
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "holds no averaged weights: it was written without train.ema_decay"),
-              std::string::npos)
-        << e.what();
-  }
+  testing::expect_error<IoError>(
+      [&] {
+        read_checkpoint_weights(io::open_checkpoint(dir.file("ckpt")), t.config().model,
+                                [](nn::StateDict&&) {}, {.ema = true});
+      },
+      {"holds no averaged weights: it was written without train.ema_decay"});
 }
 
 TEST(Ema, ConfigNamesABadDecay) {
   TempDir dir;
   for (const char* bad : {"1", "-0.1", "1.5"}) {
-    try {
-      config(dir, std::string(", ema_decay: ") + bad);
-      FAIL() << "expected ConfigError for " << bad;
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("train.ema_decay"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("must be in [0, 1)"), std::string::npos) << e.what();
-    }
+    SCOPED_TRACE(bad);
+    testing::expect_error<ConfigError>([&] { config(dir, std::string(", ema_decay: ") + bad); },
+                                       {"train.ema_decay", "must be in [0, 1)"});
   }
-  try {
-    config(dir, ", ema_decay: 0.9, ema_device: gpu");
-    FAIL() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("train.ema_device 'gpu' must be device or cpu"),
-              std::string::npos)
-        << e.what();
-  }
+  testing::expect_error<ConfigError>([&] { config(dir, ", ema_decay: 0.9, ema_device: gpu"); },
+                                     {"train.ema_device 'gpu' must be device or cpu"});
   const Config host = parse_config(to_yaml(config(dir, ", ema_decay: 0.9, ema_device: cpu")));
   EXPECT_EQ(host.train.ema_device, "cpu");
   const Config c = parse_config(to_yaml(config(dir, ", ema_decay: 0.999")));

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <tuple>
 
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/checkpoint.h"
@@ -165,15 +166,12 @@ TEST(MixedPrecision, Fp16HysteresisKeepsTheScaleThroughTheFirstOverflows) {
                        ", loss_scale_init: 16777216, loss_scale_min: 8388608, "
                        "max_skipped_steps: 2"));
   std::vector<StepMetrics> f;
-  try {
-    for (int64_t k = 0; k < 12; ++k) f.push_back(floor.step(k));
-    FAIL() << "expected the run to stop";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("3 consecutive steps whose fp16 gradients overflow even "
-                                         "at train.loss_scale_min (train.max_skipped_steps is 2)"),
-              std::string::npos)
-        << e.what();
-  }
+  testing::expect_error(
+      [&] {
+        for (int64_t k = 0; k < 12; ++k) f.push_back(floor.step(k));
+      },
+      {"3 consecutive steps whose fp16 gradients overflow even at train.loss_scale_min "
+       "(train.max_skipped_steps is 2)"});
   ASSERT_EQ(f.size(), 3u);  // the back-off, then two overflows at the floor
   EXPECT_EQ(f[0].loss_scale, 16777216.0);
   for (size_t k = 1; k < f.size(); ++k) EXPECT_EQ(f[k].loss_scale, 8388608.0);
@@ -320,15 +318,9 @@ TEST(MixedPrecision, ConfigNamesABadPrecision) {
   EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_window: 0"), ConfigError);
   EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_hysteresis: 0"), ConfigError);
   EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_min: 0"), ConfigError);
-  try {
-    config(dir, "fp16", 1, ", loss_scale_init: 1024, loss_scale_min: 2048");
-    FAIL() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "train.loss_scale_min (2048) must not exceed train.loss_scale_init (1024)"),
-              std::string::npos)
-        << e.what();
-  }
+  testing::expect_error<ConfigError>(
+      [&] { config(dir, "fp16", 1, ", loss_scale_init: 1024, loss_scale_min: 2048"); },
+      {"train.loss_scale_min (2048) must not exceed train.loss_scale_init (1024)"});
   const Config h = parse_config(
       to_yaml(config(dir, "fp16", 1, ", loss_scale_hysteresis: 2, loss_scale_min: 128")));
   EXPECT_EQ(h.train.loss_scale_hysteresis, 2);

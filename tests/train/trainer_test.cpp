@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "triad/backend/cuda.h"
 #include "triad/data/fill_in_the_middle.h"
@@ -1076,13 +1077,12 @@ TEST(Trainer, TracesTheStepsAskedFor) {
   EXPECT_EQ(c.log_trace_last, 105);
   EXPECT_EQ(parse_config(to_yaml(c)).log_trace_last, 105);
   for (const char* bad : {"[0, 3]", "[5, 4]", "[3]", "7"}) {
-    try {
-      parse_config(to_yaml(small_config(dir, 2)), {std::string("log.trace_steps=") + bad});
-      FAIL() << "expected ConfigError for " << bad;
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("log.trace_steps"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("must be [first, last]"), std::string::npos) << e.what();
-    }
+    SCOPED_TRACE(bad);
+    testing::expect_error<ConfigError>(
+        [&] {
+          parse_config(to_yaml(small_config(dir, 2)), {std::string("log.trace_steps=") + bad});
+        },
+        {"log.trace_steps", "must be [first, last]"});
   }
 }
 
