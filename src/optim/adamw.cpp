@@ -19,6 +19,13 @@ void check_lr_scale(const std::map<std::string, double>& lr_scale, const std::st
   }
 }
 
+void check_weight_decay(double weight_decay, const std::string& who) {
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) {
+    throw ValueError(who + ": weight_decay (" + std::to_string(weight_decay) +
+                     ") must be a finite number >= 0");
+  }
+}
+
 void check_moment_dtype(DType dtype, const std::string& who) {
   if (dtype != DType::F32 && dtype != DType::BF16) {
     throw ValueError(who + ": moments of dtype " + dtype_name(dtype) +
@@ -35,7 +42,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
                      std::to_string(options.beta2) + ") must be in [0, 1)");
   }
   if (!(options.eps > 0)) throw ValueError("AdamW: eps must be > 0");
-  if (!(options.weight_decay >= 0)) throw ValueError("AdamW: weight_decay must be >= 0");
+  check_weight_decay(options.weight_decay, "AdamW");
   check_lr_scale(options.lr_scale, "AdamW");
   check_moment_dtype(options.moment_dtype, "AdamW");
   for (auto& [name, p] : named_params) {
@@ -62,6 +69,11 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
                         options.lr_factor(name)});
     }
   }
+}
+
+void AdamW::set_weight_decay(double weight_decay) {
+  check_weight_decay(weight_decay, "AdamW");
+  options_.weight_decay = weight_decay;
 }
 
 void AdamW::step(double lr, double grad_scale) {

@@ -107,7 +107,7 @@ Muon::Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions opti
   if (options.ns_steps < 1) {
     throw ValueError("Muon: ns_steps " + std::to_string(options.ns_steps) + " must be >= 1");
   }
-  if (!(options.weight_decay >= 0)) throw ValueError("Muon: weight_decay must be >= 0");
+  check_weight_decay(options.weight_decay, "Muon");
   check_moment_dtype(options.moment_dtype, "Muon");
   check_lr_scale(options.lr_scale, "Muon");
   const bool bf16 = options.moment_dtype == DType::BF16;
@@ -133,6 +133,11 @@ Muon::Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions opti
     const DType momentum = bf16 ? DType::BF16 : half ? DType::F32 : p.dtype();
     state_.push_back({std::move(matrix), p, zeros(p.shape(), momentum, p.device()), master});
   }
+}
+
+void Muon::set_weight_decay(double weight_decay) {
+  check_weight_decay(weight_decay, "Muon");
+  options_.weight_decay = weight_decay;
 }
 
 void Muon::step(double lr, double grad_scale) {

@@ -585,6 +585,28 @@ void validate(const Config& c, bool min_lr_given) {
     }
   }
   require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0");
+  require(t.weight_decay_steps >= 0, "train.weight_decay_steps", t.weight_decay_steps,
+          "must be >= 0 (0: train.steps)");
+  if (t.weight_decay_start) {
+    require(*t.weight_decay_start >= 0, "train.weight_decay_start", *t.weight_decay_start,
+            "must be >= 0");
+  }
+  if (t.weight_decay_schedule == "constant" && (t.weight_decay_start || t.weight_decay_steps > 0)) {
+    std::ostringstream os;
+    if (t.weight_decay_start)
+      os << "train.weight_decay_start (" << *t.weight_decay_start << ")";
+    else
+      os << "train.weight_decay_steps (" << t.weight_decay_steps << ")";
+    os << " applies to train.weight_decay_schedule 'linear' or 'cosine', not 'constant'";
+    throw ConfigError(os.str());
+  }
+  if (t.weight_decay_schedule != "constant" && !t.weight_decay_start) {
+    std::ostringstream os;
+    os << "train.weight_decay_schedule '" << t.weight_decay_schedule
+       << "' needs train.weight_decay_start, the decay at the first step (train.weight_decay, "
+       << t.weight_decay << ", is where it ends)";
+    throw ConfigError(os.str());
+  }
   require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", t.beta1, "must be in [0, 1)");
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)");
   require(t.eps > 0, "train.eps", t.eps, "must be > 0");
@@ -991,6 +1013,15 @@ BatchSizeRamp TrainSection::batch_ramp() const {
                        global_batch_size);
 }
 
+optim::WeightDecayScheduleOptions TrainSection::weight_decay_schedule_options() const {
+  optim::WeightDecayScheduleOptions o;
+  o.shape = optim::weight_decay_shape_from_string(weight_decay_schedule);
+  o.end = weight_decay;
+  o.start = weight_decay_start.value_or(weight_decay);
+  o.steps = weight_decay_steps > 0 ? weight_decay_steps : steps;
+  return o;
+}
+
 optim::LrScheduleOptions TrainSection::lr_schedule() const {
   optim::LrScheduleOptions o;
   o.lr = lr;
@@ -1305,6 +1336,21 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           }
         }}},
       {"weight_decay", {false, [&](auto& v, auto& k) { t.weight_decay = get_double(v, k); }}},
+      {"weight_decay_schedule",
+       {false,
+        [&](auto& v, auto& k) {
+          t.weight_decay_schedule = get_string(v, k);
+          try {
+            optim::weight_decay_shape_from_string(t.weight_decay_schedule);
+          } catch (const ValueError&) {
+            throw ConfigError(k + " ('" + t.weight_decay_schedule +
+                              "') must be constant, linear or cosine");
+          }
+        }}},
+      {"weight_decay_start",
+       {false, [&](auto& v, auto& k) { t.weight_decay_start = get_double(v, k); }}},
+      {"weight_decay_steps",
+       {false, [&](auto& v, auto& k) { t.weight_decay_steps = get_int(v, k); }}},
       {"beta1", {false, [&](auto& v, auto& k) { t.beta1 = get_double(v, k); }}},
       {"beta2", {false, [&](auto& v, auto& k) { t.beta2 = get_double(v, k); }}},
       {"eps", {false, [&](auto& v, auto& k) { t.eps = get_double(v, k); }}},
@@ -2164,6 +2210,12 @@ std::string to_yaml(const Config& c) {
   if (t.cooldown_shape != "linear")
     e << YAML::Key << "cooldown_shape" << YAML::Value << t.cooldown_shape;
   e << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay;
+  if (t.weight_decay_schedule != "constant") {
+    e << YAML::Key << "weight_decay_schedule" << YAML::Value << t.weight_decay_schedule;
+    e << YAML::Key << "weight_decay_start" << YAML::Value << t.weight_decay_start.value_or(0);
+    if (t.weight_decay_steps > 0)
+      e << YAML::Key << "weight_decay_steps" << YAML::Value << t.weight_decay_steps;
+  }
   e << YAML::Key << "beta1" << YAML::Value << t.beta1;
   e << YAML::Key << "beta2" << YAML::Value << t.beta2;
   e << YAML::Key << "eps" << YAML::Value << t.eps;

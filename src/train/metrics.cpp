@@ -44,6 +44,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["step"] = m.step;
   j["loss"] = m.loss;
   j["lr"] = m.lr;
+  if (m.weight_decay >= 0) j["weight_decay"] = m.weight_decay;
   j["grad_norm"] = m.grad_norm;
   if (m.param_norm >= 0) j["param_norm"] = m.param_norm;
   for (const auto& [key, norms] :

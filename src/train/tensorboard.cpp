@@ -174,6 +174,7 @@ void TensorBoardWriter::write(const StepMetrics& m) {
   } else {
     scalar("train/loss", m.step, m.loss, t);
     scalar("train/lr", m.step, m.lr, t);
+    if (m.weight_decay >= 0) scalar("train/weight_decay", m.step, m.weight_decay, t);
     scalar("train/grad_norm", m.step, m.grad_norm, t);
     if (m.param_norm >= 0) scalar("train/param_norm", m.step, m.param_norm, t);
     for (const auto& [name, norm] : m.grad_norms) scalar("grad_norm/" + name, m.step, norm, t);

@@ -452,6 +452,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     resolve_epochs(config_, dataset_->num_sequences());
     schedule_ = optim::LrSchedule(config_.train.lr_schedule());
   }
+  if (config_.train.weight_decay_schedule != "constant")
+    weight_decay_schedule_.emplace(config_.train.weight_decay_schedule_options());
   for (ValidationSource& source : open_validation_data(config_, token_check)) {
     const std::string& key = source.key;
     ValidationData v{source.name, source.path, std::move(source.data), 0};
@@ -2154,6 +2156,12 @@ StepMetrics Trainer::pass_over(int64_t index) {
   return m;
 }
 
+void Trainer::set_weight_decay(double weight_decay) {
+  if (zero_optimizer_) zero_optimizer_->set_weight_decay(weight_decay);
+  if (optimizer_) optimizer_->set_weight_decay(weight_decay);
+  if (muon_) muon_->set_weight_decay(weight_decay);
+}
+
 StepMetrics Trainer::train_step(int64_t index) {
   const auto start = std::chrono::steady_clock::now();
   const auto& t = config_.train;
@@ -2191,6 +2199,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   StepMetrics m;
   const int64_t G = batch_size(index);
   const double lr = schedule_.at(schedule_position(G));
+  if (weight_decay_schedule_) m.weight_decay = weight_decay_schedule_->at(schedule_position(G));
   if (scaler_) m.loss_scale = scaler_->scale();
   if (scaler_ && std::isfinite(loss) && !std::isfinite(norm)) {
     // fp16 overflow: part of dynamic loss scaling, not a failure. The scale
@@ -2251,6 +2260,7 @@ StepMetrics Trainer::train_step(int64_t index) {
     if (scaler_) scaler_->update(false);
     const auto opt_start = TraceRecorder::Clock::now();
     fold_ema();  // the last applied step's weights, before they change
+    if (m.weight_decay >= 0) set_weight_decay(m.weight_decay);
     if (zero_optimizer_) {
       zero_optimizer_->step(lr, clip_coef, muon_lr(lr));
     } else {

@@ -287,6 +287,38 @@ TEST(Muon, NoDecayNamesStepAsWithoutWeightDecay) {
   EXPECT_NE(some[0], all[0]);
 }
 
+// train.weight_decay_schedule: set_weight_decay before the first step steps
+// exactly as the decay given at construction does (no_decay's matrix still
+// undecayed), and it changes the steps after it.
+TEST(Muon, SetWeightDecayStepsAsTheDecayGivenAtConstruction) {
+  auto run = [](double constructed, double set, int change_at) {
+    std::vector<std::pair<MuonMatrix, Tensor>> matrices;
+    for (const char* name : {"h.0.attn.c_attn.weight", "h.0.mlp.c_fc.weight"}) {
+      Tensor p = randn({6, 4}, 93, 0).detach();
+      p.set_requires_grad(true);
+      MuonMatrix m;
+      m.name = name;
+      matrices.push_back({m, p});
+    }
+    MuonOptions o;
+    o.weight_decay = constructed;
+    o.no_decay = {"h.0.attn.c_attn.weight"};
+    Muon muon(matrices, o);
+    for (int step = 0; step < 3; ++step) {
+      if (step == change_at) muon.set_weight_decay(set);
+      for (auto& [m, p] : matrices) p.set_grad(randn({6, 4}, 94, static_cast<uint64_t>(step)));
+      muon.step(0.02);
+    }
+    return std::vector{to_double_vector(matrices[0].second), to_double_vector(matrices[1].second)};
+  };
+  const auto set = run(0.1, 0.4, 0), given = run(0.4, 0.4, -1);
+  EXPECT_EQ(set, given);
+  const auto later = run(0.1, 0.4, 2), never = run(0.1, 0.1, -1);
+  EXPECT_EQ(later[0], never[0]);  // (no_decay's)
+  EXPECT_NE(later[1], never[1]);
+  EXPECT_NE(later[1], given[1]);
+}
+
 // train.lr_scale on Muon's matrices: a factor steps a matrix as lr times it
 // would, bit for bit (its weight decay too).
 TEST(Muon, LrScaleNamesStepAtTheirFactorTimesLr) {

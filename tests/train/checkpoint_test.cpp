@@ -184,6 +184,64 @@ void expect_resumes_from_step_2_bitwise(const TempDir& dir, const Config& resume
   }
 }
 
+// train.weight_decay_schedule: a run whose decay falls linearly from 1 to 0
+// over its first two steps (1, 0.5, then 0) is bit for bit the run that
+// trains under a constant 1, is resumed from its first step's checkpoint
+// under 0.5, and from that run's second under 0: the trainer gives every
+// optimizer each step's decay, and the decay follows the step wherever a
+// run resumes. metrics.jsonl records each step's decay.
+TEST(Checkpoint, AWeightDecayScheduleIsEachStepsConstantDecay) {
+  auto with_decay = [](Config c, double wd) {
+    c.train.weight_decay = wd;
+    return c;
+  };
+  std::vector<StepMetrics> scheduled;
+  nn::StateDict scheduled_weights;
+  {
+    TempDir dir;
+    Config c = config(dir, 4, 0, "never");
+    c.train.weight_decay_schedule = "linear";
+    c.train.weight_decay_start = 1.0;
+    c.train.weight_decay = 0.0;
+    c.train.weight_decay_steps = 2;
+    Trainer t(c);
+    scheduled = t.run();
+    scheduled_weights = t.full_state_dict();
+    std::ifstream in(dir.file("out/metrics.jsonl"));
+    std::vector<double> decays;
+    for (std::string line; std::getline(in, line);)
+      decays.push_back(nlohmann::json::parse(line).at("weight_decay").get<double>());
+    EXPECT_EQ(decays, (std::vector<double>{1.0, 0.5, 0.0, 0.0}));
+  }
+  TempDir dir;
+  std::vector<StepMetrics> pieces;
+  {
+    Trainer t(with_decay(config(dir, 4, 1, "never"), 1.0));
+    pieces.push_back(t.run().at(1));  // (step 2: after the first update, under 1)
+  }
+  point_latest_to(dir, 1);
+  {
+    Trainer t(with_decay(config(dir, 4, 1, "auto"), 0.5));
+    pieces.push_back(t.run().at(1));  // step 3: after the second, under 0.5
+  }
+  point_latest_to(dir, 2);
+  Trainer last(with_decay(config(dir, 4, 1, "auto"), 0.0));
+  pieces.push_back(last.run().at(1));  // step 4
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    EXPECT_EQ(pieces[i].step, scheduled[i + 1].step);
+    EXPECT_EQ(pieces[i].loss, scheduled[i + 1].loss) << "step " << pieces[i].step;
+    EXPECT_EQ(pieces[i].grad_norm, scheduled[i + 1].grad_norm) << "step " << pieces[i].step;
+  }
+  const nn::StateDict weights = last.full_state_dict();
+  ASSERT_EQ(weights.size(), scheduled_weights.size());
+  for (const auto& [name, w] : weights)
+    EXPECT_EQ(to_double_vector(w), to_double_vector(scheduled_weights.at(name))) << name;
+  // (And the decay matters: under a constant 0.5 the losses differ.)
+  TempDir other;
+  Trainer constant(with_decay(config(other, 4, 0, "never"), 0.5));
+  EXPECT_NE(constant.run().at(3).loss, scheduled[3].loss);
+}
+
 // A plain 4-step run checkpointed at step 2, then resumed from there with
 // `change` made to its config: the whole run's metrics and the resumed
 // steps'.

@@ -271,6 +271,51 @@ TEST(Config, LearningRateDecayKeys) {
                       "train.lr_decay_steps (-1) must be >= 0");
 }
 
+// train.weight_decay_schedule and its keys: parsed, round-tripped (absent
+// when constant), checked.
+TEST(Config, WeightDecayScheduleKeys) {
+  const Config plain = parse_config(kValid, {"train.weight_decay=0.2"});
+  auto o = plain.train.weight_decay_schedule_options();
+  EXPECT_EQ(o.shape, optim::WeightDecayShape::Constant);
+  EXPECT_EQ(o.end, 0.2);
+  EXPECT_EQ(o.start, 0.2);
+  EXPECT_EQ(to_yaml(plain).find("weight_decay_s"), std::string::npos) << to_yaml(plain);
+  const Config c = parse_config(
+      to_yaml(parse_config(kValid, {"train.steps=1000", "train.weight_decay_schedule=cosine",
+                                    "train.weight_decay_start=0.01", "train.weight_decay=0.1"})));
+  o = c.train.weight_decay_schedule_options();
+  EXPECT_EQ(o.shape, optim::WeightDecayShape::Cosine);
+  EXPECT_EQ(o.start, 0.01);
+  EXPECT_EQ(o.end, 0.1);
+  EXPECT_EQ(o.steps, 1000);  // train.steps
+  o = parse_config(to_yaml(parse_config(
+                       kValid, {"train.weight_decay_schedule=linear", "train.weight_decay_start=0",
+                                "train.weight_decay_steps=3"})))
+          .train.weight_decay_schedule_options();
+  EXPECT_EQ(o.shape, optim::WeightDecayShape::Linear);
+  EXPECT_EQ(o.start, 0.0);
+  EXPECT_EQ(o.steps, 3);
+  expect_config_error(kValid, {"train.weight_decay_schedule=exponential"},
+                      "train.weight_decay_schedule ('exponential') must be constant, linear or "
+                      "cosine");
+  expect_config_error(kValid, {"train.weight_decay_schedule=linear"},
+                      "train.weight_decay_schedule 'linear' needs train.weight_decay_start, the "
+                      "decay at the first step (train.weight_decay, 0.1, is where it ends)");
+  expect_config_error(kValid, {"train.weight_decay_start=0.01"},
+                      "train.weight_decay_start (0.01) applies to train.weight_decay_schedule "
+                      "'linear' or 'cosine', not 'constant'");
+  expect_config_error(kValid, {"train.weight_decay_steps=100"},
+                      "train.weight_decay_steps (100) applies to train.weight_decay_schedule "
+                      "'linear' or 'cosine', not 'constant'");
+  expect_config_error(kValid,
+                      {"train.weight_decay_schedule=cosine", "train.weight_decay_start=-0.5"},
+                      "train.weight_decay_start (-0.5) must be >= 0");
+  expect_config_error(kValid,
+                      {"train.weight_decay_schedule=cosine", "train.weight_decay_start=0",
+                       "train.weight_decay_steps=-2"},
+                      "train.weight_decay_steps (-2) must be >= 0 (0: train.steps)");
+}
+
 // train.optimizer muon and its keys: parsed, round-tripped, checked.
 TEST(Config, MuonOptimizerKeys) {
   EXPECT_EQ(parse_config(kValid).train.optimizer, "adamw");

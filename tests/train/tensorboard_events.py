@@ -104,9 +104,10 @@ def main():
     assert version == "brain.Event:2", version
     metrics = [json.loads(line) for line in open(out + "/metrics.jsonl")]
     assert len(metrics) == steps, len(metrics)
-    vals = norms = 0
+    vals = norms = decays = 0
     for m in metrics:
         for key, tag in (("loss", "train/loss"), ("lr", "train/lr"),
+                         ("weight_decay", "train/weight_decay"),
                          ("grad_norm", "train/grad_norm"), ("param_norm", "train/param_norm"),
                          ("val_loss", "val/loss")):
             if key not in m:
@@ -116,7 +117,10 @@ def main():
             assert math.isclose(got, m[key], rel_tol=1e-6), (tag, m["step"], got, m[key])
             vals += key == "val_loss"
             norms += key == "param_norm"
+            decays += key == "weight_decay"
     assert vals >= 2, "expected validation losses, found %d" % vals
+    # (train.weight_decay_schedule: the run's decay changes at every step.)
+    assert decays == steps, "expected %d weight decays, found %d" % (steps, decays)
     assert norms == steps, "expected %d parameter norms (log.param_norm), found %d" % (steps, norms)
     # log.grad_norms, log.param_norms: every group's norm as grad_norm/<group>
     # and param_norm/<group>, and no other.

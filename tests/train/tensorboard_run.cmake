@@ -7,6 +7,7 @@ file(REMOVE_RECURSE ${WORK})
 run(training ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set data.val=${DATA}
     --set eval.interval=2 --set eval.batches=1 --set train.steps=4 --set log.tensorboard=true
     --set log.param_norm=true --set log.grad_norms=layers --set log.param_norms=layers
+    --set train.weight_decay_schedule=cosine --set train.weight_decay_start=0.01
     --set "eval.samples=[Once, The]" --set eval.sample_tokens=8 --set output.dir=${WORK}/run)
 # The console line names the layer of the largest gradient norm (log.grad_norms).
 if(NOT run_output MATCHES "\\| top grad (h\\.[0-9]+|wte|wpe|ln_f) [0-9]+\\.[0-9]+")

@@ -43,6 +43,10 @@ struct AdamWOptions {
 // of `lr_scale` is finite and > 0.
 void check_lr_scale(const std::map<std::string, double>& lr_scale, const std::string& who);
 
+// Throws a ValueError naming `who` and the value unless `weight_decay` is
+// finite and >= 0.
+void check_weight_decay(double weight_decay, const std::string& who);
+
 // Throws a ValueError naming `who` unless `dtype` is a moment storage the
 // optimizers hold: f32 or bf16.
 void check_moment_dtype(DType dtype, const std::string& who);
@@ -71,6 +75,9 @@ class AdamW {
   void step(double lr, double grad_scale = 1.0);
   int64_t step_count() const { return step_; }
   const AdamWOptions& options() const { return options_; }
+  // The weight decay of the steps after (a weight-decay schedule's value);
+  // the parameters that take none still take none.
+  void set_weight_decay(double weight_decay);
 
   struct State {
     std::string name;

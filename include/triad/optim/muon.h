@@ -117,6 +117,9 @@ class Muon {
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }
   const MuonOptions& options() const { return options_; }
+  // The weight decay of the steps after (options.no_decay's matrices still
+  // take none).
+  void set_weight_decay(double weight_decay);
 
   struct State {
     MuonMatrix matrix;

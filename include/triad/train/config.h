@@ -12,6 +12,7 @@
 #include "triad/nn/gpt.h"
 #include "triad/optim/clip.h"
 #include "triad/optim/lr_schedule.h"
+#include "triad/optim/weight_decay_schedule.h"
 #include "triad/train/batch_size_ramp.h"
 
 namespace triad::train {
@@ -32,7 +33,14 @@ struct TrainSection {
   int64_t lr_decay_steps = 0;       // where the decay reaches min_lr; 0: steps
   int64_t cooldown_steps = 0;       // wsd: the final decay's length; 0: a fifth of the decay span
   std::string cooldown_shape = "linear";  // wsd: linear | cosine | 1-sqrt
-  double weight_decay = 0.1;
+  double weight_decay = 0.1;              // (under a changing weight_decay_schedule: its end value)
+  // constant | linear | cosine: the weight decay goes from weight_decay_start
+  // at the first step to weight_decay at weight_decay_steps (Megatron-LM's
+  // --weight-decay-incr-style, --start- and --end-weight-decay).
+  std::string weight_decay_schedule = "constant";
+  std::optional<double> weight_decay_start;  // linear, cosine: required (>= 0)
+  int64_t weight_decay_steps = 0;  // linear, cosine: where it reaches weight_decay; 0: steps
+  optim::WeightDecayScheduleOptions weight_decay_schedule_options() const;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;

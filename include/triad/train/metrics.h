@@ -14,6 +14,9 @@ struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0;   // mean over all global_batch_size * seq_len tokens
   double lr = 0;
+  // A changing train.weight_decay_schedule: the step's weight decay
+  // (matrices'; the parameters that take none take none). Negative otherwise.
+  double weight_decay = -1;
   double grad_norm = 0;  // before clipping
   // log.param_norm: the global L2 norm of the parameters training updates
   // (frozen ones left out), after this step's update. Negative otherwise.

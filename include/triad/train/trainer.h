@@ -21,6 +21,7 @@
 #include "triad/optim/loss_scaler.h"
 #include "triad/optim/lr_schedule.h"
 #include "triad/optim/muon.h"
+#include "triad/optim/weight_decay_schedule.h"
 #include "triad/parallel/context/exchange.h"
 #include "triad/parallel/data/grad_reducer.h"
 #include "triad/parallel/pipeline/executor.h"
@@ -180,6 +181,8 @@ class Trainer {
   // model.moe.expert_bias: the step's loads of every MoE layer, summed over
   // every rank, move the biases this rank holds (after an applied step).
   void update_expert_biases();
+  // Every optimizer's weight decay from this step on (train.weight_decay_schedule).
+  void set_weight_decay(double weight_decay);
   // (layer, its expert biases) on this rank, found at the first update.
   std::optional<std::vector<std::pair<int64_t, Tensor>>> expert_biases_;
   std::shared_ptr<nn::MoeStats> moe_stats_;  // this step's, on this rank (model.moe)
@@ -427,6 +430,8 @@ class Trainer {
   void log_timing(int64_t steps);
   std::map<std::string, double> timing_;  // seconds per category since the last summary
   optim::LrSchedule schedule_;
+  // A changing train.weight_decay_schedule (set once the step count is known).
+  std::optional<optim::WeightDecaySchedule> weight_decay_schedule_;
   TraceRecorder trace_;
 };
 

@@ -321,6 +321,8 @@ ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options,
       options_(options),
       muon_options_(muon_options),
       updater_(std::move(updater)) {
+  optim::check_weight_decay(options.weight_decay, "ZeroAdamW");
+  optim::check_weight_decay(muon_options.weight_decay, "ZeroAdamW (Muon)");
   optim::check_lr_scale(options.lr_scale, "ZeroAdamW");
   optim::check_lr_scale(muon_options.lr_scale, "ZeroAdamW (Muon)");
   for (size_t i = 0; i < reducer_.params().size(); ++i) {
@@ -376,6 +378,11 @@ void ZeroAdamW::sync_params_from_masters() {
     at += s.length;
   }
   reducer_.gather_parameters();
+}
+
+void ZeroAdamW::set_weight_decay(double weight_decay) {
+  optim::check_weight_decay(weight_decay, "ZeroAdamW");
+  options_.weight_decay = muon_options_.weight_decay = weight_decay;
 }
 
 void ZeroAdamW::step(double lr, double grad_scale, double muon_lr) {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 
+#include "support/expect_error.h"
 #include "support/forwarding_group.h"
 #include "support/mpi_main.h"
 #include "support/temp_dir.h"
@@ -361,12 +362,14 @@ TEST(DataParallel, OverlappedParameterGathersAreWaitedForPartByPart) {
 // step (`step_plain`) of `plain` (the same parameters, in the same order):
 // every rank gives both the same gradients (of `grads`' dtype; their
 // average is each rank's, exactly), and after each step every parameter
-// must be bit for bit one process's.
+// must be bit for bit one process's. `before(step)`, when given, runs
+// before each step of both.
 void expect_zero_steps_as_one_process(dp::GradientReducer& r, dp::ZeroAdamW& zero,
                                       std::vector<std::pair<std::string, Tensor>>& plain,
                                       const std::function<void()>& step_plain, DType grads,
-                                      uint64_t seed) {
+                                      uint64_t seed, const std::function<void(int)>& before = {}) {
   for (int step = 0; step < 3; ++step) {
+    if (before) before(step);
     for (size_t i = 0; i < plain.size(); ++i) {
       const Tensor g = cast(randn(plain[i].second.shape(), seed, 10 * step + i, 0.5), grads);
       plain[i].second.set_grad(clone(g));
@@ -483,6 +486,36 @@ TEST(DataParallel, ZeroOneStepsNoDecayNamesAsOneProcessDoes) {
   mo.weight_decay = 0.3;
   mo.no_decay = {"c"};
   expect_zero_with_options_as_one_process(o, mo, 101);
+}
+
+// train.weight_decay_schedule under ZeRO-1: a decay set before each step
+// (0.05, 0.3, 0.6) steps the pieces of AdamW's matrix ("a") and Muon's
+// ("c") as one process's optimizers under the same decays.
+TEST(DataParallel, ZeroOneFollowsAChangingWeightDecayAsOneProcessDoes) {
+  dp::GradientReducer r(small_params(), g_world, 256.0, true);
+  std::vector<std::pair<std::string, Tensor>> plain = start_alike(r, 105);
+  optim::AdamWOptions o;
+  o.weight_decay = 0.05;
+  optim::MuonOptions mo;
+  mo.weight_decay = 0.05;
+  dp::ZeroAdamW zero(r, o, {{"c", {"c", {}}}}, mo);
+  optim::Muon muon({{{"c", {}}, plain[2].second}}, mo);
+  optim::AdamW adamw({plain[0], plain[1], plain[3]}, o);
+  expect_zero_steps_as_one_process(
+      r, zero, plain,
+      [&] {
+        muon.step(1e-2, 0.8);
+        adamw.step(1e-2, 0.8);
+      },
+      DType::F32, 106,
+      [&](int step) {
+        const double wd = std::vector{0.05, 0.3, 0.6}.at(static_cast<size_t>(step));
+        zero.set_weight_decay(wd);
+        muon.set_weight_decay(wd);
+        adamw.set_weight_decay(wd);
+      });
+  testing::expect_error<ValueError>([&] { zero.set_weight_decay(INFINITY); },
+                                    {"ZeroAdamW", "weight_decay", "inf", "finite"});
 }
 
 // train.lr_scale under ZeRO-1: the pieces of a parameter with a factor (two

@@ -185,6 +185,9 @@ class ZeroAdamW {
   // grad_scale multiplies each gradient (gradient clipping's coefficient)
   // as AdamW::step's does. Muon's matrices step with `muon_lr` (< 0: lr).
   void step(double lr, double grad_scale = 1.0, double muon_lr = -1);
+  // The weight decay of the steps after, AdamW's and Muon's (the
+  // parameters that take none still take none).
+  void set_weight_decay(double weight_decay);
   int64_t state_elements() const { return m_.defined() ? m_.numel() : 0; }
   // For checkpoints: the moments over this rank's pieces and the step count.
   // m() covers every piece (Muon's momentum on a matrix's), v() AdamW's
