@@ -1832,6 +1832,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"validate_collectives",
        {false, [&](auto& v, auto& k) { c.parallel.validate_collectives = get_bool(v, k); }}},
+      {"check_replicas_interval",
+       {false,
+        [&](auto& v, auto& k) {
+          c.parallel.check_replicas_interval = get_int(v, k);
+          if (c.parallel.check_replicas_interval < 0)
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0 (0: never)");
+        }}},
       {"stage_layers",
        {false,
         [&](auto& v, auto& k) {
@@ -2340,6 +2347,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "topology" << YAML::Value << p.topology;
   e << YAML::Key << "timeout_s" << YAML::Value << p.timeout_s << YAML::Key << "validate_collectives"
     << YAML::Value << p.validate_collectives;
+  if (p.check_replicas_interval > 0)
+    e << YAML::Key << "check_replicas_interval" << YAML::Value << p.check_replicas_interval;
   e << YAML::EndMap;
   if (!c.checkpoint.dir.empty() || c.checkpoint.resume != "never") {
     e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"

@@ -51,6 +51,7 @@
 #include "triad/plan/from_config.h"
 #include "triad/train/attention_choice.h"
 #include "triad/train/checkpoint_reshard.h"
+#include "triad/train/replica_check.h"
 #include "triad/train/tensorboard.h"
 #include "triad/train/training_data.h"
 
@@ -2156,6 +2157,57 @@ StepMetrics Trainer::pass_over(int64_t index) {
   return m;
 }
 
+void Trainer::flip_parameter_bit_at(int64_t index, const std::string& name) {
+  const auto named = parameters();
+  if (std::none_of(named.begin(), named.end(), [&](const auto& np) { return np.first == name; }))
+    throw ValueError("flip_parameter_bit_at: this rank holds no parameter '" + name + "'");
+  flip_step_ = index;
+  flip_name_ = name;
+}
+
+void Trainer::check_replicas(int64_t index) {
+  if (!mesh_) return;  // one process: no replicas
+  autograd::NoGradGuard no_grad;
+  // (After ZeRO-1's all-gathers: parameters() waits for any still running.)
+  std::vector<std::pair<std::string, Tensor>> named = parameters();
+  if (index == flip_step_) {
+    const auto it = std::find_if(named.begin(), named.end(),
+                                 [&](const auto& np) { return np.first == flip_name_; });
+    Tensor host = contiguous(to_device(it->second, Device::cpu()));
+    *static_cast<unsigned char*>(host.raw_data()) ^= 1u;
+    copy_(it->second, to_device(host, it->second.device()));
+  }
+  // Dense parameters' replicas are the data-parallel ranks (context-parallel
+  // ones among them); under expert parallelism an expert's are the
+  // expert-data-parallel ranks; a tied embedding's copy on the last stage
+  // is the first stage's.
+  const bool experts_apart = config_.parallel.ep > 1;
+  ReplicaSet dense{"data-parallel", mesh_->dp(), {}};
+  ReplicaSet experts{"expert-data-parallel", mesh_->expert_dp(), {}};
+  ReplicaSet tied{"first and last pipeline stages'", mesh_->embedding(), {}};
+  for (const auto& np : named) {
+    (experts_apart && tp::TensorParallelGpt::is_expert(np.first) ? experts : dense)
+        .tensors.push_back(np);
+    if (pp_model_ && pp_model_->ties_embedding_across_ranks() && np.first == "wte.weight")
+      tied.tensors.push_back(np);
+  }
+  const std::vector<std::string> differ = differing_replicas({dense, experts, tied});
+  // Every rank learns whether any replicas differ anywhere, and all stop.
+  Tensor any = from_vector(std::vector<double>{differ.empty() ? 0.0 : 1.0}, {1}, DType::F64);
+  if (world_ && world_->size() > 1) world_->all_reduce(any, dist::ReduceOp::Max)->wait();
+  if (item(any) == 0) return;
+  std::string what;
+  const size_t shown = std::min<size_t>(differ.size(), 5);
+  for (size_t i = 0; i < shown; ++i) what += "\n  " + differ[i];
+  if (differ.size() > shown) what += "\n  and " + std::to_string(differ.size() - shown) + " more";
+  if (differ.empty()) what = " on other ranks (their errors name them)";
+  throw Error("step " + std::to_string(index + 1) +
+              ": replicas of the weights differ (parallel.check_replicas_interval)" + what +
+              "\nA replica that changed alone is silent data corruption (a device or its memory) "
+              "or a bug; the run stops before it spreads. Resume from a checkpoint written before "
+              "this step.");
+}
+
 void Trainer::set_weight_decay(double weight_decay) {
   if (zero_optimizer_) zero_optimizer_->set_weight_decay(weight_decay);
   if (optimizer_) optimizer_->set_weight_decay(weight_decay);
@@ -2275,6 +2327,9 @@ StepMetrics Trainer::train_step(int64_t index) {
   }
   spikes_.record(loss, norm);  // (finite steps only, spikes too)
   zero_grad();
+  if (const int64_t every = config_.parallel.check_replicas_interval;
+      every > 0 && (index + 1) % every == 0)
+    check_replicas(index);
   // (In the step's time: like the norm of the gradients, one pass over the
   // parameters and a reduction.)
   const double param_norm_value = config_.log_param_norm ? param_norm() : -1;

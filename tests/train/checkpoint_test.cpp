@@ -13,6 +13,7 @@
 
 #include "support/temp_dir.h"
 #include "triad/core/allocator.h"
+#include "triad/core/checksum.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/checkpoint.h"
@@ -650,6 +651,7 @@ TEST(Checkpoint, TheChecksumSeesEveryBitAndTheLength) {
   testing::write_bytes(path, bytes);
   const uint64_t base = io::file_checksum(path);
   EXPECT_EQ(io::file_checksum(path, io::kChecksumWords64), base);
+  EXPECT_EQ(words64_checksum(bytes.data(), bytes.size()), base);  // (the file's bytes')
   EXPECT_NE(io::file_checksum(path, io::kChecksumFnv1a64), base);
   std::set<uint64_t> seen{base};
   for (size_t at : {size_t{0}, size_t{9}, size_t{17}, size_t{31}, size_t{500}, size_t{1000},

@@ -49,6 +49,13 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   // Collectives' time limit and validate mode, defaults and round trip.
   EXPECT_DOUBLE_EQ(c.parallel.timeout_s, 600);
   EXPECT_FALSE(c.parallel.validate_collectives);
+  EXPECT_EQ(c.parallel.check_replicas_interval, 0);
+  EXPECT_EQ(to_yaml(c).find("check_replicas"), std::string::npos);
+  EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"parallel.check_replicas_interval=100"})))
+                .parallel.check_replicas_interval,
+            100);
+  expect_config_error(kValid, {"parallel.check_replicas_interval=-1"},
+                      "parallel.check_replicas_interval (-1) must be >= 0 (0: never)");
   EXPECT_TRUE(c.parallel.overlap_param_gather);
   EXPECT_TRUE(c.parallel.pipeline_scatter_gather);
   Config d = parse_config(to_yaml(parse_config(

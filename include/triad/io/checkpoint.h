@@ -20,8 +20,8 @@ namespace triad::io {
 // marker (an interrupted write) is never loaded.
 
 // A rank file's checksum. "words64" (written since 2026-11-25): the
-// file's 64-bit words in four independent multiply-xor lanes, so hashing
-// runs at memory speed; any one changed word changes it. "fnv1a64": FNV-1a
+// file's words64_checksum (core/checksum.h: memory speed, any one changed
+// word changes it). "fnv1a64": FNV-1a
 // byte by byte, what older manifests (which name no checksum) hold.
 inline constexpr const char* kChecksumWords64 = "words64";
 inline constexpr const char* kChecksumFnv1a64 = "fnv1a64";

@@ -184,6 +184,12 @@ struct ParallelSection {
   double timeout_s = 600;
   // Validate mode: ranks compare each collective's op, dtype and size first.
   bool validate_collectives = false;
+  // > 0: every this many steps the replicas of each parameter (its data-
+  // parallel copies, an expert's expert-data-parallel ones, a tied
+  // embedding's copy on the last stage) compare checksums of their bytes,
+  // and a difference stops every rank naming it (Megatron-LM's
+  // --check-weight-hash-across-dp-replicas-interval). 0: never.
+  int64_t check_replicas_interval = 0;
 };
 
 // Checkpoints (`checkpoint:` section).

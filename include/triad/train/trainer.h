@@ -101,6 +101,12 @@ class Trainer {
     nan_step_ = index;
     nan_steps_ = count;
   }
+  // Test hook: after step `index`'s update (0-based), just before its
+  // replica check (parallel.check_replicas_interval), this rank flips the
+  // lowest bit of the first byte of its copy of parameter `name` — what
+  // silent data corruption would do. A name this rank does not hold is a
+  // ValueError here.
+  void flip_parameter_bit_at(int64_t index, const std::string& name);
   const dp::GradientReducer* reducer() const { return reducer_.get(); }
   // The fp16 loss scaler (null for fp32 and bf16).
   const optim::DynamicLossScaler* loss_scaler() const { return scaler_.get(); }
@@ -183,6 +189,10 @@ class Trainer {
   void update_expert_biases();
   // Every optimizer's weight decay from this step on (train.weight_decay_schedule).
   void set_weight_decay(double weight_decay);
+  // parallel.check_replicas_interval: after step `index`, every replica of
+  // each parameter compares checksums; a difference anywhere throws on
+  // every rank, naming what differs. Collective.
+  void check_replicas(int64_t index);
   // (layer, its expert biases) on this rank, found at the first update.
   std::optional<std::vector<std::pair<int64_t, Tensor>>> expert_biases_;
   std::shared_ptr<nn::MoeStats> moe_stats_;  // this step's, on this rank (model.moe)
@@ -299,6 +309,8 @@ class Trainer {
   // verdict here, agreed over the world.
   std::string spike_on_any_rank(double loss, double norm);
   int64_t nan_step_ = -1, nan_steps_ = 0;
+  int64_t flip_step_ = -1;
+  std::string flip_name_;
   // Step data_origin_step_ starts at global training sequence data_origin_;
   // each step takes the next global batch (ramp_.at the sequences consumed
   // before it). A resume sets both from the checkpoint, so the data goes on

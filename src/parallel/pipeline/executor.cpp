@@ -158,10 +158,14 @@ void PipelineModel::zero_grad() const {
   for (const auto& c : chunks_) c->zero_grad();
 }
 
-void PipelineModel::reduce_tied_embedding_grads() const {
+bool PipelineModel::ties_embedding_across_ranks() const {
   // (An untied head without prediction modules: nothing shared.)
-  if (!groups_.embedding || !cfg_.head_reads_token_embedding()) return;
-  if (rank_at(placement_, p_, 0) == rank_at(placement_, p_, num_stages() - 1)) return;
+  return cfg_.head_reads_token_embedding() &&
+         rank_at(placement_, p_, 0) != rank_at(placement_, p_, num_stages() - 1);
+}
+
+void PipelineModel::reduce_tied_embedding_grads() const {
+  if (!groups_.embedding || !ties_embedding_across_ranks()) return;
   for (const auto& c : chunks_) {
     if (!c->plan().embedding && !c->plan().head) continue;
     if (!c->token_embedding().requires_grad()) continue;  // frozen (train.freeze) on every stage

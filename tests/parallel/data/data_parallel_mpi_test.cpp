@@ -159,6 +159,91 @@ TEST(DataParallel, TheSavedModelIsTheTrainedOneOnEveryLayout) {
   }
 }
 
+// parallel.check_replicas_interval 1: on each layout every replica agrees
+// after every step (ZeRO-1's pieces gathered first, experts over their own
+// replicas); a bit flipped in one rank's copy of a weight after step 2
+// stops every rank at that step's check, and the ranks whose replicas
+// differ name the weight, the kind of replicas, and which ranks hold which
+// checksum.
+TEST(DataParallel, AReplicaThatChangedAloneStopsEveryRank) {
+  const int P = g_world->size(), me = g_world->rank();
+  const std::string dp = std::to_string(P);
+  struct Case {
+    std::string layout, model, name;
+    int flipper;
+    // What the ranks that see the difference must say, by world rank
+    // (absent: "on other ranks").
+    std::map<int, std::vector<std::string>> said;
+  };
+  std::vector<Case> cases{
+      {"{dp: " + dp + "}", "", "h.1.mlp.c_fc.weight", P - 1, {}},
+      {"{dp: " + dp + ", zero: 1, bucket_mb: 0.001}", "", "h.0.attn.c_proj.weight", 0, {}}};
+  for (Case& c : cases) {
+    for (int r = 0; r < P; ++r) {
+      c.said[r] = {c.name + " (data-parallel replicas):",
+                   "rank " + std::to_string(c.flipper) + " holds "};
+    }
+  }
+  if (P == 4) {
+    // tp 2 x dp 2 (ranks 0 1 | 2 3): rank 3's dp peer is rank 1.
+    cases.push_back({"{tp: 2, dp: 2, zero: 1}",
+                     "",
+                     "ln_f.weight",
+                     3,
+                     {{1, {"ln_f.weight (data-parallel replicas): ", "rank 3 holds"}},
+                      {3, {"ln_f.weight (data-parallel replicas): ", "rank 1 holds"}}}});
+    // pp 2 x dp 2 (stage 0: ranks 0 1, stage 1: 2 3), the embedding tied:
+    // rank 3's wte differs from its dp peer's (2) and its first stage's (1).
+    cases.push_back({"{pp: 2, dp: 2}",
+                     "",
+                     "wte.weight",
+                     3,
+                     {{1, {"wte.weight (first and last pipeline stages' replicas):"}},
+                      {2, {"wte.weight (data-parallel replicas):", "rank 2 holds"}},
+                      {3,
+                       {"wte.weight (data-parallel replicas):",
+                        "wte.weight (first and last pipeline stages' replicas):"}}}});
+    // dp 4, ep 2: an expert's replicas are ranks {0, 2} and {1, 3}.
+    cases.push_back({"{dp: 4, ep: 2, zero: 1}",
+                     ", moe: {experts: 4, top_k: 2, ffn_hidden_size: 16}",
+                     "h.2.mlp.experts.3.c_fc.weight",
+                     3,
+                     {{1,
+                       {"h.2.mlp.experts.3.c_fc.weight (expert-data-parallel replicas):",
+                        "rank 1 holds", "rank 3 holds"}},
+                      {3, {"(expert-data-parallel replicas)"}}}});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.layout);
+    testing::TempDir dir;
+    std::vector<uint16_t> tokens;
+    for (int i = 0; i < 6000; ++i) tokens.push_back(static_cast<uint16_t>((i * 5 + i / 7) % 31));
+    data::write_token_shard(dir.file("train.bin"), tokens);
+    std::string layout = c.layout;
+    layout.insert(layout.size() - 1, ", check_replicas_interval: 1");
+    Trainer t(parse_config("model: {n_layer: 4, n_head: 4, d_model: 16, vocab_size: 32, "
+                           "seq_len: 16" +
+                           c.model +
+                           "}\ntrain: {steps: 3, global_batch_size: 8, micro_batch_size: 1, "
+                           "lr: 1.0e-2}\nparallel: " +
+                           layout + "\ndata: {train: " + dir.file("train.bin") +
+                           "}\noutput: {dir: " + dir.file("out") + "}\n"),
+              g_world);
+    if (me == c.flipper) t.flip_parameter_bit_at(1, c.name);
+    t.step(0);  // the replicas agree
+    std::vector<std::string> want{
+        "step 2: replicas of the weights differ "
+        "(parallel.check_replicas_interval)"};
+    const auto it = c.said.find(me);
+    if (it == c.said.end()) {
+      want.push_back("on other ranks");
+    } else {
+      want.insert(want.end(), it->second.begin(), it->second.end());
+    }
+    testing::expect_error<Error>([&] { t.step(1); }, want);
+  }
+}
+
 // The final model.safetensors is written as the tensors are joined; a write
 // that fails on rank 0 raises there once the others have given their
 // tensors, and no rank waits forever (here the file's temporary name is

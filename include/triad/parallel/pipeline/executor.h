@@ -82,6 +82,11 @@ class PipelineModel {
   // weights) so both copies take the same step. Nothing to do when one rank
   // holds both stages (the V placement): they share the tensor.
   void reduce_tied_embedding_grads() const;
+  // Whether the first and last stage's ranks each hold a copy of the token
+  // embedding (the head or prediction modules read it, and no one rank
+  // holds both stages): the embedding group's replicas. The same on every
+  // rank.
+  bool ties_embedding_across_ranks() const;
   // Pipeline-wide global-norm clipping; the tied embedding is counted once.
   double clip_grad_norm(double max_norm) const;
   // The same norm without clipping (identical on every rank of the pipeline).
