@@ -17,7 +17,6 @@ namespace triad::data {
 namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, an escaped space
-constexpr std::string_view kReplacement = kReplacementCharacter;
 constexpr float kUnknownPenalty = 10.0f;  // an unknown piece scores this below the lowest
 
 // Bytes in the UTF-8 character starting with lead byte c, by that byte
@@ -32,7 +31,7 @@ void append_bytes(std::string_view bytes, std::string& out) {
   for (size_t i = 0; i < bytes.size();) {
     const size_t len = valid_utf8_len(bytes.data() + i, bytes.size() - i);
     if (len == 0) {
-      out += kReplacement;
+      out += kReplacementCharacter;
       ++i;
     } else {
       out.append(bytes.data() + i, len);
@@ -232,7 +231,7 @@ size_t SentencePieceTokenizer::normalize_prefix(const char* s, size_t n, std::st
   }
   const size_t len = valid_utf8_len(s, n);
   if (len == 0) {
-    out += kReplacement;
+    out += kReplacementCharacter;
     return 1;
   }
   out.append(s, len);

@@ -8,8 +8,6 @@
 namespace triad::data {
 namespace {
 
-constexpr std::string_view kReplacement = kReplacementCharacter;
-
 // Bytes at the end of text[0, end) that begin a UTF-8 character the text
 // has not finished (0 when the last character is whole or malformed).
 size_t unfinished_utf8(const std::string& text, size_t end) {
@@ -50,10 +48,10 @@ std::string TextStream::update(const std::string& text) {
     // Hold what is not final: an unfinished character, replacement
     // characters that may become one, a tail that may begin a stop string.
     end -= unfinished_utf8(text, end);
-    while (end >= kReplacement.size() &&
-           std::string_view(text).substr(end - kReplacement.size(), kReplacement.size()) ==
-               kReplacement) {
-      end -= kReplacement.size();
+    while (end >= kReplacementCharacter.size() &&
+           std::string_view(text).substr(end - kReplacementCharacter.size(),
+                                         kReplacementCharacter.size()) == kReplacementCharacter) {
+      end -= kReplacementCharacter.size();
     }
     // The longest tail that a stop string begins with (each stop's longest
     // covers every later start it could have).

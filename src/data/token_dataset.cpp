@@ -40,14 +40,10 @@ bool is_file(const std::string& path) {
   return std::filesystem::is_regular_file(path, ec);
 }
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // The Megatron prefix a matched file belongs to, or "" for an llm.c shard.
 std::string megatron_prefix(const std::string& path) {
-  if (ends_with(path, ".idx")) return path.substr(0, path.size() - 4);
-  if (ends_with(path, ".bin")) {
+  if (path.ends_with(".idx")) return path.substr(0, path.size() - 4);
+  if (path.ends_with(".bin")) {
     const std::string stem = path.substr(0, path.size() - 4);
     if (is_file(stem + ".idx")) return stem;
   }

@@ -23,11 +23,6 @@
 namespace triad::io {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 Tensor transposed_copy(const Tensor& t) {
   if (t.dim() != 2)
     throw ShapeError("GPT-2 linear weight must be 2-d, got " + shape_str(t.shape()));
@@ -44,15 +39,15 @@ bool same_values(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 bool is_gpt2_conv1d_weight(const std::string& name) {
-  return ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
-         ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight");
+  return name.ends_with(".attn.c_attn.weight") || name.ends_with(".attn.c_proj.weight") ||
+         name.ends_with(".mlp.c_fc.weight") || name.ends_with(".mlp.c_proj.weight");
 }
 
 nn::StateDict gpt2_to_triad(const std::map<std::string, Tensor>& tensors) {
   nn::StateDict out;
   for (const auto& [raw, t] : tensors) {
     std::string name = raw.rfind("transformer.", 0) == 0 ? raw.substr(12) : raw;
-    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
+    if (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")) continue;
     out[name] = is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t;
   }
   return out;
@@ -812,7 +807,7 @@ nn::StateDict hf_gptj_to_triad(const std::map<std::string, Tensor>& tensors, int
     for (const auto& [rest, t] : block) {
       // Buffers older files carry: the causal mask and RoPE's tables.
       if (rest == "attn.bias" || rest == "attn.masked_bias" || rest == "attn.causal_mask" ||
-          ends_with(rest, "inv_freq") || ends_with(rest, "embed_positions"))
+          rest.ends_with("inv_freq") || rest.ends_with("embed_positions"))
         continue;
       if (rest == "attn.qkv_proj.weight") {  // CodeGen's, fused
         qkv[layer]["qkv"] = t;
@@ -888,7 +883,7 @@ nn::StateDict hf_falcon_to_triad(const std::map<std::string, Tensor>& tensors, i
   std::map<int64_t, std::map<std::string, Tensor>> qkv;  // per block: "weight", "bias"
   for (const auto& [layer, block] : d.layers) {
     for (const auto& [rest, t] : block) {
-      if (ends_with(rest, "inv_freq")) continue;  // RoPE's buffer, recomputed
+      if (rest.ends_with("inv_freq")) continue;  // RoPE's buffer, recomputed
       const size_t dot = rest.rfind('.');
       const std::string module = rest.substr(0, dot), kind = rest.substr(dot + 1);
       if (module == "self_attention.query_key_value" && (kind == "weight" || kind == "bias")) {
@@ -983,7 +978,7 @@ void dequantize_block_scaled(std::map<std::string, Tensor>& tensors,
   static const std::string kScales = ".weight_scale_inv", kWeight = ".weight";
   for (auto it = tensors.begin(); it != tensors.end();) {
     const std::string& name = it->first;
-    if (!ends_with(name, kScales)) {
+    if (!name.ends_with(kScales)) {
       ++it;
       continue;
     }
@@ -1048,7 +1043,7 @@ class WeightFiles {
                       "pytorch_model.bin or pytorch_model.bin.index.json");
       }
     }
-    if (!ends_with(index, ".index.json")) {
+    if (!index.ends_with(".index.json")) {
       files_.emplace_back("", std::make_unique<WeightFile>(index));
     } else {
       read_index(index);
@@ -1143,10 +1138,10 @@ void check_part(const std::string& path, const nn::StateDict& state,
                                             "model.position_embedding: rope)"
                      : name == "lm_head.weight"
                          ? " (its output head is tied to wte? Set model.tie_embeddings: true)"
-                     : ends_with(name, ".attn.c_attn.bias")
+                     : name.ends_with(".attn.c_attn.bias")
                          ? " (the file's q, k and v projections have no biases: set "
                            "model.qkv_bias and model.linear_bias to false)"
-                     : ends_with(name, "_norm.weight") && name.find(".attn.") != std::string::npos
+                     : name.ends_with("_norm.weight") && name.find(".attn.") != std::string::npos
                          ? " (the file's attention has no query/key norms: set model.qk_norm: "
                            "false)"
                      : name.find(".post_") != std::string::npos
@@ -1164,7 +1159,7 @@ void check_part(const std::string& path, const nn::StateDict& state,
       // model.n_kv_head, or at model.head_dim.
       std::string hint;
       const bool c_attn =
-          ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_attn.bias");
+          name.ends_with(".attn.c_attn.weight") || name.ends_with(".attn.c_attn.bias");
       const std::string weight = name.substr(0, name.rfind('.')) + ".weight";
       const auto w = state.find(weight);
       if (c_attn && w != state.end() && w->second.dim() == 2 && it->second.dim() >= 1 &&
@@ -1187,10 +1182,10 @@ void check_part(const std::string& path, const nn::StateDict& state,
                     (name == "wpe.weight"
                          ? " (a learned position table, but the configured model uses rotary "
                            "embeddings: model.position_embedding is rope)"
-                     : ends_with(name, ".attn.c_attn.bias")
+                     : name.ends_with(".attn.c_attn.bias")
                          ? " (biases on q, k and v, as Qwen2's blocks have: set "
                            "model.qkv_bias: true)"
-                     : ends_with(name, "_norm.weight") && name.find(".attn.") != std::string::npos
+                     : name.ends_with("_norm.weight") && name.find(".attn.") != std::string::npos
                          ? " (query/key norms, as Qwen3's blocks have: set model.qk_norm: true)"
                      : name.find(".post_") != std::string::npos
                          ? " (post-norms, as Gemma 2's and 3's blocks have: set "
@@ -1353,7 +1348,7 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
     // balanced by them from now on) start at zero: the choice is then the
     // file's own.
     for (const auto& [name, shape] : expected) {
-      if (block_index(name) == b && ends_with(name, ".mlp.expert_bias") && !part.count(name))
+      if (block_index(name) == b && name.ends_with(".mlp.expert_bias") && !part.count(name))
         part[name] = zeros(shape, DType::F32);
     }
     check_part(path, part, expected, b, llama);
@@ -1412,7 +1407,7 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
       for (const auto& [name, shape] : expected) {
         if (name.rfind(mine, 0) != 0) continue;
         wanted.emplace(name, shape);
-        if (ends_with(name, ".mlp.expert_bias") && !part.count(name))
+        if (name.ends_with(".mlp.expert_bias") && !part.count(name))
           part[name] = zeros(shape, DType::F32);  // (as the blocks')
       }
       check_part(path, part, wanted, -1, llama);

@@ -194,7 +194,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
 namespace {
 
 // One tensor's place in a file's data section.
-struct Entry {
+struct TensorEntry {
   DType dtype;  // as read (f32 for F8_E4M3)
   Shape shape;
   uint64_t begin, end;
@@ -204,7 +204,7 @@ struct Entry {
 // A header parsed and checked against the file's size: every entry's
 // dtype, shape, byte count, and the entries tiling the data section.
 struct Header {
-  std::map<std::string, Entry> entries;
+  std::map<std::string, TensorEntry> entries;
   std::map<std::string, std::string> metadata;
   std::map<std::string, Shape> shapes;
   const uint8_t* data = nullptr;
@@ -297,7 +297,7 @@ Header parse_header(const uint8_t* bytes, uint64_t size, const std::string& sour
     }
     spans.push_back({begin, end, name});
     result.shapes[name] = shape;
-    result.entries[name] = Entry{dtype, shape, begin, end, e4m3};
+    result.entries[name] = TensorEntry{dtype, shape, begin, end, e4m3};
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -386,7 +386,7 @@ Tensor SafetensorsFile::read_elements(const std::string& name, int64_t offset,
   const Header& h = state_->header;
   auto it = h.entries.find(name);
   if (it == h.entries.end()) fail(path(), "no tensor '" + name + "'");
-  const Entry& e = it->second;
+  const TensorEntry& e = it->second;
   const int64_t n = numel(e.shape);
   if (offset < 0 || count < 0 || offset > n || count > n - offset) {
     fail(path(), "elements [" + std::to_string(offset) + ", +" + std::to_string(count) +

@@ -23,15 +23,15 @@ T le(const std::byte* p) {
 }
 
 // An entry of the archive: where its bytes lie in the file.
-struct Entry {
+struct ZipEntry {
   uint64_t offset = 0, size = 0;
 };
 
 // The archive's entries by name. torch.save stores them uncompressed, so
 // each one's bytes are read in place; archives past 4 GiB (a sharded
 // checkpoint's parts) use zip64's fields.
-std::map<std::string, Entry> zip_entries(const std::byte* d, uint64_t size,
-                                         const std::string& path) {
+std::map<std::string, ZipEntry> zip_entries(const std::byte* d, uint64_t size,
+                                            const std::string& path) {
   auto bad = [&](const std::string& what) {
     return IoError("PyTorch checkpoint '" + path + "': " + what);
   };
@@ -61,7 +61,7 @@ std::map<std::string, Entry> zip_entries(const std::byte* d, uint64_t size,
     dir_at = le<uint64_t>(d + z + 48);
   }
   need(dir_at, dir_size);
-  std::map<std::string, Entry> out;
+  std::map<std::string, ZipEntry> out;
   uint64_t p = dir_at;
   for (uint64_t n = 0; n < count; ++n) {
     need(p, 46);
@@ -469,7 +469,7 @@ void gather(const std::byte* src, const Shape& size, const Shape& stride, size_t
 
 struct TorchCheckpointFile::State {
   std::unique_ptr<data::MappedFile> file;
-  std::map<std::string, Entry> entries;
+  std::map<std::string, ZipEntry> entries;
   std::string prefix;                    // "<archive>/"
   std::map<std::string, Value> tensors;  // the state dict's, by name
   std::map<std::string, Shape> shapes;

@@ -868,15 +868,9 @@ const std::vector<std::string>& GptConfig::latent_lora_layers() {
   return layers;
 }
 
-namespace {
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-}  // namespace
-
 LoraDropout GptConfig::lora_dropout(int64_t layer, const std::string& name) const {
   const bool row_parallel =
-      name == "attn.c_proj" || (name.rfind("mlp.", 0) == 0 && ends_with(name, ".c_proj"));
+      name == "attn.c_proj" || (name.rfind("mlp.", 0) == 0 && name.ends_with(".c_proj"));
   return {lora.dropout, stable_hash("lora." + std::to_string(layer) + "." + name), row_parallel};
 }
 
@@ -902,7 +896,7 @@ std::vector<std::string> GptConfig::lora_modules(int64_t block) const {
 }
 
 bool is_lora_adapter(const std::string& name) {
-  return ends_with(name, ".lora_a") || ends_with(name, ".lora_b");
+  return name.ends_with(".lora_a") || name.ends_with(".lora_b");
 }
 
 std::string lora_adapted_weight(const std::string& adapter) {
@@ -912,12 +906,12 @@ std::string lora_adapted_weight(const std::string& adapter) {
 
 bool is_hidden_matrix(const std::string& name, const Shape& shape) {
   return shape.size() == 2 && (name.rfind("h.", 0) == 0 || name.rfind("mtp.", 0) == 0) &&
-         !is_lora_adapter(name) && !ends_with(name, ".mlp.router.weight") &&
-         !ends_with(name, ".mlp.shared_gate.weight");
+         !is_lora_adapter(name) && !name.ends_with(".mlp.router.weight") &&
+         !name.ends_with(".mlp.shared_gate.weight");
 }
 
 std::vector<int64_t> fused_row_blocks(const GptConfig& cfg, const std::string& name, int64_t rows) {
-  if (ends_with(name, ".attn.c_attn.weight")) {
+  if (name.ends_with(".attn.c_attn.weight")) {
     const int64_t kv = cfg.kv_heads() * cfg.head_dim();
     if (rows != cfg.qkv_width()) {
       throw ShapeError("'" + name + "' has " + std::to_string(rows) +
@@ -925,7 +919,7 @@ std::vector<int64_t> fused_row_blocks(const GptConfig& cfg, const std::string& n
     }
     return {cfg.q_width(), kv, kv};
   }
-  if (ends_with(name, ".c_fc.weight") && cfg.gated_mlp()) {
+  if (name.ends_with(".c_fc.weight") && cfg.gated_mlp()) {
     if (rows % 2 != 0) {
       throw ShapeError("'" + name + "' has " + std::to_string(rows) +
                        " rows; a gated MLP's gate and value halves take an even number");
@@ -936,8 +930,8 @@ std::vector<int64_t> fused_row_blocks(const GptConfig& cfg, const std::string& n
 }
 
 InitRule gpt_init_rule(const std::string& name, const Shape& full_shape, const GptConfig& cfg) {
-  if (ends_with(name, ".lora_b") || ends_with(name, ".expert_bias")) return InitRule::constant(0.0);
-  if (ends_with(name, ".lora_a")) {
+  if (name.ends_with(".lora_b") || name.ends_with(".expert_bias")) return InitRule::constant(0.0);
+  if (name.ends_with(".lora_a")) {
     // Unit variance in, about unit variance out: A x has x's scale.
     return InitRule::normal(1.0 / std::sqrt(static_cast<double>(full_shape.at(1))));
   }
@@ -1335,12 +1329,12 @@ std::vector<int64_t> host_ids(const Tensor& t, const char* what) {
 
 int64_t expert_bias_layer(const GptConfig& cfg, const std::string& name) {
   static const std::string tail = ".mlp.expert_bias";
-  if (!ends_with(name, tail)) return -1;
+  if (!name.ends_with(tail)) return -1;
   const std::string head = name.substr(0, name.size() - tail.size());
   // An index of digits alone between `prefix` and `suffix`, or -1.
   auto index = [&](const std::string& prefix, const std::string& suffix) -> int64_t {
     if (head.size() <= prefix.size() + suffix.size() || head.compare(0, prefix.size(), prefix) ||
-        !ends_with(head, suffix))
+        !head.ends_with(suffix))
       return -1;
     const std::string digits =
         head.substr(prefix.size(), head.size() - prefix.size() - suffix.size());

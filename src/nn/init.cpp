@@ -13,22 +13,15 @@ Tensor init_parameter(const std::string& name, const Shape& full_shape, const In
   return randn(full_shape, seed, stable_hash(name), rule.value, dtype);
 }
 
-namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-}  // namespace
-
 InitRule gpt2_init_rule(const std::string& name, int64_t n_layer, bool norm_weight_offset,
                         double std) {
   // Norms' weights start at one (zero when they scale by 1 + weight): the
   // blocks' ln_1 and ln_2, ln_f, and the query/key norms (attn.q_norm,
   // attn.k_norm).
-  const bool is_ln = name.find("ln_") != std::string::npos || ends_with(name, "_norm.weight");
-  if (ends_with(name, ".bias")) return InitRule::constant(0.0);
+  const bool is_ln = name.find("ln_") != std::string::npos || name.ends_with("_norm.weight");
+  if (name.ends_with(".bias")) return InitRule::constant(0.0);
   if (is_ln) return InitRule::constant(norm_weight_offset ? 0.0 : 1.0);
-  if (ends_with(name, "c_proj.weight")) {
+  if (name.ends_with("c_proj.weight")) {
     return InitRule::normal(std / std::sqrt(2.0 * static_cast<double>(n_layer)));
   }
   return InitRule::normal(std);

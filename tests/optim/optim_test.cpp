@@ -13,91 +13,76 @@
 namespace triad::optim {
 namespace {
 
-TEST(AdamW, MatchesTheClosedFormForTwoStepsAndDecaysOnlyMatrices) {
+// AdamW written out in doubles, PyTorch's order of operations: `p` after a
+// step for each of `decays` (that step's weight decay), the gradient `g`
+// every step.
+std::vector<double> adamw_closed_form(std::vector<double> p, const std::vector<double>& g,
+                                      const AdamWOptions& o, const std::vector<double>& decays) {
+  std::vector<double> m(p.size(), 0), v(p.size(), 0);
+  for (size_t k = 0; k < decays.size(); ++k) {
+    const double step = static_cast<double>(k + 1);
+    for (size_t i = 0; i < p.size(); ++i) {
+      p[i] *= 1 - o.lr * decays[k];
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g[i];
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g[i] * g[i];
+      const double mh = m[i] / (1 - std::pow(o.beta1, step));
+      const double vh = v[i] / (1 - std::pow(o.beta2, step));
+      p[i] -= o.lr * mh / (std::sqrt(vh) + o.eps);
+    }
+  }
+  return p;
+}
+
+// A 2x2 matrix "w" and a vector "b" (f64) stepped by `opt` (made from them)
+// once for each of `decays`, set_weight_decay'd to it first unless
+// `set_decays` is false, against the closed form: w decays, b never.
+void expect_closed_form_steps(const AdamWOptions& o, const std::vector<double>& decays,
+                              bool set_decays) {
   Tensor w = from_vector(std::vector<double>{0.5, -1.0, 2.0, 0.25}, {2, 2}, DType::F64);
   Tensor b = from_vector(std::vector<double>{0.3, -0.7}, {2}, DType::F64);
   w.set_requires_grad(true);
   b.set_requires_grad(true);
+  AdamW opt({{"w", w}, {"b", b}}, o);
+  const std::vector<double> gw{0.1, -0.2, 0.3, 0.4}, gb{-0.5, 0.6};
+  const auto expect_w = adamw_closed_form(to_double_vector(w), gw, o, decays);
+  const auto expect_b =
+      adamw_closed_form(to_double_vector(b), gb, o, std::vector<double>(decays.size(), 0.0));
+  for (double wd : decays) {
+    if (set_decays) opt.set_weight_decay(wd);
+    w.set_grad(from_vector(gw, {2, 2}, DType::F64));
+    b.set_grad(from_vector(gb, {2}, DType::F64));
+    opt.step(o.lr);
+  }
+  EXPECT_EQ(opt.step_count(), static_cast<int64_t>(decays.size()));
+  const auto got_w = to_double_vector(w), got_b = to_double_vector(b);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got_w[i], expect_w[i], 1e-12);
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got_b[i], expect_b[i], 1e-12);
+  EXPECT_TRUE(opt.state()[0].decay);
+  EXPECT_FALSE(opt.state()[1].decay);
+  if (!set_decays) return;
+  EXPECT_EQ(opt.options().weight_decay, decays.back());
+  testing::expect_error<ValueError>([&] { opt.set_weight_decay(-0.1); },
+                                    {"AdamW", "weight_decay", "-0.1", ">= 0"});
+  EXPECT_EQ(opt.options().weight_decay, decays.back());  // (unchanged)
+}
+
+TEST(AdamW, MatchesTheClosedFormForTwoStepsAndDecaysOnlyMatrices) {
   AdamWOptions o;
   o.lr = 0.1;
   o.beta1 = 0.8;
   o.beta2 = 0.9;
   o.eps = 1e-8;
   o.weight_decay = 0.5;
-  AdamW opt({{"w", w}, {"b", b}}, o);
-  std::vector<double> gw{0.1, -0.2, 0.3, 0.4}, gb{-0.5, 0.6};
-  // Reference in double, PyTorch's order of operations.
-  auto ref = [&](std::vector<double> p, const std::vector<double>& g, double wd) {
-    std::vector<double> m(p.size(), 0), v(p.size(), 0);
-    for (int step = 1; step <= 2; ++step) {
-      for (size_t i = 0; i < p.size(); ++i) {
-        p[i] *= 1 - o.lr * wd;
-        m[i] = o.beta1 * m[i] + (1 - o.beta1) * g[i];
-        v[i] = o.beta2 * v[i] + (1 - o.beta2) * g[i] * g[i];
-        const double mh = m[i] / (1 - std::pow(o.beta1, step));
-        const double vh = v[i] / (1 - std::pow(o.beta2, step));
-        p[i] -= o.lr * mh / (std::sqrt(vh) + o.eps);
-      }
-    }
-    return p;
-  };
-  auto expect_w = ref(to_double_vector(w), gw, 0.5);
-  auto expect_b = ref(to_double_vector(b), gb, 0.0);
-  for (int step = 0; step < 2; ++step) {
-    w.set_grad(from_vector(gw, {2, 2}, DType::F64));
-    b.set_grad(from_vector(gb, {2}, DType::F64));
-    opt.step(o.lr);
-  }
-  EXPECT_EQ(opt.step_count(), 2);
-  auto got_w = to_double_vector(w), got_b = to_double_vector(b);
-  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got_w[i], expect_w[i], 1e-12);
-  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got_b[i], expect_b[i], 1e-12);
-  EXPECT_TRUE(opt.state()[0].decay);
-  EXPECT_FALSE(opt.state()[1].decay);
+  expect_closed_form_steps(o, {0.5, 0.5}, false);
 }
 
 // train.weight_decay_schedule: set_weight_decay changes the decay of the
-// steps after it (0.5, then 0.2, then 0) and of the matrices alone.
+// steps after it (0.5, then 0.2, then 0), of the matrices alone.
 TEST(AdamW, SetWeightDecayChangesTheNextSteps) {
-  Tensor w = from_vector(std::vector<double>{0.5, -1.0, 2.0, 0.25}, {2, 2}, DType::F64);
-  Tensor b = from_vector(std::vector<double>{0.3, -0.7}, {2}, DType::F64);
-  w.set_requires_grad(true);
-  b.set_requires_grad(true);
   AdamWOptions o;
   o.lr = 0.1;
   o.weight_decay = 0.5;
-  AdamW opt({{"w", w}, {"b", b}}, o);
-  const std::vector<double> decays{0.5, 0.2, 0.0};
-  std::vector<double> gw{0.1, -0.2, 0.3, 0.4}, gb{-0.5, 0.6};
-  auto ref = [&](std::vector<double> p, const std::vector<double>& g, bool decays_at_all) {
-    std::vector<double> m(p.size(), 0), v(p.size(), 0);
-    for (int step = 1; step <= 3; ++step) {
-      for (size_t i = 0; i < p.size(); ++i) {
-        if (decays_at_all) p[i] *= 1 - o.lr * decays[static_cast<size_t>(step - 1)];
-        m[i] = o.beta1 * m[i] + (1 - o.beta1) * g[i];
-        v[i] = o.beta2 * v[i] + (1 - o.beta2) * g[i] * g[i];
-        const double mh = m[i] / (1 - std::pow(o.beta1, step));
-        const double vh = v[i] / (1 - std::pow(o.beta2, step));
-        p[i] -= o.lr * mh / (std::sqrt(vh) + o.eps);
-      }
-    }
-    return p;
-  };
-  const auto expect_w = ref(to_double_vector(w), gw, true);
-  const auto expect_b = ref(to_double_vector(b), gb, false);
-  for (double wd : decays) {
-    opt.set_weight_decay(wd);
-    w.set_grad(from_vector(gw, {2, 2}, DType::F64));
-    b.set_grad(from_vector(gb, {2}, DType::F64));
-    opt.step(o.lr);
-  }
-  EXPECT_EQ(opt.options().weight_decay, 0.0);
-  const auto got_w = to_double_vector(w), got_b = to_double_vector(b);
-  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got_w[i], expect_w[i], 1e-12);
-  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got_b[i], expect_b[i], 1e-12);
-  testing::expect_error<ValueError>([&] { opt.set_weight_decay(-0.1); },
-                                    {"AdamW", "weight_decay", "-0.1", ">= 0"});
-  EXPECT_EQ(opt.options().weight_decay, 0.0);  // (unchanged)
+  expect_closed_form_steps(o, {0.5, 0.2, 0.0}, true);
 }
 
 // train.no_weight_decay: a matrix named in no_decay steps as it would with

@@ -544,21 +544,32 @@ TEST(DataParallel, ZeroOneBf16GradientsWithMuonStepAsOneProcessDoes) {
 }
 
 // ZeRO-1 with AdamW options `o` and Muon options `mo` ("c" Muon's, the
-// others AdamW's) steps as one process's optimizers under them do.
+// others AdamW's) steps as one process's optimizers under them do; with
+// `decays`, every optimizer's weight decay is set to decays[k] before step k.
 void expect_zero_with_options_as_one_process(const optim::AdamWOptions& o,
-                                             const optim::MuonOptions& mo, uint64_t seed) {
+                                             const optim::MuonOptions& mo, uint64_t seed,
+                                             const std::vector<double>& decays = {}) {
   dp::GradientReducer r(small_params(), g_world, 256.0, true);
   std::vector<std::pair<std::string, Tensor>> plain = start_alike(r, seed);
   dp::ZeroAdamW zero(r, o, {{"c", {"c", {}}}}, mo);
   optim::Muon muon({{{"c", {}}, plain[2].second}}, mo);
   optim::AdamW adamw({plain[0], plain[1], plain[3]}, o);
+  std::function<void(int)> before;
+  if (!decays.empty()) {
+    before = [&](int step) {
+      const double wd = decays.at(static_cast<size_t>(step));
+      zero.set_weight_decay(wd);
+      muon.set_weight_decay(wd);
+      adamw.set_weight_decay(wd);
+    };
+  }
   expect_zero_steps_as_one_process(
       r, zero, plain,
       [&] {
         muon.step(1e-2, 0.8);
         adamw.step(1e-2, 0.8);
       },
-      DType::F32, seed + 1);
+      DType::F32, seed + 1, before);
 }
 
 // train.no_weight_decay under ZeRO-1: the pieces of a matrix named in
@@ -577,28 +588,13 @@ TEST(DataParallel, ZeroOneStepsNoDecayNamesAsOneProcessDoes) {
 // (0.05, 0.3, 0.6) steps the pieces of AdamW's matrix ("a") and Muon's
 // ("c") as one process's optimizers under the same decays.
 TEST(DataParallel, ZeroOneFollowsAChangingWeightDecayAsOneProcessDoes) {
-  dp::GradientReducer r(small_params(), g_world, 256.0, true);
-  std::vector<std::pair<std::string, Tensor>> plain = start_alike(r, 105);
   optim::AdamWOptions o;
   o.weight_decay = 0.05;
   optim::MuonOptions mo;
   mo.weight_decay = 0.05;
-  dp::ZeroAdamW zero(r, o, {{"c", {"c", {}}}}, mo);
-  optim::Muon muon({{{"c", {}}, plain[2].second}}, mo);
-  optim::AdamW adamw({plain[0], plain[1], plain[3]}, o);
-  expect_zero_steps_as_one_process(
-      r, zero, plain,
-      [&] {
-        muon.step(1e-2, 0.8);
-        adamw.step(1e-2, 0.8);
-      },
-      DType::F32, 106,
-      [&](int step) {
-        const double wd = std::vector{0.05, 0.3, 0.6}.at(static_cast<size_t>(step));
-        zero.set_weight_decay(wd);
-        muon.set_weight_decay(wd);
-        adamw.set_weight_decay(wd);
-      });
+  expect_zero_with_options_as_one_process(o, mo, 105, {0.05, 0.3, 0.6});
+  dp::GradientReducer r(small_params(), g_world, 256.0, true);
+  dp::ZeroAdamW zero(r, o);
   testing::expect_error<ValueError>([&] { zero.set_weight_decay(INFINITY); },
                                     {"ZeroAdamW", "weight_decay", "inf", "finite"});
 }
