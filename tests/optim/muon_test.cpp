@@ -254,7 +254,9 @@ TEST(Muon, ABf16MomentumIsTheF32OneRoundedAfterEachStep) {
 
 // Two matrices (an attention projection and an MLP's) from the same start,
 // after three Muon steps at `lr` under `o`, with the same gradients.
-std::vector<std::vector<double>> two_matrices_stepped(const MuonOptions& o, double lr) {
+// (`before(muon, step)`, when given, runs before each step.)
+std::vector<std::vector<double>> two_matrices_stepped(
+    const MuonOptions& o, double lr, const std::function<void(Muon&, int)>& before = {}) {
   std::vector<std::pair<MuonMatrix, Tensor>> matrices;
   for (const char* name : {"h.0.attn.c_attn.weight", "h.0.mlp.c_fc.weight"}) {
     Tensor p = randn({6, 4}, 91, 0).detach();
@@ -265,6 +267,7 @@ std::vector<std::vector<double>> two_matrices_stepped(const MuonOptions& o, doub
   }
   Muon muon(matrices, o);
   for (int step = 0; step < 3; ++step) {
+    if (before) before(muon, step);
     for (auto& [m, p] : matrices) p.set_grad(randn({6, 4}, 92, static_cast<uint64_t>(step)));
     muon.step(lr);
   }
@@ -292,24 +295,12 @@ TEST(Muon, NoDecayNamesStepAsWithoutWeightDecay) {
 // undecayed), and it changes the steps after it.
 TEST(Muon, SetWeightDecayStepsAsTheDecayGivenAtConstruction) {
   auto run = [](double constructed, double set, int change_at) {
-    std::vector<std::pair<MuonMatrix, Tensor>> matrices;
-    for (const char* name : {"h.0.attn.c_attn.weight", "h.0.mlp.c_fc.weight"}) {
-      Tensor p = randn({6, 4}, 93, 0).detach();
-      p.set_requires_grad(true);
-      MuonMatrix m;
-      m.name = name;
-      matrices.push_back({m, p});
-    }
     MuonOptions o;
     o.weight_decay = constructed;
     o.no_decay = {"h.0.attn.c_attn.weight"};
-    Muon muon(matrices, o);
-    for (int step = 0; step < 3; ++step) {
+    return two_matrices_stepped(o, 0.02, [&](Muon& muon, int step) {
       if (step == change_at) muon.set_weight_decay(set);
-      for (auto& [m, p] : matrices) p.set_grad(randn({6, 4}, 94, static_cast<uint64_t>(step)));
-      muon.step(0.02);
-    }
-    return std::vector{to_double_vector(matrices[0].second), to_double_vector(matrices[1].second)};
+    });
   };
   const auto set = run(0.1, 0.4, 0), given = run(0.4, 0.4, -1);
   EXPECT_EQ(set, given);
