@@ -55,6 +55,10 @@ const char* cooldown_shape_name(CooldownShape shape) {
 LrSchedule::LrSchedule(const LrScheduleOptions& o) : o_(o) {
   if (o.warmup_steps < 0)
     throw ValueError("warmup_steps (" + std::to_string(o.warmup_steps) + ") must be >= 0");
+  if (!(o.warmup_init >= 0 && o.warmup_init <= o.lr)) {
+    throw ValueError("warmup_init (" + std::to_string(o.warmup_init) + ") must be in [0, lr (" +
+                     std::to_string(o.lr) + ")]");
+  }
   if (o.decay_steps < 0)
     throw ValueError("decay_steps (" + std::to_string(o.decay_steps) + ") must be >= 0");
   if (o.min_lr > o.lr && o.decay != LrDecay::Constant) {
@@ -83,7 +87,8 @@ double LrSchedule::at(double step) const {
   // Step s ends (s + 1) / warmup_steps of the warm-up (a fractional step
   // past its end is already at lr).
   if (step + 1.0 < static_cast<double>(o.warmup_steps)) {
-    return o.lr * (step + 1.0) / static_cast<double>(o.warmup_steps);
+    return o.warmup_init +
+           (o.lr - o.warmup_init) * (step + 1.0) / static_cast<double>(o.warmup_steps);
   }
   if (o.decay == LrDecay::Constant) return o.lr;
   if (step >= static_cast<double>(o.decay_steps)) return o.min_lr;

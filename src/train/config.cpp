@@ -562,6 +562,16 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError(os.str());
   }
   require(t.warmup_steps >= 0, "train.warmup_steps", t.warmup_steps, "must be >= 0");
+  if (!(t.warmup_init >= 0 && t.warmup_init <= t.lr)) {
+    std::ostringstream os;
+    os << "train.warmup_init (" << t.warmup_init << ") must be in [0, train.lr (" << t.lr << ")]";
+    throw ConfigError(os.str());
+  }
+  if (t.warmup_init > 0 && t.warmup_steps == 0) {
+    std::ostringstream os;
+    os << "train.warmup_init (" << t.warmup_init << ") needs a warm-up: train.warmup_steps is 0";
+    throw ConfigError(os.str());
+  }
   require(t.lr_decay_steps >= 0, "train.lr_decay_steps", t.lr_decay_steps,
           "must be >= 0 (0: train.steps)");
   require(t.cooldown_steps >= 0, "train.cooldown_steps", t.cooldown_steps, "must be >= 0");
@@ -1027,6 +1037,7 @@ optim::LrScheduleOptions TrainSection::lr_schedule() const {
   o.lr = lr;
   o.min_lr = min_lr;
   o.warmup_steps = warmup_steps;
+  o.warmup_init = warmup_init;
   o.decay_steps = lr_decay_steps > 0 ? lr_decay_steps : steps;
   o.decay = optim::lr_decay_from_string(lr_decay);
   if (o.decay == optim::LrDecay::Wsd) {
@@ -1312,6 +1323,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           min_lr_given = true;
         }}},
       {"warmup_steps", {false, [&](auto& v, auto& k) { t.warmup_steps = get_int(v, k); }}},
+      {"warmup_init", {false, [&](auto& v, auto& k) { t.warmup_init = get_double(v, k); }}},
       {"lr_decay",
        {false,
         [&](auto& v, auto& k) {
@@ -2211,6 +2223,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "lr" << YAML::Value << t.lr;
   e << YAML::Key << "min_lr" << YAML::Value << t.min_lr;
   e << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps;
+  if (t.warmup_init > 0) e << YAML::Key << "warmup_init" << YAML::Value << t.warmup_init;
   e << YAML::Key << "lr_decay" << YAML::Value << t.lr_decay;
   if (t.lr_decay_steps > 0) e << YAML::Key << "lr_decay_steps" << YAML::Value << t.lr_decay_steps;
   if (t.cooldown_steps > 0) e << YAML::Key << "cooldown_steps" << YAML::Value << t.cooldown_steps;

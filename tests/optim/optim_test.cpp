@@ -367,6 +367,28 @@ TEST(LrSchedule, WarmupThenCosineToMinLr) {
   EXPECT_THROW(LrSchedule(LrScheduleOptions{0.1, 0.2, 0, 10}), ValueError);
 }
 
+// A warm-up from warmup_init: step k at init + (lr - init)(k + 1)/W, so
+// init 0 is the plain warm-up and the decay after it is untouched; an init
+// outside [0, lr] is refused naming it.
+TEST(LrSchedule, WarmupStartsFromWarmupInit) {
+  LrScheduleOptions o{1.0, 0.1, 10, 110, LrDecay::Cosine};
+  o.warmup_init = 0.2;
+  const LrSchedule s(o);
+  const LrSchedule plain = schedule(LrDecay::Cosine, 10, 110);
+  EXPECT_NEAR(s.at(0), 0.2 + 0.8 * 0.1, 1e-12);
+  EXPECT_NEAR(s.at(4), 0.2 + 0.8 * 0.5, 1e-12);
+  EXPECT_NEAR(s.at(2.5), 0.2 + 0.8 * 0.35, 1e-12);
+  EXPECT_NEAR(s.at(9), 1.0, 1e-12);
+  for (int k = 1; k < 10; ++k) EXPECT_GT(s.at(k), s.at(k - 1)) << k;
+  for (int k = 0; k < 9; ++k) EXPECT_GT(s.at(k), plain.at(k)) << k;
+  for (int k : {9, 10, 35, 60, 110, 200}) EXPECT_EQ(s.at(k), plain.at(k)) << k;
+  for (double bad : {-0.1, 1.5}) {
+    o.warmup_init = bad;
+    testing::expect_error<ValueError>([&] { (void)LrSchedule(o); },
+                                      {"warmup_init (" + std::to_string(bad) + ")", "[0, lr"});
+  }
+}
+
 // Fractional steps (a batch-size ramp's small steps): the warm-up grows in
 // proportion and stops at lr, and the decay falls in between.
 TEST(LrSchedule, FractionalStepsInterpolate) {

@@ -978,6 +978,16 @@ TEST(Checkpoint, ARampMovesTheScheduleBySequences) {
   const double lr = c.train.lr;
   const std::vector<double> want = {lr / 4, lr / 2, 3 * lr / 4, lr, lr};
   for (size_t k = 0; k < 5; ++k) EXPECT_NEAR(m[k].lr, want[k], 1e-15) << "step " << k + 1;
+  // A warm-up from train.warmup_init = lr/2 covers the other half the same way,
+  // and trains otherwise: its first step moves the weights twice as far.
+  const Config from_half =
+      parse_config(to_yaml(c), {"train.warmup_init=" + std::to_string(lr / 2)});
+  const auto h = Trainer(from_half).run();
+  ASSERT_EQ(h.size(), 5u);
+  for (size_t k = 0; k < 5; ++k)
+    EXPECT_NEAR(h[k].lr, lr / 2 + want[k] / 2, 1e-15) << "step " << k + 1;
+  EXPECT_EQ(h[0].loss, m[0].loss);
+  EXPECT_NE(h[1].loss, m[1].loss);
 }
 
 std::string file_bytes(const std::string& path) {

@@ -278,6 +278,24 @@ TEST(Config, LearningRateDecayKeys) {
                       "train.lr_decay_steps (-1) must be >= 0");
 }
 
+// train.warmup_init: parsed into the schedule, round-tripped (absent at 0),
+// checked against train.lr and train.warmup_steps.
+TEST(Config, WarmupInitKey) {
+  const Config plain = parse_config(kValid, {"train.warmup_steps=4"});
+  EXPECT_EQ(plain.train.lr_schedule().warmup_init, 0.0);
+  EXPECT_EQ(to_yaml(plain).find("warmup_init"), std::string::npos) << to_yaml(plain);
+  const Config c = parse_config(to_yaml(
+      parse_config(kValid, {"train.lr=0.01", "train.warmup_steps=4", "train.warmup_init=0.002"})));
+  EXPECT_EQ(c.train.lr_schedule().warmup_init, 0.002);
+  EXPECT_NEAR(optim::LrSchedule(c.train.lr_schedule()).at(0), 0.002 + 0.008 / 4, 1e-15);
+  expect_config_error(kValid, {"train.lr=0.01", "train.warmup_steps=4", "train.warmup_init=0.02"},
+                      "train.warmup_init (0.02) must be in [0, train.lr (0.01)]");
+  expect_config_error(kValid, {"train.warmup_steps=4", "train.warmup_init=-1"},
+                      "train.warmup_init (-1) must be in [0, train.lr");
+  expect_config_error(kValid, {"train.lr=0.01", "train.warmup_init=0.001"},
+                      "train.warmup_init (0.001) needs a warm-up: train.warmup_steps is 0");
+}
+
 // train.weight_decay_schedule and its keys: parsed, round-tripped (absent
 // when constant), checked.
 TEST(Config, WeightDecayScheduleKeys) {

@@ -39,10 +39,14 @@ struct LrScheduleOptions {
   LrDecay decay = LrDecay::Cosine;
   int64_t cooldown_steps = 0;  // wsd only: >= 1 and at most decay_steps - warmup_steps
   CooldownShape cooldown_shape = CooldownShape::Linear;  // wsd only
+  // Where the warm-up starts from (in [0, lr]): step k of it uses
+  // warmup_init + (lr - warmup_init) * (k + 1) / warmup_steps.
+  double warmup_init = 0;
 };
 
-// Linear warm-up from lr/warmup_steps to lr over warmup_steps, then the
-// chosen decay. Bad options raise a ValueError naming the values.
+// Linear warm-up from warmup_init to lr over warmup_steps (its first step at
+// warmup_init + (lr - warmup_init) / warmup_steps), then the chosen decay. Bad options raise a
+// ValueError naming the values.
 class LrSchedule {
  public:
   explicit LrSchedule(const LrScheduleOptions& options);

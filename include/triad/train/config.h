@@ -29,6 +29,7 @@ struct TrainSection {
   double lr = 3e-4;
   double min_lr = 3e-5;
   int64_t warmup_steps = 0;
+  double warmup_init = 0;           // the warm-up's start (Megatron-LM's --lr-warmup-init)
   std::string lr_decay = "cosine";  // cosine | linear | constant | wsd
   int64_t lr_decay_steps = 0;       // where the decay reaches min_lr; 0: steps
   int64_t cooldown_steps = 0;       // wsd: the final decay's length; 0: a fifth of the decay span
