@@ -909,6 +909,17 @@ void validate(const Config& c, bool min_lr_given) {
   } catch (const ValueError&) {
     throw ConfigError("device ('" + c.device + "') must be cpu, cuda or cuda:N");
   }
+  // log.profile_steps brackets the CUDA profiler, and log.nvtx's ranges
+  // anywhere; on the CPU alone there is nothing for it to bracket.
+  if (c.log_profile_first > 0 && !c.log_nvtx && c.device == "cpu") {
+    throw ConfigError("log.profile_steps ([" + std::to_string(c.log_profile_first) + ", " +
+                      std::to_string(c.log_profile_last) +
+                      "]) on device cpu needs log.nvtx: true (it starts the CUDA profiler "
+                      "only on a GPU)");
+  }
+  if (!c.log_profile_ranks.empty() && !c.log_nvtx && c.log_profile_first == 0) {
+    throw ConfigError("log.profile_ranks applies to log.nvtx or log.profile_steps: set one");
+  }
   const auto& p = c.parallel;
   const std::set<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-auto", "zb-v"};
   if (!schedules.count(p.schedule)) {
@@ -1722,6 +1733,34 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"grad_norms", {false, [&](auto& v, auto& k) { c.log_grad_norms = norm_grouping(v, k); }}},
       {"param_norms", {false, [&](auto& v, auto& k) { c.log_param_norms = norm_grouping(v, k); }}},
       {"plan_cluster", {false, [&](auto& v, auto& k) { c.log_plan_cluster = get_string(v, k); }}},
+      {"nvtx", {false, [&](auto& v, auto& k) { c.log_nvtx = get_bool(v, k); }}},
+      {"profile_steps",
+       {false,
+        [&](auto& v, auto& k) {
+          std::vector<int64_t> range;
+          if (v.IsSequence()) {
+            for (const auto& item : v) range.push_back(get_int(item, k));
+          }
+          if (range.size() != 2 || range[0] < 1 || range[1] < range[0]) {
+            throw ConfigError(k + " (" + YAML::Dump(v) +
+                              ") must be [first, last], steps numbered from 1 as logged with "
+                              "first <= last");
+          }
+          c.log_profile_first = range[0];
+          c.log_profile_last = range[1];
+        }}},
+      {"profile_ranks",
+       {false,
+        [&](auto& v, auto& k) {
+          if (!v.IsSequence() || v.size() == 0)
+            throw ConfigError(k + " (" + YAML::Dump(v) + ") must be a list of world ranks");
+          c.log_profile_ranks.clear();
+          for (const auto& item : v) {
+            const int64_t r = get_int(item, k);
+            if (r < 0) throw ConfigError(k + ": rank " + std::to_string(r) + " must be >= 0");
+            c.log_profile_ranks.push_back(r);
+          }
+        }}},
   };
   const Section checkpoint{
       {"dir", {false, [&](auto& v, auto& k) { c.checkpoint.dir = get_string(v, k); }}},
@@ -2335,6 +2374,13 @@ std::string to_yaml(const Config& c) {
   }
   if (!c.log_plan_cluster.empty())
     e << YAML::Key << "plan_cluster" << YAML::Value << c.log_plan_cluster;
+  if (c.log_nvtx) e << YAML::Key << "nvtx" << YAML::Value << true;
+  if (c.log_profile_first > 0) {
+    e << YAML::Key << "profile_steps" << YAML::Value << YAML::Flow << YAML::BeginSeq
+      << c.log_profile_first << c.log_profile_last << YAML::EndSeq;
+  }
+  if (!c.log_profile_ranks.empty())
+    e << YAML::Key << "profile_ranks" << YAML::Value << YAML::Flow << c.log_profile_ranks;
   e << YAML::EndMap;
   const auto& p = c.parallel;
   e << YAML::Key << "parallel" << YAML::Value << YAML::BeginMap;

@@ -28,6 +28,7 @@
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/backend.h"
 #include "triad/backend/cuda.h"
+#include "triad/core/nvtx.h"
 #include "triad/data/fill_in_the_middle.h"
 #include "triad/data/token_shard.h"
 #include "triad/dist/nccl.h"
@@ -234,6 +235,22 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   const auto& par = config_.parallel;
   const int world_size = world_ ? world_->size() : 1;
   device_ = device_from_string(config_.device);
+  if (config_.log_nvtx && !nvtx::available()) {
+    throw NotSupportedError(
+        "log.nvtx: this build of Triad emits no NVTX ranges (they need the CUDA toolkit's NVTX "
+        "headers: configure with TRIAD_WITH_CUDA=ON)");
+  }
+  for (const int64_t r : config_.log_profile_ranks) {
+    if (r >= world_size) {
+      throw ConfigError("log.profile_ranks: rank " + std::to_string(r) + " is not in a world of " +
+                        std::to_string(world_size) + " rank(s)");
+    }
+  }
+  if (!config_.log_profile_ranks.empty()) {
+    const int64_t rank = world_ ? world_->rank() : 0;
+    profiling_rank_ = std::find(config_.log_profile_ranks.begin(), config_.log_profile_ranks.end(),
+                                rank) != config_.log_profile_ranks.end();
+  }
   cuda::set_attention_kernel(cuda::attention_kernel_from_string(config_.attention_kernel));
   cuda::set_attention_deterministic(config_.attention_deterministic);
   if (device_.is_cuda()) {
@@ -593,6 +610,37 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   choose_attention_kernel();
 }
 
+Trainer::~Trainer() {
+  try {
+    leave_profile_window();
+  } catch (const std::exception& e) {
+    spdlog::warn("stopping the CUDA profiler: {}", e.what());
+  }
+}
+
+void Trainer::enter_profile_window(int64_t index) {
+  const int64_t n = index + 1, first = config_.log_profile_first, last = config_.log_profile_last;
+  const bool inside = first == 0 || (n >= first && n <= last);
+  nvtx::set_enabled(config_.log_nvtx && profiling_rank_ && inside);
+  if (first == 0 || !profiling_rank_ || !device_.is_cuda()) return;
+  if (inside && !profiler_started_) {
+    cuda::profiler_start();
+    profiler_started_ = true;
+    spdlog::info("profiling steps {} to {}: CUDA profiler started", n, last);
+  } else if (!inside && profiler_started_) {
+    leave_profile_window();
+  }
+}
+
+void Trainer::leave_profile_window() {
+  if (config_.log_nvtx) nvtx::set_enabled(false);
+  if (!profiler_started_) return;
+  profiler_started_ = false;
+  cuda::synchronize(device_.index);  // (the window's kernels done before it closes)
+  cuda::profiler_stop();
+  spdlog::info("CUDA profiler stopped");
+}
+
 void Trainer::trace_steps_from(int64_t first) {
   if (config_.log_trace_first < 0) {
     trace_from_ = trace_to_ = 0;  // (none)
@@ -880,6 +928,7 @@ RankPlacement Trainer::placement() const {
 }
 
 void Trainer::save_checkpoint(int64_t next_step, std::optional<double> val_loss) {
+  const nvtx::Range range("checkpoint");
   if (reducer_) reducer_->wait_gathers();  // (overlap_param_gather)
   const auto& ck = config_.checkpoint;
   const int rank = world_ ? world_->rank() : 0;
@@ -1938,6 +1987,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     ctx.mtp_stats = mtp_stats_;
     ctx.z_loss_stats = z_loss_stats_;
     const auto t0 = TraceRecorder::Clock::now();
+    std::optional<nvtx::Range> pass;
+    pass.emplace([&] { return "F" + std::to_string(i); });
     // The batch stays on the host: the embedding and the loss check it there
     // and upload what the device needs, never waiting for queued work.
     Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx)
@@ -1950,7 +2001,10 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     if (w >= 0) part = scale(part, w * static_cast<double>(micro));
     loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
     const auto t1 = TraceRecorder::Clock::now();
+    pass.reset();
+    pass.emplace([&] { return "B" + std::to_string(i); });
     autograd::backward({scale(loss, ctx.loss_grad)});
+    pass.reset();
     const std::string id = std::to_string(i);
     record(std::string("F").append(id), "forward", t0, t1);
     record(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
@@ -2141,6 +2195,8 @@ std::string Trainer::spike_on_any_rank(double loss, double norm) {
 }
 
 StepMetrics Trainer::step(int64_t index) {
+  enter_profile_window(index);
+  const nvtx::Range range([&] { return "step " + std::to_string(index + 1); });
   return config_.train.skips_step(index + 1) ? pass_over(index) : train_step(index);
 }
 
@@ -2225,6 +2281,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   double loss = forward_backward(index, &bubble);
   const auto reduce_start = TraceRecorder::Clock::now();
   if (reducer_) {
+    const nvtx::Range range("dp reduce");
     reducer_->finish();  // buckets started during backward; wait for all
     Tensor l = from_vector(std::vector<double>{loss}, {1}, DType::F64);
     mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
@@ -2311,6 +2368,7 @@ StepMetrics Trainer::train_step(int64_t index) {
     consecutive_skips_ = 0;
     if (scaler_) scaler_->update(false);
     const auto opt_start = TraceRecorder::Clock::now();
+    const nvtx::Range range("optimizer");
     fold_ema();  // the last applied step's weights, before they change
     if (m.weight_decay >= 0) set_weight_decay(m.weight_decay);
     if (zero_optimizer_) {
@@ -3308,6 +3366,7 @@ std::vector<StepMetrics> Trainer::run() {
     std::vector<double> choices_ms, lambada_ms;
   };
   auto evaluate_step = [&](StepMetrics& m) {
+    const nvtx::Range range("evaluation");
     EvaluationTimes e;
     const auto t0 = std::chrono::steady_clock::now();
     if (!val_.empty()) evaluate_into(m);
@@ -3407,6 +3466,7 @@ std::vector<StepMetrics> Trainer::run() {
     }
   }
   commit_pending_checkpoint(/*wait=*/true);  // the last one, before the run returns
+  leave_profile_window();
   std::signal(SIGTERM, previous_term);
   std::signal(SIGINT, previous_int);
   if (device_.is_cuda() && cuda::gemm_settings().verify) {

@@ -2404,6 +2404,43 @@ TEST(CudaTraining, TheTrainerWaitsTwicePerStepWhateverTheMicroBatches) {
 #endif
 
 #ifdef TRIAD_CUDA_SIM
+// log.profile_steps [2, 3] on a GPU: cudaProfilerStart as step 2 begins,
+// cudaProfilerStop once the device has run step 3 (as step 4 begins, so the
+// window's evaluations and checkpoints are in it), so a profiler capturing
+// that range (nsys --capture-range=cudaProfilerApi) sees the kernels of
+// steps 2 and 3 and none of 1 or 4.
+TEST(CudaTraining, ProfileStepsStartAndStopTheCudaProfilerAroundTheirSteps) {
+  testing::TempDir dir;
+  const std::string model = "{n_layer: 1, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16}";
+  train::Config c = train_config(dir, model, "cuda", "fp32", 4, 2, 97);
+  c.log_profile_first = 2;
+  c.log_profile_last = 3;
+  const triad_sim::Counters before = triad_sim::counters();
+  std::vector<triad_sim::Counters> after;
+  {
+    train::Trainer t(c);
+    for (int64_t k = 0; k < 4; ++k) {
+      t.step(k);
+      after.push_back(triad_sim::counters());
+    }
+  }
+  const std::vector<int64_t> starts = {0, 1, 1, 1}, stops = {0, 0, 0, 1};
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(after[k].profiler_starts - before.profiler_starts, starts[k]) << "step " << k + 1;
+    EXPECT_EQ(after[k].profiler_stops - before.profiler_stops, stops[k]) << "step " << k + 1;
+    const int64_t profiled = after[k].profiled_launches -
+                             (k == 0 ? before.profiled_launches : after[k - 1].profiled_launches);
+    if (k == 1 || k == 2) {
+      EXPECT_GT(profiled, 10) << "step " << k + 1;
+    } else {
+      EXPECT_EQ(profiled, 0) << "step " << k + 1;
+    }
+  }
+  EXPECT_EQ(triad_sim::counters().profiler_stops, after[3].profiler_stops);  // (closed once)
+}
+#endif
+
+#ifdef TRIAD_CUDA_SIM
 // No kernel of a bf16 training step depends on the order its blocks or
 // their threads run in: the simulator runs them first to last and last to
 // first, and the losses and gradient norms agree bit for bit (a block that

@@ -32,6 +32,11 @@ void synchronize(int device);
 void order_after_compute(int device, void* other_stream);
 // The reverse: the compute stream waits for what is queued on `other_stream`.
 void order_compute_after(int device, void* other_stream);
+// The CUDA profiler's capture range, process-wide: profiling tools attached
+// with a capture range (nsys profile --capture-range=cudaProfilerApi)
+// record only between a start and the stop after it.
+void profiler_start();
+void profiler_stop();
 // The memory `device` has in all, bytes.
 size_t device_memory(int device);
 // Statistics of `device`'s caching allocator.

@@ -361,6 +361,17 @@ struct Config {
   // log.moe_per_layer: each MoE layer's busiest and idlest expert's load in
   // the metrics (Megatron-LM's --moe-per-layer-logging).
   bool log_moe_per_layer = false;
+  // log.nvtx: NVTX ranges (core/nvtx.h) around each step, microbatch pass,
+  // pipeline transfer, reduction, optimizer update, evaluation and
+  // checkpoint, for Nsight Systems.
+  bool log_nvtx = false;
+  // log.profile_steps: [first, last] as logged (from 1): on CUDA devices
+  // cudaProfilerStart before step first and cudaProfilerStop after step
+  // last (nsys --capture-range=cudaProfilerApi); log.nvtx's ranges only
+  // then. {0, 0}: every step, no profiler calls.
+  int64_t log_profile_first = 0, log_profile_last = 0;
+  // log.profile_ranks: the world ranks that profile (empty: every rank).
+  std::vector<int64_t> log_profile_ranks;
   // log.plan_cluster: a cluster file (configs/clusters/) the planner prices
   // this run on at the start, logged and written to output.dir/plan.json
   // beside the measured steps ("": none).

@@ -50,6 +50,10 @@ class Trainer {
  public:
   // `world` defaults to a world of one process.
   explicit Trainer(Config config, dist::ProcessGroupPtr world = nullptr);
+  // Closes a profiling window (log.profile_steps) a run left open.
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
   // Runs config.train.steps steps (from the newest checkpoint with
   // checkpoint.resume: auto) and writes output_dir/model.safetensors. On
   // SIGTERM/SIGINT it finishes the current step, checkpoints (when
@@ -134,6 +138,16 @@ class Trainer {
   int64_t trace_from_ = 0, trace_to_ = 0;
   // Sets them for a run whose first step is `first` (0-based).
   void trace_steps_from(int64_t first);
+  // log.nvtx, log.profile_steps, log.profile_ranks: whether this rank
+  // profiles, and whether it has started the CUDA profiler.
+  bool profiling_rank_ = true;
+  bool profiler_started_ = false;
+  // Before step `index` (0-based): NVTX ranges on when the step is in the
+  // window, and the CUDA profiler started on its first step or stopped
+  // after its last.
+  void enter_profile_window(int64_t index);
+  // NVTX ranges off and the profiler stopped (the run's end).
+  void leave_profile_window();
   bool ema_pending_ = false;
   // Whether the averages hold any step (or a checkpoint's): evaluations
   // score them only then. The same on every rank.

@@ -36,6 +36,12 @@ size_t device_memory(int) {
 void synchronize(int) {
   absent("synchronize");
 }
+void profiler_start() {
+  absent("profiler_start");
+}
+void profiler_stop() {
+  absent("profiler_stop");
+}
 void order_after_compute(int, void*) {
   absent("order_after_compute");
 }

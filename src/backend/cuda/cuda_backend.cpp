@@ -1,5 +1,6 @@
 #include "cuda_backend.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <spdlog/spdlog.h>
@@ -1708,6 +1709,14 @@ size_t device_memory(int device) {
 
 void synchronize(int device) {
   detail::check(cudaStreamSynchronize(cuda_backend().state(device).stream), "synchronize");
+}
+
+void profiler_start() {
+  detail::check(cudaProfilerStart(), "cudaProfilerStart");
+}
+
+void profiler_stop() {
+  detail::check(cudaProfilerStop(), "cudaProfilerStop");
 }
 
 namespace {

@@ -11,6 +11,7 @@
 
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
+#include "triad/core/nvtx.h"
 #include "triad/nn/documents.h"
 #include "triad/nn/evaluate.h"
 #include "triad/nn/moe.h"
@@ -420,6 +421,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     if (it == arriving.end()) return;
     if (it->second.work) {
       const auto t0 = Clock::now();
+      const nvtx::Range range("wait");
       it->second.work->wait();
       if (sink_) sink_("wait", "p2p", t0, Clock::now());
       // On a GPU the group's calls run in posting order on each stream (the
@@ -457,10 +459,21 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     const int64_t b = micro[mb].inputs.size(0), T = micro[mb].inputs.size(1) / cp;
     return Shape{b, sp ? T / tpg->size() : T, cfg.d_model};
   };
+  // (Trace and NVTX names: F3, B3, W3 for microbatch 3; " c1" on chunk 1.)
+  auto action_name = [&](const Action& a) {
+    const bool f = a.compute == ComputeKind::Forward, w = a.compute == ComputeKind::BackwardWeight;
+    return std::string(f   ? "F"
+                       : w ? "W"
+                           : "B") +
+           std::to_string(a.microbatch) + (schedule_.v > 1 ? " c" + std::to_string(a.chunk) : "");
+  };
   auto timed = [&](const Action& a, auto&& fn) {
     if (profile_) backend_for(act_device.type).synchronize();
     const auto t0 = Clock::now();
-    fn();
+    {
+      const nvtx::Range range([&] { return action_name(a); });
+      fn();
+    }
     if (profile_) backend_for(act_device.type).synchronize();
     const auto t1 = Clock::now();
     const double seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -490,15 +503,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     if (sink_) {
       const bool f = a.compute == ComputeKind::Forward,
                  w = a.compute == ComputeKind::BackwardWeight;
-      sink_(std::string(f   ? "F"
-                        : w ? "W"
-                            : "B") +
-                std::to_string(a.microbatch) +
-                (schedule_.v > 1 ? " c" + std::to_string(a.chunk) : ""),
-            f   ? "forward"
-            : w ? "weight-grad"
-                : "backward",
-            t0, t1);
+      sink_(action_name(a), f ? "forward" : w ? "weight-grad" : "backward", t0, t1);
     }
   };
   for (const Action& a : schedule_.ranks[r]) {
@@ -564,6 +569,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       // Traced apart: posting (the rank's own time: packing, the group's
       // calls) as "p2p", waiting for a peer as "wait".
       auto t0 = Clock::now();
+      const nvtx::Range range("p2p");
       for (Call& call : calls) {
         dist::WorkPtr w = pp->batch_isend_irecv(call.ops);
         const uint64_t batch = batches_posted++;
@@ -573,6 +579,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           } else {
             const auto posted = Clock::now();
             if (sink_) sink_("p2p", "p2p", t0, posted);
+            const nvtx::Range waiting("wait");
             w->wait();
             w = nullptr;
             t0 = Clock::now();

@@ -4,6 +4,7 @@
 // Streams are queues of work that runs when the host needs it (sim.h);
 // events mark a point in a stream's queue and take the host time when the
 // queue runs past them.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -372,6 +373,16 @@ cudaError_t cudaGetDevice(int* device) {
 }
 cudaError_t cudaDeviceSynchronize(void) {
   triad_sim::run_every_queue();
+  return cudaSuccess;
+}
+// The profiler's capture range: counted (sim.h's Counters), nothing to
+// capture.
+cudaError_t cudaProfilerStart(void) {
+  triad_sim::note_profiler(true);
+  return cudaSuccess;
+}
+cudaError_t cudaProfilerStop(void) {
+  triad_sim::note_profiler(false);
   return cudaSuccess;
 }
 // An H100's 80 GiB per simulated device (what is really allocated comes

@@ -583,6 +583,13 @@ void note_not_ready_query() {
 void note_event_created() {
   ++g_counters.events_created;
 }
+namespace {
+bool g_profiler_on = false;
+}  // namespace
+void note_profiler(bool started) {
+  ++(started ? g_counters.profiler_starts : g_counters.profiler_stops);
+  g_profiler_on = started;
+}
 
 namespace {
 std::string launch_site(const LaunchConfig& c) {
@@ -687,6 +694,7 @@ void execute_grid(const LaunchConfig& c, const std::function<void()>& body) {
 
 void launch_grid(const LaunchConfig& config, const void* kernel, std::function<void()> body) {
   validate_launch(config, kernel);
+  if (g_profiler_on) ++g_counters.profiled_launches;  // (as issued: what a GPU profiler sees)
   if (g_report_level >= 2) {
     const char* file = config.site.file != nullptr ? config.site.file : "?";
     const char* slash = std::strrchr(file, '/');

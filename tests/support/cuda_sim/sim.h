@@ -47,11 +47,18 @@ struct Counters {
   // cudaEventCreate calls: on a GPU each is a driver call the host waits
   // for, so code issuing work in a loop should reuse its events.
   int64_t events_created = 0;
+  // cudaProfilerStart / cudaProfilerStop calls, and the launches issued
+  // between a start and the stop after it (what a profiler capturing
+  // that range would record).
+  int64_t profiler_starts = 0;
+  int64_t profiler_stops = 0;
+  int64_t profiled_launches = 0;
 };
 Counters counters();
 void note_host_wait();
 void note_not_ready_query();
 void note_event_created();
+void note_profiler(bool started);
 
 // Where a launch was written, for error messages.
 struct Site {
