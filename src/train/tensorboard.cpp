@@ -217,6 +217,8 @@ void TensorBoardWriter::write(const StepMetrics& m) {
   };
   if (m.choices) choices("eval/", *m.choices);
   for (const auto& [name, c] : m.choice_sets) choices("eval/" + name + "/", c);
+  if (m.choices_ema) choices("eval_ema/", *m.choices_ema);
+  for (const auto& [name, c] : m.choice_ema_sets) choices("eval_ema/" + name + "/", c);
   auto lambada = [&](const std::string& prefix, const StepMetrics::LambadaScores& l) {
     scalar(prefix + "acc", m.step, l.acc, t);
     scalar(prefix + "loss", m.step, l.loss, t);
@@ -224,6 +226,8 @@ void TensorBoardWriter::write(const StepMetrics& m) {
   };
   if (m.lambada) lambada("lambada/", *m.lambada);
   for (const auto& [name, l] : m.lambada_sets) lambada("lambada/" + name + "/", l);
+  if (m.lambada_ema) lambada("lambada_ema/", *m.lambada_ema);
+  for (const auto& [name, l] : m.lambada_ema_sets) lambada("lambada_ema/" + name + "/", l);
   for (size_t i = 0; i < m.samples.size(); ++i) {
     text("samples/" + std::to_string(i + 1), m.step,
          "```\n" + m.samples[i].first + m.samples[i].second + "\n```", t);

@@ -2628,6 +2628,26 @@ double Trainer::evaluate_lambada_into(StepMetrics& m, size_t set) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+double Trainer::evaluate_ema_scores_into(StepMetrics& m) {
+  if (choices_.empty() && lambada_.empty()) return 0;
+  fold_ema();
+  if (!ema_folded_) return 0;  // (the averages are still the weights)
+  const auto t0 = std::chrono::steady_clock::now();
+  with_ema_weights([&] {
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const StepMetrics::ChoiceScores scores = evaluate_choices(i);
+      if (i == 0) m.choices_ema = scores;
+      if (!choices_[i].name.empty()) m.choice_ema_sets.emplace_back(choices_[i].name, scores);
+    }
+    for (size_t i = 0; i < lambada_.size(); ++i) {
+      const StepMetrics::LambadaScores scores = evaluate_lambada(i);
+      if (i == 0) m.lambada_ema = scores;
+      if (!lambada_[i].name.empty()) m.lambada_ema_sets.emplace_back(lambada_[i].name, scores);
+    }
+  });
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 double Trainer::evaluate_choices_into(StepMetrics& m, size_t set) {
   const auto t0 = std::chrono::steady_clock::now();
   const StepMetrics::ChoiceScores scores = evaluate_choices(set);
@@ -2654,6 +2674,22 @@ std::string choices_summary(const std::string& name, const StepMetrics::ChoiceSc
 std::string lambada_summary(const std::string& name, const StepMetrics::LambadaScores& l) {
   return fmt::format("lambada{} acc {:.4f} | perplexity {:.5g} | {} texts",
                      name.empty() ? "" : " (" + name + ")", l.acc, l.perplexity, l.texts);
+}
+
+// train.ema_decay's scores, a line per set after `head`: "ema choices
+// acc_norm ...", "ema lambada (de) acc ...", the first one with the time.
+void log_ema_scores(const std::string& head, const StepMetrics& m, double ms) {
+  std::vector<std::string> lines;
+  auto first_or_named = [&](const auto& first, const auto& named, auto summary) {
+    if (named.empty() && first) lines.push_back(summary("", *first));
+    for (const auto& [name, scores] : named) lines.push_back(summary(name, scores));
+  };
+  first_or_named(m.choices_ema, m.choice_ema_sets, choices_summary);
+  first_or_named(m.lambada_ema, m.lambada_ema_sets, lambada_summary);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    spdlog::info("{} | ema {}{}", head, lines[i],
+                 i == 0 ? fmt::format(" ({:.0f} ms for every set)", ms) : std::string());
+  }
 }
 
 // "val loss 2.3456" for one unnamed set; "val loss 2.3456 (web) | 2.5 (code)"
@@ -2801,6 +2837,7 @@ StepMetrics Trainer::evaluate_only() {
     const auto& scores = lambada_[i].name.empty() ? *m.lambada : m.lambada_sets.back().second;
     spdlog::info("{} | {} in {:.0f} ms", weights, lambada_summary(lambada_[i].name, scores), ms);
   }
+  log_ema_scores(weights, m, evaluate_ema_scores_into(m));
   if (samples_) log_samples(weights, m, sample_into(m));
   return m;
 }
@@ -3362,7 +3399,7 @@ std::vector<StepMetrics> Trainer::run() {
   };
   // Every evaluation of a step (its times, for the log).
   struct EvaluationTimes {
-    double eval_ms = 0, samples_ms = 0;
+    double eval_ms = 0, samples_ms = 0, ema_ms = 0;
     std::vector<double> choices_ms, lambada_ms;
   };
   auto evaluate_step = [&](StepMetrics& m) {
@@ -3376,6 +3413,7 @@ std::vector<StepMetrics> Trainer::run() {
       e.choices_ms.push_back(evaluate_choices_into(m, i));
     for (size_t i = 0; i < lambada_.size(); ++i)
       e.lambada_ms.push_back(evaluate_lambada_into(m, i));
+    e.ema_ms = evaluate_ema_scores_into(m);
     if (samples_) e.samples_ms = sample_into(m);
     return e;
   };
@@ -3394,6 +3432,7 @@ std::vector<StepMetrics> Trainer::run() {
       spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps,
                    lambada_summary(lambada_[i].name, scores), e.lambada_ms[i]);
     }
+    log_ema_scores(fmt::format("step {:>5}/{}", m.step, steps), m, e.ema_ms);
     log_samples(fmt::format("step {:>5}/{}", m.step, steps), m, e.samples_ms);
   };
   if (config_.eval.at_start && first == 0) {

@@ -124,6 +124,57 @@ TEST(Ema, IsEvaluatedAndWrittenWithoutChangingTheRun) {
   EXPECT_DOUBLE_EQ(j.at("val_ema_loss").get<double>(), *averaged.back().val_ema_loss);
 }
 
+// eval.choices and eval.lambada are scored under the averages too, at the
+// same evaluations, as a run started from model_ema.safetensors scores them;
+// and not at all without train.ema_decay.
+TEST(Ema, ScoresChoicesAndLambadaUnderTheAverages) {
+  TempDir dir;
+  const std::string fixtures = std::string(TRIAD_SOURCE_DIR) + "/tests/data/fixtures/";
+  const std::vector<std::string> evals = {
+      "model.vocab_size=256", "model.seq_len=64",
+      "eval.choices=" + fixtures + "short_choice_questions.jsonl",
+      "eval.lambada=" + fixtures + "lambada_texts.jsonl"};
+  Trainer t(parse_config(to_yaml(config(dir, ", ema_decay: 0.7")), evals));
+  const std::vector<StepMetrics> m = t.run();
+  ASSERT_EQ(m.size(), 6u);
+  for (size_t k = 0; k < m.size(); ++k) {
+    SCOPED_TRACE("step " + std::to_string(k + 1));
+    EXPECT_EQ(m[k].choices.has_value(), k == 2 || k == 5);
+    EXPECT_EQ(m[k].choices_ema.has_value(), m[k].choices.has_value());
+    EXPECT_EQ(m[k].lambada_ema.has_value(), m[k].lambada.has_value());
+  }
+  const StepMetrics& last = m.back();
+  ASSERT_TRUE(last.choices_ema && last.lambada_ema);
+  EXPECT_NE(last.choices_ema->answer_loss, last.choices->answer_loss);
+  EXPECT_NE(last.lambada_ema->loss, last.lambada->loss);
+  std::vector<std::string> from_average = evals;
+  from_average.push_back("init.from=" + dir.file("out/model_ema.safetensors"));
+  from_average.push_back("output.dir=" + dir.file("from_average"));
+  Trainer from(parse_config(to_yaml(config(dir, "")), from_average));
+  const StepMetrics::ChoiceScores c = from.evaluate_choices();
+  EXPECT_EQ(c.questions, last.choices_ema->questions);
+  EXPECT_EQ(c.acc, last.choices_ema->acc);
+  EXPECT_EQ(c.acc_norm, last.choices_ema->acc_norm);
+  EXPECT_NEAR(c.answer_loss, last.choices_ema->answer_loss, 1e-9);
+  const StepMetrics::LambadaScores l = from.evaluate_lambada();
+  EXPECT_EQ(l.texts, last.lambada_ema->texts);
+  EXPECT_EQ(l.acc, last.lambada_ema->acc);
+  EXPECT_NEAR(l.loss, last.lambada_ema->loss, 1e-9);
+  // metrics.jsonl carries them.
+  std::ifstream in(dir.file("out/metrics.jsonl"));
+  std::string line, final_line;
+  while (std::getline(in, line)) final_line = line;
+  const auto j = nlohmann::json::parse(final_line);
+  ASSERT_TRUE(j.contains("choices_ema") && j.contains("lambada_ema")) << final_line;
+  EXPECT_DOUBLE_EQ(j.at("choices_ema").at("answer_loss").get<double>(),
+                   last.choices_ema->answer_loss);
+  EXPECT_DOUBLE_EQ(j.at("lambada_ema").at("loss").get<double>(), last.lambada_ema->loss);
+  // Without the averages there is nothing to score.
+  TempDir other;
+  Trainer plain(parse_config(to_yaml(config(other, "")), evals));
+  for (const StepMetrics& s : plain.run()) EXPECT_FALSE(s.choices_ema || s.lambada_ema);
+}
+
 // A run resumed from a checkpoint continues the averages bit for bit; one
 // whose checkpoint holds none (written without train.ema_decay) starts them
 // from the checkpoint's weights.

@@ -13,7 +13,8 @@
 # evaluates 2 global batches of validation data halfway and at the
 # end (forward only, the pipelines' own forward-only order), and those
 # losses must match one process's too; with train.ema_decay in EXTRA, so
-# must the averaged weights' (val_ema_loss).
+# must the averaged weights' (val_ema_loss), and their eval.choices answer
+# loss and eval.lambada loss (below) too.
 # Mixed-precision layouts (bf16/fp16) are compared with the same fp32
 # reference at the tolerance they deserve, given as a third field
 # "loss divisor,norm divisor" (200,10: losses within 0.5%, norms within 10%).
@@ -199,10 +200,15 @@ if(QUESTIONS)
   foreach(name acc acc_norm acc_per_token)
     field(${WORK}/reference "choices;${name}" reference_${name})
   endforeach()
+  field(${WORK}/reference "choices_ema;answer_loss" reference_ema_answers)
+  if(reference_val_ema AND NOT reference_ema_answers)
+    message(FATAL_ERROR "one process scored eval.choices without the averaged weights")
+  endif()
 endif()
 if(LAMBADA)
   field(${WORK}/reference "lambada;loss" reference_lambada_loss)
   field(${WORK}/reference "lambada;acc" reference_lambada_acc)
+  field(${WORK}/reference "lambada_ema;loss" reference_ema_lambada_loss)
   list(LENGTH reference_lambada_loss nl)
   if(NOT nl EQUAL 2)
     message(FATAL_ERROR "expected 2 evaluations of eval.lambada from the reference, got ${nl}")
@@ -328,6 +334,11 @@ foreach(layout IN LISTS layouts)
     field(${dir} "choices;answer_loss" got_answers)
     expect_close("${ranks} ranks ${flags} eval.choices answer loss" "${reference_answers}"
                  "${got_answers}" ${loss_div})
+    if(reference_ema_answers)
+      field(${dir} "choices_ema;answer_loss" got_ema_answers)
+      expect_close("${ranks} ranks ${flags} eval.choices answer loss of the averaged weights"
+                   "${reference_ema_answers}" "${got_ema_answers}" ${loss_div})
+    endif()
     if(NOT "${flags}" MATCHES "precision")
       foreach(name acc acc_norm acc_per_token)
         field(${dir} "choices;${name}" got_acc)
@@ -341,6 +352,11 @@ foreach(layout IN LISTS layouts)
     field(${dir} "lambada;loss" got_lambada_loss)
     expect_close("${ranks} ranks ${flags} eval.lambada loss" "${reference_lambada_loss}"
                  "${got_lambada_loss}" ${loss_div})
+    if(reference_ema_lambada_loss)
+      field(${dir} "lambada_ema;loss" got_ema_lambada_loss)
+      expect_close("${ranks} ranks ${flags} eval.lambada loss of the averaged weights"
+                   "${reference_ema_lambada_loss}" "${got_ema_lambada_loss}" ${loss_div})
+    endif()
     field(${dir} "lambada;acc" got_lambada_acc)
     if(NOT "${flags}" MATCHES "precision" AND NOT got_lambada_acc STREQUAL "${reference_lambada_acc}")
       message(FATAL_ERROR "${ranks} ranks ${flags}: eval.lambada acc ${got_lambada_acc}, one process ${reference_lambada_acc}")

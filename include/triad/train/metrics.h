@@ -116,6 +116,12 @@ struct StepMetrics {
   };
   std::optional<LambadaScores> lambada;
   std::vector<std::pair<std::string, LambadaScores>> lambada_sets;
+  // train.ema_decay: eval.choices' and eval.lambada's scores under the
+  // averaged weights, set for set.
+  std::optional<ChoiceScores> choices_ema;
+  std::vector<std::pair<std::string, ChoiceScores>> choice_ema_sets;
+  std::optional<LambadaScores> lambada_ema;
+  std::vector<std::pair<std::string, LambadaScores>> lambada_ema_sets;
   // eval.samples at an evaluation: each prompt and the model's continuation.
   std::vector<std::pair<std::string, std::string>> samples;
 };

@@ -271,6 +271,10 @@ class Trainer {
   // and the milliseconds it took.
   double evaluate_choices_into(StepMetrics& m, size_t set);
   double evaluate_lambada_into(StepMetrics& m, size_t set);
+  // train.ema_decay: every set of eval.choices and eval.lambada scored again
+  // under the averaged weights, into m's *_ema fields, and the
+  // milliseconds; nothing (0) before the averages hold a step. Collective.
+  double evaluate_ema_scores_into(StepMetrics& m);
   // Requests as micro_batch_size rows per batch (request_batches), each
   // batch as wide as its longest row in multiples of 64 that sequence
   // parallelism can split.
