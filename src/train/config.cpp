@@ -1699,6 +1699,23 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       throw ConfigError(k + " ('" + by + "') must be none, layers or parameters");
     return by;
   };
+  // log.trace_steps and log.profile_steps: [first, last], steps as logged
+  // (`none_too`: or none, {-1, -1}).
+  auto step_window = [](const YAML::Node& v, const std::string& k, bool none_too) {
+    if (none_too && v.IsScalar() && v.Scalar() == "none")
+      return std::pair<int64_t, int64_t>{-1, -1};
+    std::vector<int64_t> range;
+    if (v.IsSequence()) {
+      for (const auto& item : v) range.push_back(get_int(item, k));
+    }
+    if (range.size() != 2 || range[0] < 1 || range[1] < range[0]) {
+      throw ConfigError(k + " (" + YAML::Dump(v) +
+                        ") must be [first, last], steps numbered from 1 as logged with first <= "
+                        "last" +
+                        (none_too ? ", or none" : ""));
+    }
+    return std::pair<int64_t, int64_t>{range[0], range[1]};
+  };
   const Section log{
       {"interval", {false, [&](auto& v, auto& k) { c.log_interval = get_int(v, k); }}},
       {"peak_tflops",
@@ -1714,21 +1731,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"trace_steps",
        {false,
         [&](auto& v, auto& k) {
-          if (v.IsScalar() && v.Scalar() == "none") {
-            c.log_trace_first = c.log_trace_last = -1;
-            return;
-          }
-          std::vector<int64_t> range;
-          if (v.IsSequence()) {
-            for (const auto& item : v) range.push_back(get_int(item, k));
-          }
-          if (range.size() != 2 || range[0] < 1 || range[1] < range[0]) {
-            throw ConfigError(k + " (" + YAML::Dump(v) +
-                              ") must be [first, last], steps numbered from 1 as logged with "
-                              "first <= last, or none");
-          }
-          c.log_trace_first = range[0];
-          c.log_trace_last = range[1];
+          std::tie(c.log_trace_first, c.log_trace_last) = step_window(v, k, /*none_too=*/true);
         }}},
       {"grad_norms", {false, [&](auto& v, auto& k) { c.log_grad_norms = norm_grouping(v, k); }}},
       {"param_norms", {false, [&](auto& v, auto& k) { c.log_param_norms = norm_grouping(v, k); }}},
@@ -1737,17 +1740,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"profile_steps",
        {false,
         [&](auto& v, auto& k) {
-          std::vector<int64_t> range;
-          if (v.IsSequence()) {
-            for (const auto& item : v) range.push_back(get_int(item, k));
-          }
-          if (range.size() != 2 || range[0] < 1 || range[1] < range[0]) {
-            throw ConfigError(k + " (" + YAML::Dump(v) +
-                              ") must be [first, last], steps numbered from 1 as logged with "
-                              "first <= last");
-          }
-          c.log_profile_first = range[0];
-          c.log_profile_last = range[1];
+          std::tie(c.log_profile_first, c.log_profile_last) = step_window(v, k, false);
         }}},
       {"profile_ranks",
        {false,

@@ -98,29 +98,25 @@ void MetricsWriter::write(const StepMetrics& m) {
                           {"acc_per_token", c.acc_per_token},
                           {"answer_loss", c.answer_loss}};
   };
-  auto choice_sets = [&](const std::vector<std::pair<std::string, StepMetrics::ChoiceScores>>& s) {
-    nlohmann::json sets = nlohmann::json::object();
-    for (const auto& [name, c] : s) sets[name] = scores(c);
-    return sets;
-  };
-  if (m.choices) j["choices"] = scores(*m.choices);
-  if (!m.choice_sets.empty()) j["choice_sets"] = choice_sets(m.choice_sets);
-  if (m.choices_ema) j["choices_ema"] = scores(*m.choices_ema);
-  if (!m.choice_ema_sets.empty()) j["choice_ema_sets"] = choice_sets(m.choice_ema_sets);
   auto lambada = [](const StepMetrics::LambadaScores& l) {
     return nlohmann::json{
         {"texts", l.texts}, {"acc", l.acc}, {"loss", l.loss}, {"perplexity", l.perplexity}};
   };
-  auto lambada_sets =
-      [&](const std::vector<std::pair<std::string, StepMetrics::LambadaScores>>& s) {
-        nlohmann::json sets = nlohmann::json::object();
-        for (const auto& [name, l] : s) sets[name] = lambada(l);
-        return sets;
-      };
+  // Named sets' scores as one object by name, under `key` (when any).
+  auto named = [&](const char* key, const auto& sets, auto as_json) {
+    if (sets.empty()) return;
+    nlohmann::json by_name = nlohmann::json::object();
+    for (const auto& [name, s] : sets) by_name[name] = as_json(s);
+    j[key] = by_name;
+  };
+  if (m.choices) j["choices"] = scores(*m.choices);
+  named("choice_sets", m.choice_sets, scores);
+  if (m.choices_ema) j["choices_ema"] = scores(*m.choices_ema);
+  named("choice_ema_sets", m.choice_ema_sets, scores);
   if (m.lambada) j["lambada"] = lambada(*m.lambada);
-  if (!m.lambada_sets.empty()) j["lambada_sets"] = lambada_sets(m.lambada_sets);
+  named("lambada_sets", m.lambada_sets, lambada);
   if (m.lambada_ema) j["lambada_ema"] = lambada(*m.lambada_ema);
-  if (!m.lambada_ema_sets.empty()) j["lambada_ema_sets"] = lambada_sets(m.lambada_ema_sets);
+  named("lambada_ema_sets", m.lambada_ema_sets, lambada);
   if (!m.samples.empty()) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& [prompt, text] : m.samples)
