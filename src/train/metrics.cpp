@@ -79,6 +79,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.spike) j["spike"] = true;
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   j["peak_memory_bytes"] = m.peak_memory_bytes;
+  if (m.reserved_memory_bytes >= 0) j["reserved_memory_bytes"] = m.reserved_memory_bytes;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (!m.val_losses.empty()) {
     nlohmann::json sets = nlohmann::json::object();
@@ -127,8 +128,8 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.passed_over || m.evaluation_only) {
     // (train.skip_steps, eval.at_start: nothing trained, so nothing of
     // training was measured.)
-    for (const char* key :
-         {"loss", "grad_norm", "tokens_per_s", "step_ms", "tflops_per_device", "peak_memory_bytes"})
+    for (const char* key : {"loss", "grad_norm", "tokens_per_s", "step_ms", "tflops_per_device",
+                            "peak_memory_bytes", "reserved_memory_bytes"})
       j.erase(key);
     if (m.passed_over) j["passed_over"] = true;
   }

@@ -183,6 +183,10 @@ void TensorBoardWriter::write(const StepMetrics& m) {
     scalar("train/step_ms", m.step, m.step_ms, t);
     scalar("train/tflops_per_device", m.step, m.tflops_per_device, t);
     scalar("train/peak_memory_gb", m.step, static_cast<double>(m.peak_memory_bytes) / 1e9, t);
+    if (m.reserved_memory_bytes >= 0) {
+      scalar("train/reserved_memory_gb", m.step, static_cast<double>(m.reserved_memory_bytes) / 1e9,
+             t);
+    }
     scalar("train/consumed_sequences", m.step, static_cast<double>(m.consumed_sequences), t);
     scalar("train/global_batch_size", m.step, static_cast<double>(m.global_batch_size), t);
     if (m.mfu > 0) scalar("train/mfu", m.step, m.mfu, t);

@@ -2414,11 +2414,16 @@ StepMetrics Trainer::train_step(int64_t index) {
   const int devices = world_ ? world_->size() : 1;
   m.tflops_per_device = flops / (ms / 1000.0) / devices / 1e12;
   if (config_.log_peak_tflops > 0) m.mfu = m.tflops_per_device / config_.log_peak_tflops;
-  // Every rank's peak, the largest reported (a pipeline's ranks differ).
-  Tensor peak = from_vector(std::vector<double>{static_cast<double>(memory.stats().peak_allocated)},
-                            {1}, DType::F64);
+  // Every rank's peak (and on GPUs what its cache holds), the largest
+  // reported (a pipeline's ranks differ).
+  const AllocatorStats stats = memory.stats();
+  Tensor peak = from_vector(std::vector<double>{static_cast<double>(stats.peak_allocated),
+                                                static_cast<double>(stats.reserved)},
+                            {2}, DType::F64);
   if (world_ && world_->size() > 1) world_->all_reduce(peak, dist::ReduceOp::Max)->wait();
-  m.peak_memory_bytes = static_cast<int64_t>(item(peak));
+  const std::vector<double> peaks = to_double_vector(peak);
+  m.peak_memory_bytes = static_cast<int64_t>(peaks[0]);
+  if (device_.is_cuda()) m.reserved_memory_bytes = static_cast<int64_t>(peaks[1]);
   return m;
 }
 
@@ -3389,6 +3394,10 @@ std::vector<StepMetrics> Trainer::run() {
       for (double l : m.mtp_losses) extra += fmt::format(" {:.4f}", l);
     }
     extra += fmt::format(" | mem {:.3g} GB", static_cast<double>(m.peak_memory_bytes) / 1e9);
+    if (m.reserved_memory_bytes >= 0) {
+      extra +=
+          fmt::format(" ({:.3g} reserved)", static_cast<double>(m.reserved_memory_bytes) / 1e9);
+    }
     if (m.skipped) extra += m.spike ? " | skipped (spike)" : " | skipped";
     spdlog::info(
         "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.3f} "

@@ -2581,6 +2581,24 @@ TEST(CudaTraining, OneProcessHeadGemmsStayAlignedWithAnOddVocabulary) {
 }
 #endif
 
+// On a GPU each step also reports what the caching allocator holds from the
+// device (reserved_memory_bytes): what the allocator says at the step's end,
+// at least the step's peak of tensors; the CPU, which caches nothing,
+// reports none.
+TEST(CudaTraining, StepsReportTheCachingAllocatorsReservedBytes) {
+  testing::TempDir dir;
+  const std::string model = "{n_layer: 1, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16}";
+  train::Trainer gpu(train_config(dir, model, "cuda", "fp32", 2, 2, 97));
+  for (int64_t k = 0; k < 2; ++k) {
+    const train::StepMetrics m = gpu.step(k);
+    EXPECT_GT(m.peak_memory_bytes, 0) << "step " << k + 1;
+    EXPECT_GE(m.reserved_memory_bytes, m.peak_memory_bytes) << "step " << k + 1;
+    EXPECT_EQ(m.reserved_memory_bytes, cuda::memory_stats(0).reserved) << "step " << k + 1;
+  }
+  train::Trainer cpu(train_config(dir, model, "cpu", "fp32", 1, 2, 97));
+  EXPECT_EQ(cpu.step(0).reserved_memory_bytes, -1);
+}
+
 TEST(CudaTraining, Fp32LossesMatchTheCpuTrainerFor10Steps) {
   testing::TempDir dir;
   const std::string model =

@@ -55,5 +55,50 @@ TEST(Metrics, AResumedRunGoesOnWithTheHistoryUpToItsCheckpoint) {
   EXPECT_TRUE(steps_in(path).empty());
 }
 
+// Evaluation scores (named sets by name, the averaged weights' beside the
+// weights') and the GPU's reserved bytes: written where a step has them,
+// left out where it has none.
+TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
+  testing::TempDir dir;
+  const std::string path = dir.file("metrics.jsonl");
+  {
+    MetricsWriter w(path);
+    StepMetrics m;
+    m.step = 1;
+    m.peak_memory_bytes = 1000;
+    m.reserved_memory_bytes = 4096;
+    m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5};
+    m.choice_sets = {{"hella", *m.choices}, {"arc", {50, 0.75, 0.625, 0.125, 1.5}}};
+    m.choices_ema = StepMetrics::ChoiceScores{100, 0.5, 0.625, 0.25, 2.25};
+    m.choice_ema_sets = {{"hella", *m.choices_ema}, {"arc", {50, 0.5, 0.5, 0.5, 1.25}}};
+    m.lambada = StepMetrics::LambadaScores{10, 0.5, 3.5, 33.0};
+    m.lambada_sets = {{"en", *m.lambada}};
+    m.lambada_ema = StepMetrics::LambadaScores{10, 0.625, 3.25, 25.5};
+    m.lambada_ema_sets = {{"en", *m.lambada_ema}};
+    w.write(m);
+    StepMetrics plain;  // (the CPU, no evaluation)
+    plain.step = 2;
+    w.write(plain);
+  }
+  std::ifstream in(path);
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  const auto a = nlohmann::json::parse(first), b = nlohmann::json::parse(second);
+  EXPECT_EQ(a.at("reserved_memory_bytes"), 4096);
+  EXPECT_EQ(a.at("choice_sets").at("arc").at("acc"), 0.75);
+  EXPECT_EQ(a.at("choices_ema").at("answer_loss"), 2.25);
+  EXPECT_EQ(a.at("choice_ema_sets").at("arc").at("answer_loss"), 1.25);
+  EXPECT_EQ(a.at("choice_ema_sets").at("hella").at("acc_norm"), 0.625);
+  EXPECT_EQ(a.at("lambada_sets").at("en").at("perplexity"), 33.0);
+  EXPECT_EQ(a.at("lambada_ema").at("loss"), 3.25);
+  EXPECT_EQ(a.at("lambada_ema_sets").at("en").at("acc"), 0.625);
+  for (const char* key :
+       {"reserved_memory_bytes", "choices", "choice_sets", "choices_ema", "choice_ema_sets",
+        "lambada", "lambada_sets", "lambada_ema", "lambada_ema_sets"}) {
+    EXPECT_FALSE(b.contains(key)) << key << ": " << second;
+  }
+}
+
 }  // namespace
 }  // namespace triad::train

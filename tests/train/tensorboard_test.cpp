@@ -107,12 +107,17 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.lr = 3e-4;
     m.grad_norm = 1.5;
     m.peak_memory_bytes = 2'000'000'000;
+    m.reserved_memory_bytes = 3'000'000'000;
     m.val_loss = 2.75;
     m.val_losses = {{"web", 2.75}, {"code", 1.25}};
     m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5};
     m.choice_sets = {{"hella", *m.choices}, {"arc", {50, 0.75, 0.625, 0.125, 1.5}}};
     m.lambada = StepMetrics::LambadaScores{5153, 0.375, 3.5, 33.125};
     m.lambada_sets = {{"en", *m.lambada}, {"de", {5000, 0.25, 4.5, 90.0}}};
+    m.choices_ema = StepMetrics::ChoiceScores{100, 0.5, 0.625, 0.25, 2.25};  // (train.ema_decay)
+    m.choice_ema_sets = {{"arc", {50, 0.5, 0.5, 0.5, 1.25}}};
+    m.lambada_ema = StepMetrics::LambadaScores{5153, 0.5, 3.25, 25.5};
+    m.lambada_ema_sets = {{"de", {5000, 0.375, 4.25, 70.0}}};
     m.z_loss = 20.5;  // (model.z_loss_coef's)
     w.write(m);
     m.step = 4;
@@ -122,6 +127,11 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.choice_sets.clear();
     m.lambada.reset();
     m.lambada_sets.clear();
+    m.choices_ema.reset();
+    m.choice_ema_sets.clear();
+    m.lambada_ema.reset();
+    m.lambada_ema_sets.clear();
+    m.reserved_memory_bytes = -1;  // (the CPU)
     m.mfu = 0.5;
     m.z_loss = -1;
     m.skipped = m.spike = true;  // (train.spike_sigma's)
@@ -164,6 +174,15 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[3].at("lambada/de/perplexity"), 90.0f);
   EXPECT_EQ(by_step[3].at("lambada/en/acc"), 0.375f);
   EXPECT_EQ(by_step[4].count("lambada/acc"), 0u);
+  EXPECT_EQ(by_step[3].at("eval_ema/acc"), 0.5f);
+  EXPECT_EQ(by_step[3].at("eval_ema/answer_loss"), 2.25f);
+  EXPECT_EQ(by_step[3].at("eval_ema/arc/answer_loss"), 1.25f);
+  EXPECT_EQ(by_step[3].at("lambada_ema/perplexity"), 25.5f);
+  EXPECT_EQ(by_step[3].at("lambada_ema/de/loss"), 4.25f);
+  EXPECT_EQ(by_step[4].count("eval_ema/acc"), 0u);
+  EXPECT_EQ(by_step[4].count("lambada_ema/loss"), 0u);
+  EXPECT_EQ(by_step[3].at("train/reserved_memory_gb"), 3.0f);
+  EXPECT_EQ(by_step[4].count("train/reserved_memory_gb"), 0u);
   EXPECT_EQ(by_step[3].count("train/mfu"), 0u);  // no peak configured
   EXPECT_EQ(by_step[4].count("val/loss"), 0u);   // not evaluated
   EXPECT_EQ(by_step[4].at("train/mfu"), 0.5f);

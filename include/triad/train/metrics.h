@@ -82,6 +82,12 @@ struct StepMetrics {
   // the step (parameters, gradients, optimizer state, activations and
   // buffers), the largest over all ranks: what must fit.
   int64_t peak_memory_bytes = 0;
+  // On GPUs: the bytes the caching allocator holds from the driver at the
+  // step's end (its peak, unless an allocation that found the device full
+  // emptied the cache to retry), the largest over all ranks: what the
+  // device must have, the cache's slack included (PyTorch's
+  // memory_reserved). -1 on the CPU, which caches nothing.
+  int64_t reserved_memory_bytes = -1;
   // Training sequences (of seq_len + 1 tokens) consumed after this step,
   // over the whole run (resumes included).
   int64_t consumed_sequences = 0;
