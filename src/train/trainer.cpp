@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <omp.h>
 #include <unistd.h>
@@ -3340,6 +3341,16 @@ std::vector<StepMetrics> Trainer::run() {
   if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
   if (ck.resumes()) first = load_checkpoint();
   trace_steps_from(first);
+  // A window of steps (log.trace_steps, log.profile_steps) that misses the
+  // steps this run trains records nothing: say so now, not at the end.
+  for (const auto& [key, from, to] :
+       {std::tuple{"log.trace_steps", config_.log_trace_first, config_.log_trace_last},
+        std::tuple{"log.profile_steps", config_.log_profile_first, config_.log_profile_last}}) {
+    if (from > 0 && (from > steps || to <= first)) {
+      spdlog::warn("{} [{}, {}] misses the steps this run trains ({} to {}): it records nothing",
+                   key, from, to, first + 1, steps);
+    }
+  }
   // A resumed run goes on with the history in metrics.jsonl (the steps up to
   // its checkpoint kept, any after it trained again); a new run starts one.
   if (lead) {

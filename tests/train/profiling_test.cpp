@@ -2,10 +2,13 @@
 // emits, as an injection library (tests/support/nvtx_recorder.cpp) records
 // them in place of Nsight Systems.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -137,6 +140,36 @@ TEST(Profiling, EveryStepWithoutAWindowAndNoneOnRanksLeftOut) {
       },
       {"log.profile_ranks: rank 1 is not in a world of 1 rank(s)"});
   EXPECT_FALSE(std::filesystem::exists(other));
+}
+
+// A window that misses the steps the run trains is named at the start, with
+// those steps; one that meets them is not.
+TEST(Profiling, AWindowPastTheRunIsNamed) {
+  TempDir dir;
+  auto warnings = [&](const std::vector<std::string>& overrides) {
+    std::ostringstream log;
+    const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+    sink->set_level(spdlog::level::warn);
+    spdlog::default_logger()->sinks().push_back(sink);
+    std::vector<std::string> all = {"checkpoint.interval=0", "eval.interval=0"};
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    Trainer(profiled_config(dir, all)).run();
+    spdlog::default_logger()->sinks().pop_back();
+    return log.str();
+  };
+  const std::string late = warnings({"log.trace_steps=[7, 9]"});
+  EXPECT_NE(late.find("log.trace_steps [7, 9] misses the steps this run trains (1 to 5): it "
+                      "records nothing"),
+            std::string::npos)
+      << late;
+  const std::string met = warnings({"log.trace_steps=[4, 9]"});
+  EXPECT_EQ(met.find("misses"), std::string::npos) << met;
+  if (nvtx::available()) {
+    const std::string profile = warnings({"log.nvtx=true", "log.profile_steps=[6, 6]"});
+    EXPECT_NE(profile.find("log.profile_steps [6, 6] misses the steps this run trains (1 to 5)"),
+              std::string::npos)
+        << profile;
+  }
 }
 
 // The keys: parsed, round-tripped, checked.
