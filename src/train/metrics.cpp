@@ -1,11 +1,23 @@
 #include "triad/train/metrics.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.h"
 
 namespace triad::train {
+
+std::string rank_timing_summary(const std::vector<StepMetrics::RankTiming>& timing, int ranks) {
+  std::string line = fmt::format("ms/step over {} ranks, min/mean/max (slowest): ", ranks);
+  for (size_t i = 0; i < timing.size(); ++i) {
+    const StepMetrics::RankTiming& t = timing[i];
+    line += fmt::format("{}{} {:.1f}/{:.1f}/{:.1f} (rank {})", i == 0 ? "" : " | ", t.category,
+                        t.min_ms, t.mean_ms, t.max_ms, t.slowest_rank);
+  }
+  return line;
+}
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at) : path_(path) {
   std::string kept;
@@ -61,6 +73,16 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["tflops_per_device"] = m.tflops_per_device;
   if (m.mfu > 0) j["mfu"] = m.mfu;
   if (m.bubble_fraction >= 0) j["bubble_fraction"] = m.bubble_fraction;
+  if (!m.rank_timing.empty()) {
+    nlohmann::json by_category = nlohmann::json::object();
+    for (const StepMetrics::RankTiming& r : m.rank_timing) {
+      by_category[r.category] = {{"min_ms", r.min_ms},
+                                 {"mean_ms", r.mean_ms},
+                                 {"max_ms", r.max_ms},
+                                 {"slowest_rank", r.slowest_rank}};
+    }
+    j["rank_timing"] = by_category;
+  }
   if (m.moe_balance >= 0) {
     j["moe_balance"] = m.moe_balance;
     j["moe_max_load"] = m.moe_max_load;

@@ -191,6 +191,10 @@ void TensorBoardWriter::write(const StepMetrics& m) {
     scalar("train/global_batch_size", m.step, static_cast<double>(m.global_batch_size), t);
     if (m.mfu > 0) scalar("train/mfu", m.step, m.mfu, t);
     if (m.bubble_fraction >= 0) scalar("train/bubble_fraction", m.step, m.bubble_fraction, t);
+    for (const StepMetrics::RankTiming& r : m.rank_timing) {
+      scalar("timing/" + r.category + "_min_ms", m.step, r.min_ms, t);
+      scalar("timing/" + r.category + "_max_ms", m.step, r.max_ms, t);
+    }
     if (m.moe_balance >= 0) {
       scalar("train/moe_balance", m.step, m.moe_balance, t);
       scalar("train/moe_max_load", m.step, m.moe_max_load, t);

@@ -760,7 +760,17 @@ void Trainer::choose_attention_kernel() {
 void Trainer::record(const std::string& name, const std::string& category,
                      TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1) {
   trace_.add(name, category, t0, t1);
-  timing_[category] += std::chrono::duration<double>(t1 - t0).count();
+}
+
+DeviceTimer& Trainer::step_timer() {
+  if (!step_timer_) step_timer_ = std::make_unique<DeviceTimer>(device_);
+  return *step_timer_;
+}
+
+std::map<std::string, double> Trainer::read_step_timer() {
+  std::map<std::string, double> read = step_timer().read();
+  for (const auto& [category, seconds] : read) timing_[category] += seconds;
+  return read;
 }
 
 void Trainer::log_plan(bool lead) {
@@ -816,33 +826,74 @@ void Trainer::log_plan_against(const std::vector<StepMetrics>& steps) const {
       static_cast<double>(peak) / 1e9);
 }
 
-void Trainer::log_timing(int64_t steps) {
-  // Every rank's seconds per step in each category, shown by rank 0.
+double Trainer::pipeline_bubble(const std::map<std::string, double>& read) const {
+  if (!pp_model_) return -1;
+  auto seconds = [&](const char* category) {
+    const auto it = read.find(category);
+    return it == read.end() ? 0.0 : it->second;
+  };
+  // The step takes at least the busiest rank's passes.
+  Tensor busiest = from_vector(
+      std::vector<double>{seconds("forward") + seconds("backward") + seconds("weight-grad")}, {1},
+      DType::F64);
+  mesh_->pp()->all_reduce(busiest, dist::ReduceOp::Max)->wait();
+  const double passes = item(busiest);
+  return passes > 0 ? std::max(0.0, seconds("pipeline") - passes) / passes : -1;
+}
+
+std::vector<double> Trainer::rank_timing_into(StepMetrics& m, int64_t steps) {
+  // Every rank's ms per step in each category, gathered everywhere. (The
+  // last step's optimizer is still unread: reading it waits for it, once
+  // per summary.)
+  read_step_timer();
   static const char* kCategories[] = {"forward", "backward", "weight-grad",
                                       "p2p",     "dp",       "optimizer"};
   constexpr int kN = 6;
-  std::vector<double> mine(kN);
+  std::vector<double> mine(kN + 1);
   for (int i = 0; i < kN; ++i)
-    mine[i] = timing_[kCategories[i]] / static_cast<double>(std::max<int64_t>(steps, 1));
+    mine[i] = 1e3 * timing_[kCategories[i]] / static_cast<double>(std::max<int64_t>(steps, 1));
+  mine[kN] = mine[0] + mine[1] + mine[2] + mine[5];  // compute
   timing_.clear();
   const int ranks = world_ ? world_->size() : 1;
-  Tensor local = from_vector(mine, {kN}, DType::F64),
-         all = empty({static_cast<int64_t>(kN) * ranks}, DType::F64);
+  Tensor local = from_vector(mine, {kN + 1}, DType::F64),
+         all = empty({static_cast<int64_t>(kN + 1) * ranks}, DType::F64);
   if (world_ && ranks > 1) {
     world_->all_gather(local, all)->wait();
   } else {
     all = local;
   }
-  if (!is_logging_rank()) return;
-  auto v = to_double_vector(all);
-  for (int r = 0; r < ranks; ++r) {
-    spdlog::info(
-        "  rank {:>3} ms/step: forward {:.1f} | backward {:.1f} | weight-grad {:.1f} | p2p wait "
-        "{:.1f} | "
-        "dp reduce {:.1f} | optimizer {:.1f}",
-        r, 1e3 * v[r * kN], 1e3 * v[r * kN + 1], 1e3 * v[r * kN + 2], 1e3 * v[r * kN + 3],
-        1e3 * v[r * kN + 4], 1e3 * v[r * kN + 5]);
+  const std::vector<double> v = to_double_vector(all);
+  m.rank_timing.clear();
+  for (int i = 0; i <= kN; ++i) {
+    StepMetrics::RankTiming t{i < kN ? kCategories[i] : "compute", v[static_cast<size_t>(i)], 0,
+                              v[static_cast<size_t>(i)], 0};
+    for (int r = 0; r < ranks; ++r) {
+      const double ms = v[static_cast<size_t>(r * (kN + 1) + i)];
+      t.min_ms = std::min(t.min_ms, ms);
+      t.mean_ms += ms / ranks;
+      if (ms > t.max_ms) t.max_ms = ms, t.slowest_rank = r;
+    }
+    m.rank_timing.push_back(t);
   }
+  return v;
+}
+
+void Trainer::print_rank_timing(const StepMetrics& m, const std::vector<double>& rows) const {
+  if (!is_logging_rank() || m.rank_timing.empty()) return;
+  const size_t width = m.rank_timing.size();
+  const int ranks = static_cast<int>(rows.size() / width);
+  if (ranks <= kTimingRankLines) {
+    for (int r = 0; r < ranks; ++r) {
+      const double* row = &rows[static_cast<size_t>(r) * width];
+      spdlog::info(
+          "  rank {:>3} ms/step: forward {:.1f} | backward {:.1f} | weight-grad {:.1f} | p2p wait "
+          "{:.1f} | dp reduce {:.1f} | optimizer {:.1f}",
+          r, row[0], row[1], row[2], row[3], row[4], row[5]);
+    }
+    return;
+  }
+  // More ranks than lines worth reading: the spread, and who is slowest.
+  spdlog::info("  {}", rank_timing_summary(m.rank_timing, ranks));
 }
 
 void Trainer::barrier() const {
@@ -1852,6 +1903,7 @@ std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro
   e->set_event_sink([this](const std::string& name, const std::string& cat,
                            TraceRecorder::Clock::time_point t0,
                            TraceRecorder::Clock::time_point t1) { record(name, cat, t0, t1); });
+  e->set_timer(&step_timer());
   return e;
 }
 
@@ -1928,7 +1980,7 @@ pipeline::PipelineExecutor& Trainer::executor_for(int64_t micro) {
   return *e;
 }
 
-double Trainer::forward_backward(int64_t index, double* bubble) {
+double Trainer::forward_backward(int64_t index) {
   const auto& t = config_.train;
   const int64_t per_rank = batch_size(index) / dp_;
   const int64_t micro = per_rank / t.micro_batch_size;  // microbatches of this rank
@@ -1956,18 +2008,15 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     ++pipeline_steps_;
     pipeline::PipelineExecutor& executor = executor_for(micro);
     executor.set_profile(measure && device_.is_cuda());
-    const auto start = std::chrono::steady_clock::now();
     nn::ForwardContext ctx{true, t.seed, call};
     ctx.moe_stats = moe_stats_;
     ctx.mtp_stats = mtp_stats_;
     ctx.z_loss_stats = z_loss_stats_;
+    DeviceTimer& timer = step_timer();
+    const DeviceTimer::Mark start = timer.mark();
     pipeline::PipelineStepResult r = executor.run(batches, ctx, scaler_ ? scaler_->scale() : 1.0);
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    timer.add("pipeline", start, timer.mark());
     executor.set_profile(false);
-    Tensor busiest = from_vector(std::vector<double>{r.compute_seconds}, {1}, DType::F64);
-    mesh_->pp()->all_reduce(busiest, dist::ReduceOp::Max)->wait();
-    *bubble = std::max(0.0, wall - item(busiest)) / item(busiest);
     if (measure) plan_zero_bubble(r);
     return r.loss;
   }
@@ -1988,6 +2037,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     ctx.mtp_stats = mtp_stats_;
     ctx.z_loss_stats = z_loss_stats_;
     const auto t0 = TraceRecorder::Clock::now();
+    DeviceTimer& timer = step_timer();
+    const DeviceTimer::Mark f0 = timer.mark();
     std::optional<nvtx::Range> pass;
     pass.emplace([&] { return "F" + std::to_string(i); });
     // The batch stays on the host: the embedding and the loss check it there
@@ -2002,9 +2053,12 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     if (w >= 0) part = scale(part, w * static_cast<double>(micro));
     loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
     const auto t1 = TraceRecorder::Clock::now();
+    const DeviceTimer::Mark b0 = timer.mark();
+    timer.add("forward", f0, b0);
     pass.reset();
     pass.emplace([&] { return "B" + std::to_string(i); });
     autograd::backward({scale(loss, ctx.loss_grad)});
+    timer.add("backward", b0, timer.mark());
     pass.reset();
     const std::string id = std::to_string(i);
     record(std::string("F").append(id), "forward", t0, t1);
@@ -2277,13 +2331,15 @@ StepMetrics Trainer::train_step(int64_t index) {
   Allocator& memory = backend_for(device_.type).allocator(device_.index);
   memory.reset_peak();
   trace_.set_enabled(index >= trace_from_ && index < trace_to_);
-  double bubble = -1;
   if (reducer_) reducer_->set_microbatches(batch_size(index) / dp_ / t.micro_batch_size);
-  double loss = forward_backward(index, &bubble);
+  double loss = forward_backward(index);
   const auto reduce_start = TraceRecorder::Clock::now();
+  DeviceTimer& timer = step_timer();
   if (reducer_) {
     const nvtx::Range range("dp reduce");
+    const DeviceTimer::Mark m0 = timer.mark();
     reducer_->finish();  // buckets started during backward; wait for all
+    timer.add("dp", m0, timer.mark());
     Tensor l = from_vector(std::vector<double>{loss}, {1}, DType::F64);
     mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
     loss = item(l);
@@ -2299,6 +2355,10 @@ StepMetrics Trainer::train_step(int64_t index) {
   // (Like the global norm: a pass over the gradients and a reduction.)
   std::vector<std::pair<std::string, double>> grad_norms =
       norms_by_group(grad_norm_groups_, /*of_grads=*/true);
+  // The norm has made the host wait for everything queued so far, so the
+  // step's timings read without a wait (the last step's optimizer among
+  // them; this step's is read with the next).
+  const double bubble = pipeline_bubble(read_step_timer());
   // Clipping's coefficient goes into the optimizer step: no pass over
   // every gradient (on a GPU, one launch per parameter fewer).
   if (t.grad_clip > 0 && std::isfinite(norm))
@@ -2370,6 +2430,7 @@ StepMetrics Trainer::train_step(int64_t index) {
     if (scaler_) scaler_->update(false);
     const auto opt_start = TraceRecorder::Clock::now();
     const nvtx::Range range("optimizer");
+    const DeviceTimer::Mark m0 = timer.mark();
     fold_ema();  // the last applied step's weights, before they change
     if (m.weight_decay >= 0) set_weight_decay(m.weight_decay);
     if (zero_optimizer_) {
@@ -2382,6 +2443,7 @@ StepMetrics Trainer::train_step(int64_t index) {
     update_expert_biases();
     ++applied_steps_;
     applied_sequences_ += G;
+    timer.add("optimizer", m0, timer.mark());
     record("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   }
   spikes_.record(loss, norm);  // (finite steps only, spikes too)
@@ -3472,13 +3534,20 @@ std::vector<StepMetrics> Trainer::run() {
     const int64_t every = config_.eval.interval;
     EvaluationTimes evaluated;
     if ((every > 0 && m.step % every == 0) || m.step == steps) evaluated = evaluate_step(m);
+    const bool summary = m.step % config_.log_interval == 0 || m.step == steps;
+    std::vector<double> timing_rows;
+    if (summary) {
+      // (A collective; its lines follow the step's.)
+      timing_rows =
+          rank_timing_into(m, m.step % config_.log_interval == 0 ? config_.log_interval
+                                                                 : m.step % config_.log_interval);
+    }
     if (metrics) metrics->write(m);
     if (tensorboard) tensorboard->write(m);
     out.push_back(m);
-    if (m.step % config_.log_interval == 0 || m.step == steps) {
+    if (summary) {
       print_line(m);
-      log_timing(m.step % config_.log_interval == 0 ? config_.log_interval
-                                                    : m.step % config_.log_interval);
+      print_rank_timing(m, timing_rows);
     } else if (k == first) {
       print_line(m);  // (the first step this run trains, a resumed run's too)
     }

@@ -4,6 +4,8 @@
 // no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -11,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -28,6 +31,7 @@
 #endif
 #include "triad/backend/backend.h"
 #include "triad/backend/cuda.h"
+#include "triad/backend/device_timer.h"
 #include "triad/core/allocator.h"
 #include "triad/data/token_shard.h"
 #include "triad/dist/nccl.h"
@@ -1648,6 +1652,47 @@ TEST(CudaRuntime, CachingAllocatorReportsAndReusesMemory) {
   EXPECT_EQ(cuda::memory_stats(0).reserved, after_free.reserved);
 }
 
+// DeviceTimer on a GPU: its marks are events on the compute stream, so
+// timing work costs the host no wait until the reading (one), and a span is
+// the device's time for the work between its marks, not the host's time to
+// queue it.
+TEST(CudaRuntime, DeviceTimerTimesQueuedWorkWithoutWaitingForIt) {
+  // (The simulator's products are exact host GEMMs; its GELU kernels run
+  // thread by thread, as slowly as a simulation does.)
+  const int64_t n = kOnSimulator ? 64 : 2048;
+  const int products = kOnSimulator ? 4 : 20;
+  Tensor a = to_device(randn({n, n}, 1, 1, 1.0), kGpu),
+         b = to_device(randn({n, n}, 2, 2, 1.0), kGpu);
+  Tensor c = matmul(a, b);  // (the library's first product pays its setup here)
+  cuda::synchronize(0);
+  DeviceTimer timer(kGpu);
+#ifdef TRIAD_CUDA_SIM
+  const int64_t waits = triad_sim::counters().host_waits;
+#endif
+  const auto queued_from = std::chrono::steady_clock::now();
+  const DeviceTimer::Mark from = timer.mark();
+  for (int i = 0; i < products; ++i) c = gelu(matmul(a, b));
+  const DeviceTimer::Mark to = timer.mark();
+  const double queueing =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - queued_from).count();
+  timer.add("products", from, to);
+  timer.add("nothing", to, timer.mark());
+#ifdef TRIAD_CUDA_SIM
+  EXPECT_EQ(triad_sim::counters().host_waits, waits);  // nothing waited for yet
+#endif
+  const std::map<std::string, double> read = timer.read();
+  EXPECT_GT(read.at("products"), queueing);
+  EXPECT_LT(read.at("nothing"), 0.1 * read.at("products"));
+#ifdef TRIAD_CUDA_SIM
+  EXPECT_EQ(triad_sim::counters().host_waits, waits + 1);  // the reading's
+#endif
+  EXPECT_EQ(timer.marks(), 0u);
+  // The events are reused by the next reading.
+  const DeviceTimer::Mark first = timer.mark();
+  timer.add("again", first, timer.mark());
+  EXPECT_GE(timer.read().at("again"), 0.0);
+}
+
 TEST(CudaRuntime, AccumulateAddsHalfAndF32IntoF32LikeTheCpu) {
   // Odd sizes (one element, a partial block, several blocks), every source
   // dtype the fused kernel takes, and a strided source (the generic path).
@@ -2439,6 +2484,52 @@ TEST(CudaTraining, ProfileStepsStartAndStopTheCudaProfilerAroundTheirSteps) {
   EXPECT_EQ(triad_sim::counters().profiler_stops, after[3].profiler_stops);  // (closed once)
 }
 #endif
+
+// The trainer's timing of each rank (StepMetrics::rank_timing, at
+// log.interval's steps): every category, the compute their sum, and on the
+// simulator the optimizer's time is the device's: its kernels run in one
+// go when the host next waits, far longer than the host took to queue them
+// (trace.json's optimizer events, host times).
+TEST(CudaTraining, RankTimingIsTheDevicesTime) {
+  testing::TempDir dir;
+  const std::string model = "{n_layer: 1, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16}";
+  train::Config c = train_config(dir, model, "cuda", "fp32", 4, 4, 97, "", 2);
+  c.log_interval = 2;
+  train::Trainer t(c);
+  const std::vector<train::StepMetrics> steps = t.run();
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_TRUE(steps[0].rank_timing.empty());
+  EXPECT_TRUE(steps[2].rank_timing.empty());
+  double optimizer_ms = 0;
+  for (size_t k : {size_t{1}, size_t{3}}) {
+    std::map<std::string, train::StepMetrics::RankTiming> by;
+    for (const auto& r : steps[k].rank_timing) by[r.category] = r;
+    ASSERT_EQ(by.size(), 7u) << "step " << k + 1;
+    for (const char* busy : {"forward", "backward", "optimizer"})
+      EXPECT_GT(by.at(busy).max_ms, 0.0) << busy << ", step " << k + 1;
+    EXPECT_EQ(by.at("weight-grad").max_ms, 0.0);  // (no zero-bubble split)
+    EXPECT_EQ(by.at("compute").slowest_rank, 0);
+    EXPECT_DOUBLE_EQ(by.at("compute").min_ms, by.at("compute").max_ms);  // one rank
+    EXPECT_NEAR(by.at("compute").mean_ms,
+                by.at("forward").mean_ms + by.at("backward").mean_ms +
+                    by.at("weight-grad").mean_ms + by.at("optimizer").mean_ms,
+                1e-9);
+    optimizer_ms += by.at("optimizer").mean_ms / 2;
+  }
+#ifdef TRIAD_CUDA_SIM
+  std::ifstream in(c.output_dir + "/trace.json");
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  double queued_ms = 0;
+  int queued = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("name", "") != "optimizer") continue;
+    queued_ms += e["dur"].get<double>() / 1e3;
+    ++queued;
+  }
+  ASSERT_EQ(queued, 4);
+  EXPECT_GT(optimizer_ms, 5 * queued_ms / queued);
+#endif
+}
 
 #ifdef TRIAD_CUDA_SIM
 // No kernel of a bf16 training step depends on the order its blocks or

@@ -75,6 +75,7 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
     m.lambada_sets = {{"en", *m.lambada}};
     m.lambada_ema = StepMetrics::LambadaScores{10, 0.625, 3.25, 25.5};
     m.lambada_ema_sets = {{"en", *m.lambada_ema}};
+    m.rank_timing = {{"forward", 10.5, 11.25, 12.0, 3}, {"compute", 20.0, 21.5, 24.0, 1}};
     w.write(m);
     StepMetrics plain;  // (the CPU, no evaluation)
     plain.step = 2;
@@ -93,11 +94,21 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
   EXPECT_EQ(a.at("lambada_sets").at("en").at("perplexity"), 33.0);
   EXPECT_EQ(a.at("lambada_ema").at("loss"), 3.25);
   EXPECT_EQ(a.at("lambada_ema_sets").at("en").at("acc"), 0.625);
+  EXPECT_EQ(a.at("rank_timing").at("forward").at("min_ms"), 10.5);
+  EXPECT_EQ(a.at("rank_timing").at("forward").at("mean_ms"), 11.25);
+  EXPECT_EQ(a.at("rank_timing").at("compute").at("max_ms"), 24.0);
+  EXPECT_EQ(a.at("rank_timing").at("compute").at("slowest_rank"), 1);
   for (const char* key :
        {"reserved_memory_bytes", "choices", "choice_sets", "choices_ema", "choice_ema_sets",
-        "lambada", "lambada_sets", "lambada_ema", "lambada_ema_sets"}) {
+        "lambada", "lambada_sets", "lambada_ema", "lambada_ema_sets", "rank_timing"}) {
     EXPECT_FALSE(b.contains(key)) << key << ": " << second;
   }
+}
+
+TEST(Metrics, RankTimingSummaryNamesEachCategorysSpreadAndSlowestRank) {
+  EXPECT_EQ(rank_timing_summary({{"forward", 10.04, 10.4, 12.96, 37}, {"p2p", 0, 1.3, 2.5, 0}}, 64),
+            "ms/step over 64 ranks, min/mean/max (slowest): forward 10.0/10.4/13.0 (rank 37) | p2p "
+            "0.0/1.3/2.5 (rank 0)");
 }
 
 }  // namespace

@@ -108,6 +108,7 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.grad_norm = 1.5;
     m.peak_memory_bytes = 2'000'000'000;
     m.reserved_memory_bytes = 3'000'000'000;
+    m.rank_timing = {{"compute", 20.5, 21.0, 24.25, 1}};
     m.val_loss = 2.75;
     m.val_losses = {{"web", 2.75}, {"code", 1.25}};
     m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5};
@@ -132,6 +133,7 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.lambada_ema.reset();
     m.lambada_ema_sets.clear();
     m.reserved_memory_bytes = -1;  // (the CPU)
+    m.rank_timing.clear();         // (not a log.interval step)
     m.mfu = 0.5;
     m.z_loss = -1;
     m.skipped = m.spike = true;  // (train.spike_sigma's)
@@ -183,6 +185,9 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[4].count("lambada_ema/loss"), 0u);
   EXPECT_EQ(by_step[3].at("train/reserved_memory_gb"), 3.0f);
   EXPECT_EQ(by_step[4].count("train/reserved_memory_gb"), 0u);
+  EXPECT_EQ(by_step[3].at("timing/compute_min_ms"), 20.5f);
+  EXPECT_EQ(by_step[3].at("timing/compute_max_ms"), 24.25f);
+  EXPECT_EQ(by_step[4].count("timing/compute_max_ms"), 0u);
   EXPECT_EQ(by_step[3].count("train/mfu"), 0u);  // no peak configured
   EXPECT_EQ(by_step[4].count("val/loss"), 0u);   // not evaluated
   EXPECT_EQ(by_step[4].at("train/mfu"), 0.5f);

@@ -529,6 +529,40 @@ TEST(Trainer, ParamNormIsTheNormOfTheTrainedWeightsAfterTheUpdate) {
   EXPECT_NEAR(frozen.param_norm, norm_of(part.full_state_dict(), {"wte.weight"}), 1e-7 * after);
 }
 
+// Each log.interval step (and the last) has each rank's time by category,
+// ms per step since the last such step: one rank's forward, backward and
+// optimizer add up to its compute, which (on the CPU, which does the work
+// as it is asked) is most of the step and no more than all of it.
+TEST(Trainer, RankTimingAtLogIntervalStepsSumsThePassesAndTheOptimizer) {
+  TempDir dir;
+  Config c = small_config(dir, 1);
+  c.train.steps = 5;
+  c.log_interval = 2;
+  Trainer t(c);
+  const std::vector<StepMetrics> steps = t.run();
+  ASSERT_EQ(steps.size(), 5u);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(steps[k].rank_timing.empty(), k == 0 || k == 2) << "step " << k + 1;
+  }
+  // Steps 1-2, 3-4, and 5 alone (the last).
+  for (auto [k, from] : {std::pair<size_t, size_t>{1, 0}, {3, 2}, {4, 4}}) {
+    std::map<std::string, StepMetrics::RankTiming> by;
+    for (const auto& r : steps[k].rank_timing) by[r.category] = r;
+    ASSERT_EQ(by.size(), 7u);
+    for (const char* zero : {"weight-grad", "p2p", "dp"})
+      EXPECT_EQ(by.at(zero).max_ms, 0.0) << zero;  // (no pipeline, no data parallelism)
+    const double compute = by.at("compute").mean_ms;
+    EXPECT_DOUBLE_EQ(
+        compute, by.at("forward").mean_ms + by.at("backward").mean_ms + by.at("optimizer").mean_ms);
+    EXPECT_GT(by.at("optimizer").mean_ms, 0.0);
+    double step_ms = 0;
+    for (size_t i = from; i <= k; ++i)
+      step_ms += steps[i].step_ms / static_cast<double>(k + 1 - from);
+    EXPECT_GT(compute, 0.5 * step_ms) << "step " << k + 1;
+    EXPECT_LE(compute, step_ms) << "step " << k + 1;
+  }
+}
+
 // train.skip_steps: a step it names passes its batch over: the weights and
 // the schedule stay, and the next step trains as a run that never read
 // that batch trains (bit for bit: step(0), then step(2) directly). The

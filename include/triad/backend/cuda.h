@@ -32,6 +32,16 @@ void synchronize(int device);
 void order_after_compute(int device, void* other_stream);
 // The reverse: the compute stream waits for what is queued on `other_stream`.
 void order_compute_after(int device, void* other_stream);
+// Events that time work on `device`'s compute stream where it runs, so the
+// host need not wait for it (DeviceTimer, backend/device_timer.h):
+// create_timing_event makes one (owned by the caller; destroy it with
+// destroy_timing_event), record_timing_event records it on the compute
+// stream behind everything queued there, and elapsed_ms waits until `end`
+// has been reached and returns the milliseconds between two recorded events.
+void* create_timing_event(int device);
+void destroy_timing_event(void* event);
+void record_timing_event(int device, void* event);
+double elapsed_ms(void* start, void* end);
 // The CUDA profiler's capture range, process-wide: profiling tools attached
 // with a capture range (nsys profile --capture-range=cudaProfilerApi)
 // record only between a start and the stop after it.

@@ -88,6 +88,20 @@ struct StepMetrics {
   // device must have, the cache's slack included (PyTorch's
   // memory_reserved). -1 on the CPU, which caches nothing.
   int64_t reserved_memory_bytes = -1;
+  // At log.interval's steps (and the last): where the ranks' devices spent
+  // the steps since the last such step, in ms per step by category
+  // (forward, backward, weight-grad, p2p, dp, optimizer, and `compute`,
+  // the sum of forward, backward, weight-grad and optimizer), timed where
+  // the work runs (on a GPU by events on its compute stream): the fastest
+  // rank's, the mean, the slowest rank's, and which rank that was. Among
+  // ranks that do the same work (a pipeline stage's), one whose compute
+  // stands out is a straggler. Empty at other steps.
+  struct RankTiming {
+    std::string category;
+    double min_ms = 0, mean_ms = 0, max_ms = 0;
+    int slowest_rank = 0;
+  };
+  std::vector<RankTiming> rank_timing;
   // Training sequences (of seq_len + 1 tokens) consumed after this step,
   // over the whole run (resumes included).
   int64_t consumed_sequences = 0;
@@ -131,6 +145,11 @@ struct StepMetrics {
   // eval.samples at an evaluation: each prompt and the model's continuation.
   std::vector<std::pair<std::string, std::string>> samples;
 };
+
+// The console's summary of StepMetrics::rank_timing over `ranks` ranks:
+// each category's fastest, mean and slowest rank's ms per step and which
+// rank was slowest ("forward 10.1/10.4/12.9 (rank 37) | ...").
+std::string rank_timing_summary(const std::vector<StepMetrics::RankTiming>& timing, int ranks);
 
 // Appends one JSON object per step to a metrics.jsonl file.
 class MetricsWriter {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "triad/backend/device_timer.h"
 #include "triad/data/blended_dataset.h"
 #include "triad/data/fill_in_the_middle.h"
 #include "triad/data/token_dataset.h"
@@ -184,8 +185,9 @@ class Trainer {
   // small all-reduce over dp); otherwise nothing.
   void weigh_by_tokens(std::vector<data::Batch>& batches) const;
   // Forward and backward of this rank's share of step `index`; returns the
-  // mean loss over its tokens (and sets *bubble for pipelines).
-  double forward_backward(int64_t index, double* bubble);
+  // mean loss over its tokens. Times its passes in step_timer() (and, for
+  // pipelines, the whole of them as "pipeline").
+  double forward_backward(int64_t index);
   // The step's MoE routing statistics (model.moe), gathered from every rank
   // into m.
   void moe_metrics_into(StepMetrics& m) const;
@@ -447,6 +449,7 @@ class Trainer {
   void commit_pending_checkpoint(bool wait, bool any_failed = false);
   int64_t load_checkpoint();
   void barrier() const;
+  // An event of trace.json (host times).
   void record(const std::string& name, const std::string& category,
               TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1);
   // log.plan_cluster: the planner's price of this run on that cluster,
@@ -457,13 +460,34 @@ class Trainer {
   void log_plan_against(const std::vector<StepMetrics>& steps) const;
   double planned_step_s_ = 0;  // (0: no plan)
   double planned_memory_bytes_ = 0;
-  void log_timing(int64_t steps);
+  // Fills m.rank_timing from every rank's step timer over the last `steps`
+  // steps (a collective over the world) and returns the ranks' rows (ms per
+  // step in m.rank_timing's categories, rank after rank).
+  std::vector<double> rank_timing_into(StepMetrics& m, int64_t steps);
+  // The logging rank's lines of them: one per rank up to kTimingRankLines
+  // ranks, else each category's spread and slowest rank.
+  void print_rank_timing(const StepMetrics& m, const std::vector<double>& rows) const;
+  // Where this rank's device spends a step (forward, backward, weight-grad,
+  // p2p, dp, optimizer): timed where the work runs (DeviceTimer; on a GPU
+  // by events on its compute stream), read when the host waits for the
+  // device anyway. Made on first use, for the rank's device.
+  DeviceTimer& step_timer();
+  // Reads the step timer into timing_ and returns what it read.
+  std::map<std::string, double> read_step_timer();
+  // A pipeline step's bubble from what the step timer read on this rank:
+  // its time in the pipeline beyond the busiest rank's passes, over those
+  // (a collective over the pipeline group); -1 without a pipeline.
+  double pipeline_bubble(const std::map<std::string, double>& read) const;
+  std::unique_ptr<DeviceTimer> step_timer_;
   std::map<std::string, double> timing_;  // seconds per category since the last summary
   optim::LrSchedule schedule_;
   // A changing train.weight_decay_schedule (set once the step count is known).
   std::optional<optim::WeightDecaySchedule> weight_decay_schedule_;
   TraceRecorder trace_;
 };
+
+// Ranks up to which the console shows every rank's timing line.
+inline constexpr int kTimingRankLines = 8;
 
 // Steps recorded in output.dir/trace.json (the first ones; a trace of every
 // step of a long run would be too large to open).

@@ -36,6 +36,16 @@ size_t device_memory(int) {
 void synchronize(int) {
   absent("synchronize");
 }
+void* create_timing_event(int) {
+  absent("create_timing_event");
+}
+void destroy_timing_event(void*) {}
+void record_timing_event(int, void*) {
+  absent("record_timing_event");
+}
+double elapsed_ms(void*, void*) {
+  absent("elapsed_ms");
+}
 void profiler_start() {
   absent("profiler_start");
 }

@@ -1711,6 +1711,32 @@ void synchronize(int device) {
   detail::check(cudaStreamSynchronize(cuda_backend().state(device).stream), "synchronize");
 }
 
+void* create_timing_event(int device) {
+  detail::DeviceGuard g(device);  // (an event belongs to the device current when it is made)
+  cudaEvent_t e = nullptr;
+  detail::check(cudaEventCreate(&e), "timing event");
+  return e;
+}
+
+void destroy_timing_event(void* event) {
+  if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void record_timing_event(int device, void* event) {
+  detail::check(
+      cudaEventRecord(static_cast<cudaEvent_t>(event), cuda_backend().state(device).stream),
+      "timing event record");
+}
+
+double elapsed_ms(void* start, void* end) {
+  detail::check(cudaEventSynchronize(static_cast<cudaEvent_t>(end)), "timing event wait");
+  float ms = 0;
+  detail::check(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)),
+      "cudaEventElapsedTime");
+  return ms;
+}
+
 void profiler_start() {
   detail::check(cudaProfilerStart(), "cudaProfilerStart");
 }

@@ -422,7 +422,9 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     if (it->second.work) {
       const auto t0 = Clock::now();
       const nvtx::Range range("wait");
+      const DeviceTimer::Mark m0 = timer_ ? timer_->mark() : 0;
       it->second.work->wait();
+      if (timer_) timer_->add("p2p", m0, timer_->mark());
       if (sink_) sink_("wait", "p2p", t0, Clock::now());
       // On a GPU the group's calls run in posting order on each stream (the
       // group's one, or each neighbour's), so the compute stream, now
@@ -468,12 +470,17 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
            std::to_string(a.microbatch) + (schedule_.v > 1 ? " c" + std::to_string(a.chunk) : "");
   };
   auto timed = [&](const Action& a, auto&& fn) {
+    const char* category = a.compute == ComputeKind::Forward          ? "forward"
+                           : a.compute == ComputeKind::BackwardWeight ? "weight-grad"
+                                                                      : "backward";
     if (profile_) backend_for(act_device.type).synchronize();
     const auto t0 = Clock::now();
+    const DeviceTimer::Mark m0 = timer_ ? timer_->mark() : 0;
     {
       const nvtx::Range range([&] { return action_name(a); });
       fn();
     }
+    if (timer_) timer_->add(category, m0, timer_->mark());
     if (profile_) backend_for(act_device.type).synchronize();
     const auto t1 = Clock::now();
     const double seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -500,11 +507,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         ++mine.weight_passes;
         break;
     }
-    if (sink_) {
-      const bool f = a.compute == ComputeKind::Forward,
-                 w = a.compute == ComputeKind::BackwardWeight;
-      sink_(action_name(a), f ? "forward" : w ? "weight-grad" : "backward", t0, t1);
-    }
+    if (sink_) sink_(action_name(a), category, t0, t1);
   };
   for (const Action& a : schedule_.ranks[r]) {
     if (!a.is_compute()) {
@@ -570,6 +573,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       // calls) as "p2p", waiting for a peer as "wait".
       auto t0 = Clock::now();
       const nvtx::Range range("p2p");
+      const DeviceTimer::Mark m0 = timer_ ? timer_->mark() : 0;
       for (Call& call : calls) {
         dist::WorkPtr w = pp->batch_isend_irecv(call.ops);
         const uint64_t batch = batches_posted++;
@@ -590,6 +594,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           (*arriving)[k] = {w, shape, batch, call.peer};
       }
       if (sink_) sink_("p2p", "p2p", t0, Clock::now());
+      if (timer_) timer_->add("p2p", m0, timer_->mark());
       // Sent activations: only their place in the graph is still needed.
       for (const Key& k : sent_outputs) {
         outputs.at(k).impl().storage = std::make_shared<Storage>(0, cpu_allocator());

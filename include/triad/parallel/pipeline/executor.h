@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "triad/autograd/weight_grad_store.h"
+#include "triad/backend/device_timer.h"
 #include "triad/data/token_dataset.h"
 #include "triad/dist/process_group.h"
 #include "triad/parallel/pipeline/schedule.h"
@@ -175,6 +176,12 @@ class PipelineExecutor {
   using EventSink = std::function<void(const std::string& name, const std::string& category,
                                        Clock::time_point start, Clock::time_point end)>;
   void set_event_sink(EventSink sink) { sink_ = std::move(sink); }
+  // Also times the same work where it runs (on a GPU, events on the compute
+  // stream; DeviceTimer): each compute action in its category (forward,
+  // backward, weight-grad), and the point-to-point posting and waits as
+  // "p2p" (on a GPU, how long the compute stream stood waiting for a
+  // transfer). The timer, not owned, is read by its owner.
+  void set_timer(DeviceTimer* timer) { timer_ = timer; }
   // Profiling: wait for the device before and after every compute action so
   // that the times measured (PipelineStepResult, events) are the device's,
   // not the host's enqueueing. Slower; for the steps zb-auto measures.
@@ -223,6 +230,7 @@ class PipelineExecutor {
   PipelineModel& model_;
   Schedule schedule_;
   EventSink sink_;
+  DeviceTimer* timer_ = nullptr;
   bool profile_ = false;
   bool scatter_gather_ = true;
 };
