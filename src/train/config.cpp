@@ -1726,6 +1726,16 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
         }}},
       {"tensorboard", {false, [&](auto& v, auto& k) { c.log_tensorboard = get_bool(v, k); }}},
+      {"straggler_factor",
+       {false,
+        [&](auto& v, auto& k) {
+          c.log_straggler_factor = get_double(v, k);
+          if (!(c.log_straggler_factor == 0 || c.log_straggler_factor > 1)) {
+            throw ConfigError(k + " (" + scalar_text(v) +
+                              ") must be 0 (off) or more than 1: how many times its stage's "
+                              "median compute a rank takes to be named a straggler");
+          }
+        }}},
       {"param_norm", {false, [&](auto& v, auto& k) { c.log_param_norm = get_bool(v, k); }}},
       {"moe_per_layer", {false, [&](auto& v, auto& k) { c.log_moe_per_layer = get_bool(v, k); }}},
       {"trace_steps",
@@ -2359,6 +2369,8 @@ std::string to_yaml(const Config& c) {
   if (c.log_param_norms != "none")
     e << YAML::Key << "param_norms" << YAML::Value << c.log_param_norms;
   if (c.log_moe_per_layer) e << YAML::Key << "moe_per_layer" << YAML::Value << true;
+  if (c.log_straggler_factor > 0)
+    e << YAML::Key << "straggler_factor" << YAML::Value << c.log_straggler_factor;
   if (c.log_trace_first < 0) {
     e << YAML::Key << "trace_steps" << YAML::Value << "none";
   } else if (c.log_trace_first > 0) {

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.h"
@@ -17,6 +19,33 @@ std::string rank_timing_summary(const std::vector<StepMetrics::RankTiming>& timi
                         t.min_ms, t.mean_ms, t.max_ms, t.slowest_rank);
   }
   return line;
+}
+
+std::vector<StepMetrics::Straggler> find_stragglers(const std::vector<double>& compute_ms,
+                                                    const std::vector<int>& stage_of_rank,
+                                                    double factor) {
+  if (compute_ms.size() != stage_of_rank.size()) {
+    throw ValueError("find_stragglers: " + std::to_string(compute_ms.size()) +
+                     " ranks' times but " + std::to_string(stage_of_rank.size()) + " stages");
+  }
+  std::map<int, std::vector<double>> by_stage;
+  for (size_t r = 0; r < compute_ms.size(); ++r)
+    by_stage[stage_of_rank[r]].push_back(compute_ms[r]);
+  std::map<int, double> median;
+  for (auto& [stage, times] : by_stage) {
+    std::sort(times.begin(), times.end());
+    const size_t n = times.size();
+    median[stage] = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  }
+  std::vector<StepMetrics::Straggler> out;
+  for (size_t r = 0; r < compute_ms.size(); ++r) {
+    const int stage = stage_of_rank[r];
+    const int peers = static_cast<int>(by_stage[stage].size());
+    const double m = median[stage];
+    if (peers > 1 && m > 0 && compute_ms[r] >= factor * m)
+      out.push_back({static_cast<int>(r), stage, compute_ms[r], m, peers});
+  }
+  return out;
 }
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at) : path_(path) {
@@ -82,6 +111,17 @@ void MetricsWriter::write(const StepMetrics& m) {
                                  {"slowest_rank", r.slowest_rank}};
     }
     j["rank_timing"] = by_category;
+  }
+  if (!m.stragglers.empty()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const StepMetrics::Straggler& s : m.stragglers) {
+      list.push_back({{"rank", s.rank},
+                      {"stage", s.stage},
+                      {"compute_ms", s.compute_ms},
+                      {"median_ms", s.median_ms},
+                      {"peers", s.peers}});
+    }
+    j["stragglers"] = list;
   }
   if (m.moe_balance >= 0) {
     j["moe_balance"] = m.moe_balance;

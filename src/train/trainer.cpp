@@ -849,14 +849,17 @@ std::vector<double> Trainer::rank_timing_into(StepMetrics& m, int64_t steps) {
   static const char* kCategories[] = {"forward", "backward", "weight-grad",
                                       "p2p",     "dp",       "optimizer"};
   constexpr int kN = 6;
-  std::vector<double> mine(kN + 1);
+  // Each rank's row: the categories, their compute, and the rank's pipeline
+  // stage (whose ranks do the same work).
+  std::vector<double> mine(kTimingRowWidth);
   for (int i = 0; i < kN; ++i)
     mine[i] = 1e3 * timing_[kCategories[i]] / static_cast<double>(std::max<int64_t>(steps, 1));
   mine[kN] = mine[0] + mine[1] + mine[2] + mine[5];  // compute
+  mine[kN + 1] = mesh_ && mesh_->pp() ? mesh_->pp()->rank() : 0;
   timing_.clear();
   const int ranks = world_ ? world_->size() : 1;
-  Tensor local = from_vector(mine, {kN + 1}, DType::F64),
-         all = empty({static_cast<int64_t>(kN + 1) * ranks}, DType::F64);
+  Tensor local = from_vector(mine, {kTimingRowWidth}, DType::F64),
+         all = empty({static_cast<int64_t>(kTimingRowWidth) * ranks}, DType::F64);
   if (world_ && ranks > 1) {
     world_->all_gather(local, all)->wait();
   } else {
@@ -868,23 +871,40 @@ std::vector<double> Trainer::rank_timing_into(StepMetrics& m, int64_t steps) {
     StepMetrics::RankTiming t{i < kN ? kCategories[i] : "compute", v[static_cast<size_t>(i)], 0,
                               v[static_cast<size_t>(i)], 0};
     for (int r = 0; r < ranks; ++r) {
-      const double ms = v[static_cast<size_t>(r * (kN + 1) + i)];
+      const double ms = v[static_cast<size_t>(r * kTimingRowWidth + i)];
       t.min_ms = std::min(t.min_ms, ms);
       t.mean_ms += ms / ranks;
       if (ms > t.max_ms) t.max_ms = ms, t.slowest_rank = r;
     }
     m.rank_timing.push_back(t);
   }
+  if (config_.log_straggler_factor > 0) {
+    std::vector<double> compute;
+    std::vector<int> stage;
+    for (int r = 0; r < ranks; ++r) {
+      compute.push_back(v[static_cast<size_t>(r * kTimingRowWidth + kN)]);
+      stage.push_back(static_cast<int>(v[static_cast<size_t>(r * kTimingRowWidth + kN + 1)]));
+    }
+    m.stragglers = find_stragglers(compute, stage, config_.log_straggler_factor);
+  }
   return v;
 }
 
 void Trainer::print_rank_timing(const StepMetrics& m, const std::vector<double>& rows) const {
   if (!is_logging_rank() || m.rank_timing.empty()) return;
-  const size_t width = m.rank_timing.size();
-  const int ranks = static_cast<int>(rows.size() / width);
+  for (const StepMetrics::Straggler& s : m.stragglers) {
+    spdlog::warn(
+        "step {}: rank {} (node {}) is a straggler: {:.1f} ms of compute a step, {:.2f}x the "
+        "median "
+        "of the {} ranks of pipeline stage {} ({:.1f} ms; log.straggler_factor {})",
+        m.step, s.rank, mesh_ ? mesh_->node().node_of_rank.at(static_cast<size_t>(s.rank)) : 0,
+        s.compute_ms, s.compute_ms / s.median_ms, s.peers, s.stage, s.median_ms,
+        config_.log_straggler_factor);
+  }
+  const int ranks = static_cast<int>(rows.size() / kTimingRowWidth);
   if (ranks <= kTimingRankLines) {
     for (int r = 0; r < ranks; ++r) {
-      const double* row = &rows[static_cast<size_t>(r) * width];
+      const double* row = &rows[static_cast<size_t>(r) * kTimingRowWidth];
       spdlog::info(
           "  rank {:>3} ms/step: forward {:.1f} | backward {:.1f} | weight-grad {:.1f} | p2p wait "
           "{:.1f} | dp reduce {:.1f} | optimizer {:.1f}",

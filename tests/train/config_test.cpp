@@ -296,6 +296,21 @@ TEST(Config, WarmupInitKey) {
                       "train.warmup_init (0.001) needs a warm-up: train.warmup_steps is 0");
 }
 
+// log.straggler_factor: off by default (absent from the resolved config),
+// round-tripped, and 0 or more than 1.
+TEST(Config, StragglerFactorKey) {
+  const Config plain = parse_config(kValid);
+  EXPECT_EQ(plain.log_straggler_factor, 0.0);
+  EXPECT_EQ(to_yaml(plain).find("straggler_factor"), std::string::npos) << to_yaml(plain);
+  const Config c = parse_config(to_yaml(parse_config(kValid, {"log.straggler_factor=1.25"})));
+  EXPECT_EQ(c.log_straggler_factor, 1.25);
+  for (const char* bad : {"1", "0.5", "-2"}) {
+    expect_config_error(
+        kValid, {std::string("log.straggler_factor=") + bad},
+        std::string("log.straggler_factor (") + bad + ") must be 0 (off) or more than 1");
+  }
+}
+
 // train.weight_decay_schedule and its keys: parsed, round-tripped (absent
 // when constant), checked.
 TEST(Config, WeightDecayScheduleKeys) {

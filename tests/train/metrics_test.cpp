@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 
 namespace triad::train {
@@ -76,6 +77,7 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
     m.lambada_ema = StepMetrics::LambadaScores{10, 0.625, 3.25, 25.5};
     m.lambada_ema_sets = {{"en", *m.lambada_ema}};
     m.rank_timing = {{"forward", 10.5, 11.25, 12.0, 3}, {"compute", 20.0, 21.5, 24.0, 1}};
+    m.stragglers = {{1, 0, 24.0, 20.5, 4}};
     w.write(m);
     StepMetrics plain;  // (the CPU, no evaluation)
     plain.step = 2;
@@ -98,11 +100,43 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
   EXPECT_EQ(a.at("rank_timing").at("forward").at("mean_ms"), 11.25);
   EXPECT_EQ(a.at("rank_timing").at("compute").at("max_ms"), 24.0);
   EXPECT_EQ(a.at("rank_timing").at("compute").at("slowest_rank"), 1);
-  for (const char* key :
-       {"reserved_memory_bytes", "choices", "choice_sets", "choices_ema", "choice_ema_sets",
-        "lambada", "lambada_sets", "lambada_ema", "lambada_ema_sets", "rank_timing"}) {
+  EXPECT_EQ(a.at("stragglers").size(), 1u);
+  EXPECT_EQ(a.at("stragglers").at(0).at("rank"), 1);
+  EXPECT_EQ(a.at("stragglers").at(0).at("median_ms"), 20.5);
+  EXPECT_EQ(a.at("stragglers").at(0).at("peers"), 4);
+  for (const char* key : {"reserved_memory_bytes", "choices", "choice_sets", "choices_ema",
+                          "choice_ema_sets", "lambada", "lambada_sets", "lambada_ema",
+                          "lambada_ema_sets", "rank_timing", "stragglers"}) {
     EXPECT_FALSE(b.contains(key)) << key << ": " << second;
   }
+}
+
+// Stage 0: four ranks, one of them 28% over their median; stage 1: two
+// ranks, one 9.5% over theirs; stage 2: one rank, slow but with no peers.
+TEST(Metrics, StragglersAreSlowerThanTheMedianOfTheirStageByTheFactor) {
+  const std::vector<double> ms = {100, 102, 130, 101, 100, 121, 500};
+  const std::vector<int> stage = {0, 0, 0, 0, 1, 1, 2};
+  std::vector<StepMetrics::Straggler> s = find_stragglers(ms, stage, 1.2);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].rank, 2);
+  EXPECT_EQ(s[0].stage, 0);
+  EXPECT_EQ(s[0].compute_ms, 130.0);
+  EXPECT_EQ(s[0].median_ms, 101.5);  // (an even count: the mean of the middle two)
+  EXPECT_EQ(s[0].peers, 4);
+  s = find_stragglers(ms, stage, 1.09);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[1].rank, 5);
+  EXPECT_EQ(s[1].median_ms, 110.5);
+  EXPECT_TRUE(find_stragglers(ms, stage, 1.3).empty());
+  // Odd counts take the middle one.
+  s = find_stragglers({10, 30, 12}, {0, 0, 0}, 2.0);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].median_ms, 12.0);
+  testing::expect_error<ValueError>(
+      [] {
+        find_stragglers({1, 2}, {0}, 1.5);
+      },
+      {"2 ranks' times but 1 stages"});
 }
 
 TEST(Metrics, RankTimingSummaryNamesEachCategorysSpreadAndSlowestRank) {

@@ -3,13 +3,17 @@
 # holds five of the six blocks, rank 1 one block and the head over a
 # vocabulary of 256. Rank 0's compute is the slowest, rank 1 waits for it
 # (its p2p time is the larger), and every category has its fastest,
-# mean and slowest rank; the console has a line for each rank.
+# mean and slowest rank; the console has a line for each rank. A rank is a
+# straggler only against the ranks of its own stage: with a
+# log.straggler_factor just over 1, neither stage (one rank each) has one,
+# while of two data-parallel ranks (one stage) the slower is named.
 #   -DTRAIN= -DMPIRUN= -DCONFIG= -DDATA= -DWORK=
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
-run(training ${MPIRUN} -np 2 ${TRAIN} --config ${CONFIG} --set data.train=${DATA}
-    --set model.n_layer=6 --set train.steps=4 --set log.interval=2 --set parallel.pp=2
-    --set parallel.stage_layers=[5,1] --set output.dir=${WORK})
+set(common ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set model.n_layer=6
+    --set train.steps=4 --set log.interval=2 --set log.straggler_factor=1.000001)
+run(training ${MPIRUN} -np 2 ${common} --set parallel.pp=2 --set parallel.stage_layers=[5,1]
+    --set output.dir=${WORK})
 file(STRINGS ${WORK}/metrics.jsonl lines)
 list(LENGTH lines count)
 if(NOT count EQUAL 4)
@@ -49,3 +53,23 @@ foreach(rank 0 1)
     message(FATAL_ERROR "no timing line for rank ${rank}:\n${run_output}")
   endif()
 endforeach()
+if(run_output MATCHES "is a straggler" OR lines MATCHES "stragglers")
+  message(FATAL_ERROR "two stages of one rank each have no stragglers:\n${run_output}")
+endif()
+
+run(data-parallel ${MPIRUN} -np 2 ${common} --set output.dir=${WORK}/dp)
+file(STRINGS ${WORK}/dp/metrics.jsonl lines)
+foreach(index 1 3)
+  list(GET lines ${index} line)
+  string(JSON slowest GET "${line}" rank_timing compute slowest_rank)
+  string(JSON count LENGTH "${line}" stragglers)
+  string(JSON rank GET "${line}" stragglers 0 rank)
+  string(JSON peers GET "${line}" stragglers 0 peers)
+  if(NOT count EQUAL 1 OR NOT rank EQUAL slowest OR NOT peers EQUAL 2)
+    message(FATAL_ERROR "of two data-parallel ranks the slower (${slowest}) is the straggler, "
+                        "of 2 peers:\n${line}")
+  endif()
+endforeach()
+if(NOT run_output MATCHES "rank [01] \\(node 0\\) is a straggler: [0-9.]+ ms of compute a step")
+  message(FATAL_ERROR "no straggler warning:\n${run_output}")
+endif()

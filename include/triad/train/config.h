@@ -372,6 +372,10 @@ struct Config {
   int64_t log_profile_first = 0, log_profile_last = 0;
   // log.profile_ranks: the world ranks that profile (empty: every rank).
   std::vector<int64_t> log_profile_ranks;
+  // log.straggler_factor: at each log.interval summary, warn of (and list
+  // in the metrics) any rank whose compute per step is at least this many
+  // times the median of the ranks of its pipeline stage (0: off; else > 1).
+  double log_straggler_factor = 0;
   // log.plan_cluster: a cluster file (configs/clusters/) the planner prices
   // this run on at the start, logged and written to output.dir/plan.json
   // beside the measured steps ("": none).

@@ -102,6 +102,14 @@ struct StepMetrics {
     int slowest_rank = 0;
   };
   std::vector<RankTiming> rank_timing;
+  // log.straggler_factor: at the same steps, the ranks whose compute was at
+  // least that many times the median of their pipeline stage's ranks.
+  struct Straggler {
+    int rank = 0, stage = 0;
+    double compute_ms = 0, median_ms = 0;
+    int peers = 0;  // ranks of the stage, itself included
+  };
+  std::vector<Straggler> stragglers;
   // Training sequences (of seq_len + 1 tokens) consumed after this step,
   // over the whole run (resumes included).
   int64_t consumed_sequences = 0;
@@ -150,6 +158,14 @@ struct StepMetrics {
 // each category's fastest, mean and slowest rank's ms per step and which
 // rank was slowest ("forward 10.1/10.4/12.9 (rank 37) | ...").
 std::string rank_timing_summary(const std::vector<StepMetrics::RankTiming>& timing, int ranks);
+
+// The ranks whose compute_ms is at least `factor` times the median of the
+// ranks that share their stage (stage_of_rank: the pipeline stage of each
+// rank, as many as compute_ms), in rank order. A rank alone in its stage
+// has no peers to be slower than.
+std::vector<StepMetrics::Straggler> find_stragglers(const std::vector<double>& compute_ms,
+                                                    const std::vector<int>& stage_of_rank,
+                                                    double factor);
 
 // Appends one JSON object per step to a metrics.jsonl file.
 class MetricsWriter {

@@ -460,12 +460,14 @@ class Trainer {
   void log_plan_against(const std::vector<StepMetrics>& steps) const;
   double planned_step_s_ = 0;  // (0: no plan)
   double planned_memory_bytes_ = 0;
-  // Fills m.rank_timing from every rank's step timer over the last `steps`
-  // steps (a collective over the world) and returns the ranks' rows (ms per
-  // step in m.rank_timing's categories, rank after rank).
+  // Fills m.rank_timing (and with log.straggler_factor m.stragglers) from
+  // every rank's step timer over the last `steps` steps (a collective over
+  // the world) and returns the ranks' rows (kTimingRowWidth values each:
+  // ms per step in m.rank_timing's categories, then the rank's stage).
   std::vector<double> rank_timing_into(StepMetrics& m, int64_t steps);
-  // The logging rank's lines of them: one per rank up to kTimingRankLines
-  // ranks, else each category's spread and slowest rank.
+  // The logging rank's lines of them: a warning per straggler, then one line
+  // per rank up to kTimingRankLines ranks, else each category's spread and
+  // slowest rank.
   void print_rank_timing(const StepMetrics& m, const std::vector<double>& rows) const;
   // Where this rank's device spends a step (forward, backward, weight-grad,
   // p2p, dp, optimizer): timed where the work runs (DeviceTimer; on a GPU
@@ -488,6 +490,9 @@ class Trainer {
 
 // Ranks up to which the console shows every rank's timing line.
 inline constexpr int kTimingRankLines = 8;
+// What each rank gives of its timing: six categories, their compute, and
+// its pipeline stage.
+inline constexpr int kTimingRowWidth = 8;
 
 // Steps recorded in output.dir/trace.json (the first ones; a trace of every
 // step of a long run would be too large to open).
