@@ -796,6 +796,10 @@ void Trainer::log_plan(bool lead) {
                    cluster.gpu_name);
     planned_step_s_ = e.step_time;
     planned_memory_bytes_ = e.memory_bytes;
+    planned_passes_s_ = e.num_microbatches * e.compute_time;
+    planned_dp_s_ = e.dp_comm_time;
+    planned_optimizer_s_ = e.optimizer_time;
+    planned_bubble_ = config_.parallel.pp > 1 ? e.bubble_fraction : -1;
     const std::string path = config_.output_dir + "/plan.json";
     std::ofstream out(path, std::ios::trunc);
     out << e.json() << "\n";
@@ -824,6 +828,40 @@ void Trainer::log_plan_against(const std::vector<StepMetrics>& steps) const {
       "first step, {:.2f}x the plan); {:.2f} GB per GPU planned, {:.2f} measured at the peak",
       1e3 * planned_step_s_, ms, ms / (1e3 * planned_step_s_), planned_memory_bytes_ / 1e9,
       static_cast<double>(peak) / 1e9);
+  // By phase, from the log.interval summaries after the first step (or,
+  // with none, the one with it).
+  std::vector<TimingSummary> used;
+  for (const TimingSummary& s : timing_summaries_)
+    if (!s.with_first_step) used.push_back(s);
+  const bool with_first = used.empty();
+  if (with_first) used = timing_summaries_;
+  if (used.empty()) return;
+  TimingSummary mean;
+  for (const TimingSummary& s : used) {
+    mean.passes_ms += s.passes_ms / static_cast<double>(used.size());
+    mean.dp_ms += s.dp_ms / static_cast<double>(used.size());
+    mean.optimizer_ms += s.optimizer_ms / static_cast<double>(used.size());
+  }
+  std::string bubble;
+  if (planned_bubble_ >= 0) {
+    double sum = 0;
+    int64_t n = 0;
+    for (size_t i = 1; i < steps.size(); ++i) {
+      if (steps[i].passed_over || steps[i].bubble_fraction < 0) continue;
+      sum += steps[i].bubble_fraction;
+      ++n;
+    }
+    if (n > 0)
+      bubble = fmt::format(" | bubble {:.1f}% planned, {:.1f}% measured", 100 * planned_bubble_,
+                           100 * sum / static_cast<double>(n));
+  }
+  spdlog::info(
+      "plan against the run by phase, ms a step (measured: the slowest rank's{}): passes {:.1f} "
+      "planned, {:.1f} measured ({:.2f}x) | dp wait {:.1f} planned, {:.1f} measured | optimizer "
+      "{:.1f} planned, {:.1f} measured{}",
+      with_first ? ", with the first step's one-time costs" : "", 1e3 * planned_passes_s_,
+      mean.passes_ms, mean.passes_ms / (1e3 * planned_passes_s_), 1e3 * planned_dp_s_, mean.dp_ms,
+      1e3 * planned_optimizer_s_, mean.optimizer_ms, bubble);
 }
 
 double Trainer::pipeline_bubble(const std::map<std::string, double>& read) const {
@@ -887,6 +925,13 @@ std::vector<double> Trainer::rank_timing_into(StepMetrics& m, int64_t steps) {
     }
     m.stragglers = find_stragglers(compute, stage, config_.log_straggler_factor);
   }
+  TimingSummary summary{timing_summaries_.empty(), 0, m.rank_timing[4].max_ms,
+                        m.rank_timing[5].max_ms};
+  for (int r = 0; r < ranks; ++r) {
+    const double* row = &v[static_cast<size_t>(r * kTimingRowWidth)];
+    summary.passes_ms = std::max(summary.passes_ms, row[0] + row[1] + row[2]);
+  }
+  timing_summaries_.push_back(summary);
   return v;
 }
 

@@ -460,6 +460,19 @@ class Trainer {
   void log_plan_against(const std::vector<StepMetrics>& steps) const;
   double planned_step_s_ = 0;  // (0: no plan)
   double planned_memory_bytes_ = 0;
+  // ... and by phase: the busiest rank's passes a step (its microbatches'
+  // forward, backward and weight-gradient passes), the exposed
+  // data-parallel reduction, the optimizer; the bubble (-1: no pipeline).
+  double planned_passes_s_ = 0, planned_dp_s_ = 0, planned_optimizer_s_ = 0;
+  double planned_bubble_ = -1;
+  // What each log.interval summary measured, the slowest rank's ms a step,
+  // for the plan against the run: whether its steps include the run's
+  // first (one-time costs), its passes, data-parallel wait and optimizer.
+  struct TimingSummary {
+    bool with_first_step = false;
+    double passes_ms = 0, dp_ms = 0, optimizer_ms = 0;
+  };
+  std::vector<TimingSummary> timing_summaries_;
   // Fills m.rank_timing (and with log.straggler_factor m.stragglers) from
   // every rank's step timer over the last `steps` steps (a collective over
   // the world) and returns the ranks' rows (kTimingRowWidth values each:
