@@ -112,6 +112,13 @@ void MetricsWriter::write(const StepMetrics& m) {
     }
     j["rank_timing"] = by_category;
   }
+  if (m.rank_peak_memory) {
+    const StepMetrics::RankMemory& r = *m.rank_peak_memory;
+    j["rank_peak_memory"] = {{"min_bytes", r.min_bytes},
+                             {"mean_bytes", r.mean_bytes},
+                             {"max_bytes", r.max_bytes},
+                             {"largest_rank", r.largest_rank}};
+  }
   if (!m.stragglers.empty()) {
     nlohmann::json list = nlohmann::json::array();
     for (const StepMetrics::Straggler& s : m.stragglers) {

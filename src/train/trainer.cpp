@@ -894,7 +894,9 @@ std::vector<double> Trainer::rank_timing_into(StepMetrics& m, int64_t steps) {
     mine[i] = 1e3 * timing_[kCategories[i]] / static_cast<double>(std::max<int64_t>(steps, 1));
   mine[kN] = mine[0] + mine[1] + mine[2] + mine[5];  // compute
   mine[kN + 1] = mesh_ && mesh_->pp() ? mesh_->pp()->rank() : 0;
+  mine[kN + 2] = static_cast<double>(interval_peak_bytes_);
   timing_.clear();
+  interval_peak_bytes_ = 0;
   const int ranks = world_ ? world_->size() : 1;
   Tensor local = from_vector(mine, {kTimingRowWidth}, DType::F64),
          all = empty({static_cast<int64_t>(kTimingRowWidth) * ranks}, DType::F64);
@@ -925,6 +927,16 @@ std::vector<double> Trainer::rank_timing_into(StepMetrics& m, int64_t steps) {
     }
     m.stragglers = find_stragglers(compute, stage, config_.log_straggler_factor);
   }
+  StepMetrics::RankMemory memory;
+  double mean_bytes = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const auto bytes = static_cast<int64_t>(v[static_cast<size_t>(r * kTimingRowWidth + kN + 2)]);
+    if (r == 0 || bytes < memory.min_bytes) memory.min_bytes = bytes;
+    if (r == 0 || bytes > memory.max_bytes) memory.max_bytes = bytes, memory.largest_rank = r;
+    mean_bytes += static_cast<double>(bytes) / ranks;
+  }
+  memory.mean_bytes = static_cast<int64_t>(mean_bytes);
+  m.rank_peak_memory = memory;
   TimingSummary summary{timing_summaries_.empty(), 0, m.rank_timing[4].max_ms,
                         m.rank_timing[5].max_ms};
   for (int r = 0; r < ranks; ++r) {
@@ -952,13 +964,18 @@ void Trainer::print_rank_timing(const StepMetrics& m, const std::vector<double>&
       const double* row = &rows[static_cast<size_t>(r) * kTimingRowWidth];
       spdlog::info(
           "  rank {:>3} ms/step: forward {:.1f} | backward {:.1f} | weight-grad {:.1f} | p2p wait "
-          "{:.1f} | dp reduce {:.1f} | optimizer {:.1f}",
-          r, row[0], row[1], row[2], row[3], row[4], row[5]);
+          "{:.1f} | dp reduce {:.1f} | optimizer {:.1f} | peak {:.3g} GB",
+          r, row[0], row[1], row[2], row[3], row[4], row[5], row[kTimingRowWidth - 1] / 1e9);
     }
     return;
   }
   // More ranks than lines worth reading: the spread, and who is slowest.
   spdlog::info("  {}", rank_timing_summary(m.rank_timing, ranks));
+  if (const auto& p = m.rank_peak_memory) {
+    spdlog::info(
+        "  peak memory over {} ranks, min/mean/max (largest): {:.3g}/{:.3g}/{:.3g} GB (rank {})",
+        ranks, p->min_bytes / 1e9, p->mean_bytes / 1e9, p->max_bytes / 1e9, p->largest_rank);
+  }
 }
 
 void Trainer::barrier() const {
@@ -2545,6 +2562,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   // Every rank's peak (and on GPUs what its cache holds), the largest
   // reported (a pipeline's ranks differ).
   const AllocatorStats stats = memory.stats();
+  interval_peak_bytes_ = std::max(interval_peak_bytes_, stats.peak_allocated);
   Tensor peak = from_vector(std::vector<double>{static_cast<double>(stats.peak_allocated),
                                                 static_cast<double>(stats.reserved)},
                             {2}, DType::F64);

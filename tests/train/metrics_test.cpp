@@ -78,6 +78,7 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
     m.lambada_ema_sets = {{"en", *m.lambada_ema}};
     m.rank_timing = {{"forward", 10.5, 11.25, 12.0, 3}, {"compute", 20.0, 21.5, 24.0, 1}};
     m.stragglers = {{1, 0, 24.0, 20.5, 4}};
+    m.rank_peak_memory = StepMetrics::RankMemory{1000, 1500, 2500, 2};
     w.write(m);
     StepMetrics plain;  // (the CPU, no evaluation)
     plain.step = 2;
@@ -104,9 +105,13 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
   EXPECT_EQ(a.at("stragglers").at(0).at("rank"), 1);
   EXPECT_EQ(a.at("stragglers").at(0).at("median_ms"), 20.5);
   EXPECT_EQ(a.at("stragglers").at(0).at("peers"), 4);
+  EXPECT_EQ(a.at("rank_peak_memory").at("min_bytes"), 1000);
+  EXPECT_EQ(a.at("rank_peak_memory").at("mean_bytes"), 1500);
+  EXPECT_EQ(a.at("rank_peak_memory").at("max_bytes"), 2500);
+  EXPECT_EQ(a.at("rank_peak_memory").at("largest_rank"), 2);
   for (const char* key : {"reserved_memory_bytes", "choices", "choice_sets", "choices_ema",
                           "choice_ema_sets", "lambada", "lambada_sets", "lambada_ema",
-                          "lambada_ema_sets", "rank_timing", "stragglers"}) {
+                          "lambada_ema_sets", "rank_timing", "stragglers", "rank_peak_memory"}) {
     EXPECT_FALSE(b.contains(key)) << key << ": " << second;
   }
 }

@@ -3,7 +3,8 @@
 # holds five of the six blocks, rank 1 one block and the head over a
 # vocabulary of 256. Rank 0's compute is the slowest, rank 1 waits for it
 # (its p2p time is the larger), and every category has its fastest,
-# mean and slowest rank; the console has a line for each rank. A rank is a
+# mean and slowest rank; the console has a line for each rank. Rank 0's
+# five blocks also hold the most memory (rank_peak_memory). A rank is a
 # straggler only against the ranks of its own stage: with a
 # log.straggler_factor just over 1, neither stage (one rank each) has one,
 # while of two data-parallel ranks (one stage) the slower is named.
@@ -43,13 +44,20 @@ foreach(index 1 3)
     message(FATAL_ERROR "five blocks on rank 0, one on rank 1: the slowest compute is rank "
                         "${slowest}'s (${slow} ms a step against ${fast}), expected rank 0's:\n${line}")
   endif()
+  string(JSON largest GET "${line}" rank_peak_memory largest_rank)
+  string(JSON most GET "${line}" rank_peak_memory max_bytes)
+  string(JSON least GET "${line}" rank_peak_memory min_bytes)
+  if(NOT largest EQUAL 0 OR NOT most GREATER least)
+    message(FATAL_ERROR "five blocks on rank 0, one on rank 1: rank ${largest} held the most "
+                        "(${most} bytes against ${least}), expected rank 0:\n${line}")
+  endif()
   string(JSON waits GET "${line}" rank_timing p2p slowest_rank)
   if(NOT waits EQUAL 1)
     message(FATAL_ERROR "rank 1 waits for rank 0's five blocks, but rank ${waits} waited longest:\n${line}")
   endif()
 endforeach()
 foreach(rank 0 1)
-  if(NOT run_output MATCHES "rank +${rank} ms/step: forward")
+  if(NOT run_output MATCHES "rank +${rank} ms/step: forward [^\n]* [|] peak [0-9.e-]+ GB")
     message(FATAL_ERROR "no timing line for rank ${rank}:\n${run_output}")
   endif()
 endforeach()

@@ -543,6 +543,7 @@ TEST(Trainer, RankTimingAtLogIntervalStepsSumsThePassesAndTheOptimizer) {
   ASSERT_EQ(steps.size(), 5u);
   for (size_t k = 0; k < 5; ++k) {
     EXPECT_EQ(steps[k].rank_timing.empty(), k == 0 || k == 2) << "step " << k + 1;
+    EXPECT_EQ(steps[k].rank_peak_memory.has_value(), k != 0 && k != 2) << "step " << k + 1;
   }
   // Steps 1-2, 3-4, and 5 alone (the last).
   for (auto [k, from] : {std::pair<size_t, size_t>{1, 0}, {3, 2}, {4, 4}}) {
@@ -560,6 +561,13 @@ TEST(Trainer, RankTimingAtLogIntervalStepsSumsThePassesAndTheOptimizer) {
       step_ms += steps[i].step_ms / static_cast<double>(k + 1 - from);
     EXPECT_GT(compute, 0.5 * step_ms) << "step " << k + 1;
     EXPECT_LE(compute, step_ms) << "step " << k + 1;
+    // The rank's peak memory over the same steps: the largest step's.
+    ASSERT_TRUE(steps[k].rank_peak_memory.has_value());
+    int64_t peak = 0;
+    for (size_t i = from; i <= k; ++i) peak = std::max(peak, steps[i].peak_memory_bytes);
+    EXPECT_EQ(steps[k].rank_peak_memory->max_bytes, peak);
+    EXPECT_EQ(steps[k].rank_peak_memory->min_bytes, peak);  // (one rank)
+    EXPECT_EQ(steps[k].rank_peak_memory->largest_rank, 0);
   }
 }
 

@@ -110,6 +110,15 @@ struct StepMetrics {
     int peers = 0;  // ranks of the stage, itself included
   };
   std::vector<Straggler> stragglers;
+  // At the same steps: each rank's peak memory over the steps since the
+  // last summary (peak_memory_bytes is the largest of them), the smallest,
+  // the mean, the largest and whose it was: a pipeline's stages differ, and
+  // the one that holds the most is what a rebalanced split relieves.
+  struct RankMemory {
+    int64_t min_bytes = 0, mean_bytes = 0, max_bytes = 0;
+    int largest_rank = 0;
+  };
+  std::optional<RankMemory> rank_peak_memory;
   // Training sequences (of seq_len + 1 tokens) consumed after this step,
   // over the whole run (resumes included).
   int64_t consumed_sequences = 0;

@@ -473,6 +473,7 @@ class Trainer {
     double passes_ms = 0, dp_ms = 0, optimizer_ms = 0;
   };
   std::vector<TimingSummary> timing_summaries_;
+  int64_t interval_peak_bytes_ = 0;  // this rank's peak since the last summary
   // Fills m.rank_timing (and with log.straggler_factor m.stragglers) from
   // every rank's step timer over the last `steps` steps (a collective over
   // the world) and returns the ranks' rows (kTimingRowWidth values each:
@@ -503,9 +504,9 @@ class Trainer {
 
 // Ranks up to which the console shows every rank's timing line.
 inline constexpr int kTimingRankLines = 8;
-// What each rank gives of its timing: six categories, their compute, and
-// its pipeline stage.
-inline constexpr int kTimingRowWidth = 8;
+// What each rank gives of its timing: six categories, their compute, its
+// pipeline stage, and its peak memory since the last summary.
+inline constexpr int kTimingRowWidth = 9;
 
 // Steps recorded in output.dir/trace.json (the first ones; a trace of every
 // step of a long run would be too large to open).
