@@ -879,72 +879,87 @@ double Trainer::pipeline_bubble(const std::map<std::string, double>& read) const
   return passes > 0 ? std::max(0.0, seconds("pipeline") - passes) / passes : -1;
 }
 
+namespace {
+
+// What each rank gives of a log.interval summary, ms per step unless named.
+enum TimingColumn : int {
+  kForward,
+  kBackward,
+  kWeightGrad,
+  kP2p,
+  kDp,
+  kOptimizer,
+  kCompute,    // forward + backward + weight-grad + optimizer
+  kStage,      // the rank's pipeline stage (its ranks do the same work)
+  kPeakBytes,  // the rank's peak memory over the summary's steps
+  kTimingColumns
+};
+// The timed categories, in column order (the step timer's names).
+constexpr const char* kTimedCategories[] = {"forward", "backward", "weight-grad",
+                                            "p2p",     "dp",       "optimizer"};
+// Ranks up to which the console shows every rank's timing line.
+constexpr int kTimingRankLines = 8;
+
+}  // namespace
+
 std::vector<double> Trainer::rank_timing_into(StepMetrics& m, int64_t steps) {
-  // Every rank's ms per step in each category, gathered everywhere. (The
-  // last step's optimizer is still unread: reading it waits for it, once
-  // per summary.)
+  // (The last step's optimizer is still unread: reading it waits for it,
+  // once per summary.)
   read_step_timer();
-  static const char* kCategories[] = {"forward", "backward", "weight-grad",
-                                      "p2p",     "dp",       "optimizer"};
-  constexpr int kN = 6;
-  // Each rank's row: the categories, their compute, and the rank's pipeline
-  // stage (whose ranks do the same work).
-  std::vector<double> mine(kTimingRowWidth);
-  for (int i = 0; i < kN; ++i)
-    mine[i] = 1e3 * timing_[kCategories[i]] / static_cast<double>(std::max<int64_t>(steps, 1));
-  mine[kN] = mine[0] + mine[1] + mine[2] + mine[5];  // compute
-  mine[kN + 1] = mesh_ && mesh_->pp() ? mesh_->pp()->rank() : 0;
-  mine[kN + 2] = static_cast<double>(interval_peak_bytes_);
+  std::vector<double> mine(kTimingColumns);
+  for (int c = kForward; c <= kOptimizer; ++c) {
+    mine[c] = 1e3 * timing_[kTimedCategories[c]] / static_cast<double>(std::max<int64_t>(steps, 1));
+  }
+  mine[kCompute] = mine[kForward] + mine[kBackward] + mine[kWeightGrad] + mine[kOptimizer];
+  mine[kStage] = mesh_ && mesh_->pp() ? mesh_->pp()->rank() : 0;
+  mine[kPeakBytes] = static_cast<double>(interval_peak_bytes_);
   timing_.clear();
   interval_peak_bytes_ = 0;
   const int ranks = world_ ? world_->size() : 1;
-  Tensor local = from_vector(mine, {kTimingRowWidth}, DType::F64),
-         all = empty({static_cast<int64_t>(kTimingRowWidth) * ranks}, DType::F64);
+  Tensor local = from_vector(mine, {kTimingColumns}, DType::F64),
+         all = empty({static_cast<int64_t>(kTimingColumns) * ranks}, DType::F64);
   if (world_ && ranks > 1) {
     world_->all_gather(local, all)->wait();
   } else {
     all = local;
   }
-  const std::vector<double> v = to_double_vector(all);
+  const std::vector<double> rows = to_double_vector(all);
+  auto column = [&](int c) {
+    std::vector<double> out;
+    for (int r = 0; r < ranks; ++r)
+      out.push_back(rows[static_cast<size_t>(r * kTimingColumns + c)]);
+    return out;
+  };
   m.rank_timing.clear();
-  for (int i = 0; i <= kN; ++i) {
-    StepMetrics::RankTiming t{i < kN ? kCategories[i] : "compute", v[static_cast<size_t>(i)], 0,
-                              v[static_cast<size_t>(i)], 0};
-    for (int r = 0; r < ranks; ++r) {
-      const double ms = v[static_cast<size_t>(r * kTimingRowWidth + i)];
-      t.min_ms = std::min(t.min_ms, ms);
-      t.mean_ms += ms / ranks;
-      if (ms > t.max_ms) t.max_ms = ms, t.slowest_rank = r;
-    }
-    m.rank_timing.push_back(t);
+  for (int c = kForward; c <= kCompute; ++c) {
+    const std::vector<double> ms = column(c);
+    const auto slowest = std::max_element(ms.begin(), ms.end());
+    m.rank_timing.push_back({c == kCompute ? "compute" : kTimedCategories[c],
+                             *std::min_element(ms.begin(), ms.end()),
+                             std::accumulate(ms.begin(), ms.end(), 0.0) / ranks, *slowest,
+                             static_cast<int>(slowest - ms.begin())});
   }
   if (config_.log_straggler_factor > 0) {
-    std::vector<double> compute;
     std::vector<int> stage;
-    for (int r = 0; r < ranks; ++r) {
-      compute.push_back(v[static_cast<size_t>(r * kTimingRowWidth + kN)]);
-      stage.push_back(static_cast<int>(v[static_cast<size_t>(r * kTimingRowWidth + kN + 1)]));
-    }
-    m.stragglers = find_stragglers(compute, stage, config_.log_straggler_factor);
+    for (double s : column(kStage)) stage.push_back(static_cast<int>(s));
+    m.stragglers = find_stragglers(column(kCompute), stage, config_.log_straggler_factor);
   }
-  StepMetrics::RankMemory memory;
-  double mean_bytes = 0;
+  const std::vector<double> bytes = column(kPeakBytes);
+  const auto largest = std::max_element(bytes.begin(), bytes.end());
+  m.rank_peak_memory = StepMetrics::RankMemory{
+      static_cast<int64_t>(*std::min_element(bytes.begin(), bytes.end())),
+      static_cast<int64_t>(std::accumulate(bytes.begin(), bytes.end(), 0.0) / ranks),
+      static_cast<int64_t>(*largest), static_cast<int>(largest - bytes.begin())};
+  // For the plan against the run: the busiest rank's passes.
+  TimingSummary summary{timing_summaries_.empty(), 0, m.rank_timing[kDp].max_ms,
+                        m.rank_timing[kOptimizer].max_ms};
   for (int r = 0; r < ranks; ++r) {
-    const auto bytes = static_cast<int64_t>(v[static_cast<size_t>(r * kTimingRowWidth + kN + 2)]);
-    if (r == 0 || bytes < memory.min_bytes) memory.min_bytes = bytes;
-    if (r == 0 || bytes > memory.max_bytes) memory.max_bytes = bytes, memory.largest_rank = r;
-    mean_bytes += static_cast<double>(bytes) / ranks;
-  }
-  memory.mean_bytes = static_cast<int64_t>(mean_bytes);
-  m.rank_peak_memory = memory;
-  TimingSummary summary{timing_summaries_.empty(), 0, m.rank_timing[4].max_ms,
-                        m.rank_timing[5].max_ms};
-  for (int r = 0; r < ranks; ++r) {
-    const double* row = &v[static_cast<size_t>(r * kTimingRowWidth)];
-    summary.passes_ms = std::max(summary.passes_ms, row[0] + row[1] + row[2]);
+    const double* row = &rows[static_cast<size_t>(r * kTimingColumns)];
+    summary.passes_ms =
+        std::max(summary.passes_ms, row[kForward] + row[kBackward] + row[kWeightGrad]);
   }
   timing_summaries_.push_back(summary);
-  return v;
+  return rows;
 }
 
 void Trainer::print_rank_timing(const StepMetrics& m, const std::vector<double>& rows) const {
@@ -952,20 +967,20 @@ void Trainer::print_rank_timing(const StepMetrics& m, const std::vector<double>&
   for (const StepMetrics::Straggler& s : m.stragglers) {
     spdlog::warn(
         "step {}: rank {} (node {}) is a straggler: {:.1f} ms of compute a step, {:.2f}x the "
-        "median "
-        "of the {} ranks of pipeline stage {} ({:.1f} ms; log.straggler_factor {})",
+        "median of the {} ranks of pipeline stage {} ({:.1f} ms; log.straggler_factor {})",
         m.step, s.rank, mesh_ ? mesh_->node().node_of_rank.at(static_cast<size_t>(s.rank)) : 0,
         s.compute_ms, s.compute_ms / s.median_ms, s.peers, s.stage, s.median_ms,
         config_.log_straggler_factor);
   }
-  const int ranks = static_cast<int>(rows.size() / kTimingRowWidth);
+  const int ranks = static_cast<int>(rows.size() / kTimingColumns);
   if (ranks <= kTimingRankLines) {
     for (int r = 0; r < ranks; ++r) {
-      const double* row = &rows[static_cast<size_t>(r) * kTimingRowWidth];
+      const double* row = &rows[static_cast<size_t>(r * kTimingColumns)];
       spdlog::info(
           "  rank {:>3} ms/step: forward {:.1f} | backward {:.1f} | weight-grad {:.1f} | p2p wait "
           "{:.1f} | dp reduce {:.1f} | optimizer {:.1f} | peak {:.3g} GB",
-          r, row[0], row[1], row[2], row[3], row[4], row[5], row[kTimingRowWidth - 1] / 1e9);
+          r, row[kForward], row[kBackward], row[kWeightGrad], row[kP2p], row[kDp], row[kOptimizer],
+          row[kPeakBytes] / 1e9);
     }
     return;
   }

@@ -474,14 +474,13 @@ class Trainer {
   };
   std::vector<TimingSummary> timing_summaries_;
   int64_t interval_peak_bytes_ = 0;  // this rank's peak since the last summary
-  // Fills m.rank_timing (and with log.straggler_factor m.stragglers) from
-  // every rank's step timer over the last `steps` steps (a collective over
-  // the world) and returns the ranks' rows (kTimingRowWidth values each:
-  // ms per step in m.rank_timing's categories, then the rank's stage).
+  // Fills m.rank_timing, m.rank_peak_memory (and with log.straggler_factor
+  // m.stragglers) from every rank's step timer and peak memory over the
+  // last `steps` steps (a collective over the world) and returns the ranks'
+  // rows (trainer.cpp's TimingColumn).
   std::vector<double> rank_timing_into(StepMetrics& m, int64_t steps);
   // The logging rank's lines of them: a warning per straggler, then one line
-  // per rank up to kTimingRankLines ranks, else each category's spread and
-  // slowest rank.
+  // per rank up to 8 ranks, else each category's spread and slowest rank.
   void print_rank_timing(const StepMetrics& m, const std::vector<double>& rows) const;
   // Where this rank's device spends a step (forward, backward, weight-grad,
   // p2p, dp, optimizer): timed where the work runs (DeviceTimer; on a GPU
@@ -501,12 +500,6 @@ class Trainer {
   std::optional<optim::WeightDecaySchedule> weight_decay_schedule_;
   TraceRecorder trace_;
 };
-
-// Ranks up to which the console shows every rank's timing line.
-inline constexpr int kTimingRankLines = 8;
-// What each rank gives of its timing: six categories, their compute, its
-// pipeline stage, and its peak memory since the last summary.
-inline constexpr int kTimingRowWidth = 9;
 
 // Steps recorded in output.dir/trace.json (the first ones; a trace of every
 // step of a long run would be too large to open).
