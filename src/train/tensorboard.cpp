@@ -195,6 +195,10 @@ void TensorBoardWriter::write(const StepMetrics& m) {
       scalar("timing/" + r.category + "_min_ms", m.step, r.min_ms, t);
       scalar("timing/" + r.category + "_max_ms", m.step, r.max_ms, t);
     }
+    if (const auto& p = m.rank_peak_memory) {
+      scalar("memory/rank_peak_min_gb", m.step, static_cast<double>(p->min_bytes) / 1e9, t);
+      scalar("memory/rank_peak_max_gb", m.step, static_cast<double>(p->max_bytes) / 1e9, t);
+    }
     if (m.moe_balance >= 0) {
       scalar("train/moe_balance", m.step, m.moe_balance, t);
       scalar("train/moe_max_load", m.step, m.moe_max_load, t);

@@ -109,6 +109,7 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.peak_memory_bytes = 2'000'000'000;
     m.reserved_memory_bytes = 3'000'000'000;
     m.rank_timing = {{"compute", 20.5, 21.0, 24.25, 1}};
+    m.rank_peak_memory = StepMetrics::RankMemory{1'500'000'000, 2'000'000'000, 2'500'000'000, 0};
     m.val_loss = 2.75;
     m.val_losses = {{"web", 2.75}, {"code", 1.25}};
     m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5};
@@ -134,6 +135,7 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.lambada_ema_sets.clear();
     m.reserved_memory_bytes = -1;  // (the CPU)
     m.rank_timing.clear();         // (not a log.interval step)
+    m.rank_peak_memory.reset();
     m.mfu = 0.5;
     m.z_loss = -1;
     m.skipped = m.spike = true;  // (train.spike_sigma's)
@@ -188,6 +190,9 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[3].at("timing/compute_min_ms"), 20.5f);
   EXPECT_EQ(by_step[3].at("timing/compute_max_ms"), 24.25f);
   EXPECT_EQ(by_step[4].count("timing/compute_max_ms"), 0u);
+  EXPECT_EQ(by_step[3].at("memory/rank_peak_min_gb"), 1.5f);
+  EXPECT_EQ(by_step[3].at("memory/rank_peak_max_gb"), 2.5f);
+  EXPECT_EQ(by_step[4].count("memory/rank_peak_max_gb"), 0u);
   EXPECT_EQ(by_step[3].count("train/mfu"), 0u);  // no peak configured
   EXPECT_EQ(by_step[4].count("val/loss"), 0u);   // not evaluated
   EXPECT_EQ(by_step[4].at("train/mfu"), 0.5f);
