@@ -3371,7 +3371,8 @@ StepMetrics Trainer::check() {
   if (ck.resumes()) first = load_checkpoint();
   // (From a checkpoint at the last step, the step after it; trained even
   // when train.skip_steps would pass it over, to be measured.)
-  const StepMetrics m = train_step(first);
+  StepMetrics m = train_step(first);
+  rank_timing_into(m, 1);  // (every rank's peak; a collective)
   const int local = mesh_ ? mesh_->node().local_size : 1;
   const RankMemory memory = rank_memory(device_, local);
   const double peak = static_cast<double>(m.peak_memory_bytes);
@@ -3382,6 +3383,11 @@ StepMetrics Trainer::check() {
             : local > 1
                 ? fmt::format(" ({:.1f}% of {:.3g} GB, 1/{} of this node's memory)", pct, gb, local)
                 : fmt::format(" ({:.1f}% of this machine's {:.3g} GB)", pct, gb);
+  }
+  if (world_ && world_->size() > 1) {
+    const StepMetrics::RankMemory& r = *m.rank_peak_memory;
+    share += fmt::format(", rank {} the largest (the smallest {:.3g} GB)", r.largest_rank,
+                         static_cast<double>(r.min_bytes) / 1e9);
   }
   spdlog::info(
       "check: step {} ran in {:.1f} ms (with the first step's one-time costs) at a peak of {:.3g} "

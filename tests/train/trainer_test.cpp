@@ -183,6 +183,8 @@ TEST(Trainer, CheckTakesTheRunsFirstStepAndWritesNothing) {
     EXPECT_EQ(m.step, 1);
     EXPECT_EQ(m.loss, first_loss);
     EXPECT_GT(m.peak_memory_bytes, 0);
+    ASSERT_TRUE(m.rank_peak_memory.has_value());  // (every rank's, for a mesh)
+    EXPECT_EQ(m.rank_peak_memory->max_bytes, m.peak_memory_bytes);
   }
   EXPECT_FALSE(std::filesystem::exists(c.output_dir));
   // With checkpoints: the step after the newest one, and no checkpoint more.

@@ -64,7 +64,8 @@ class Trainer {
   // checkpoint directory tried for writing, the checkpoint it would
   // resume), then one step from there (the first one's one-time costs
   // included), writing nothing else: no output.dir, no checkpoint. Returns
-  // that step's metrics (its time and peak memory: what the run needs).
+  // that step's metrics (its time and peak memory: what the run needs;
+  // rank_peak_memory: every rank's).
   StepMetrics check();
   // One optimizer step (0-based index); exposed for tests.
   // A step train.skip_steps names passes its batch over (pass_over).
