@@ -2,8 +2,9 @@
 // clipping and AdamW on random tokens, in fp32, bf16 or fp16 (f32 masters).
 // Prints one JSON line: tokens/s, step time, model TFLOP/s (PTD-P count,
 // attention included), MFU against --peak-tflops, peak device memory, and
-// (from one more step, synchronised between phases) where a step's time
-// goes: forward with the loss, backward, clipping and optimizer.
+// where a step's time goes: forward with the loss, backward, clipping and
+// optimizer, the device's time over the same timed steps (events on the
+// compute stream, DeviceTimer: the host does not wait between phases).
 // --recompute selective|full measures what activation recomputation saves
 // (peak_memory_gib) and costs (tokens/s).
 //   bench_train_gpu --preset 124m --batch 16 --precision bf16 --peak-tflops 989
@@ -20,6 +21,7 @@
 
 #include "triad/autograd/engine.h"
 #include "triad/backend/cuda.h"
+#include "triad/backend/device_timer.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
@@ -128,12 +130,22 @@ int run(int argc, char** argv) {
     const double norm = triad::optim::global_grad_norm(model.parameters());
     opt.step(1e-4, std::isfinite(norm) ? std::min(1.0, 1.0 / (norm + 1e-6)) : 1.0);
   };
+  triad::DeviceTimer phases(device);
+  bool timing = false;  // (the timed steps' phases)
   auto run_step = [&] {
+    const triad::DeviceTimer::Mark m0 = phases.mark();
     triad::Tensor l = model.loss(ids, targets);
+    const triad::DeviceTimer::Mark m1 = phases.mark();
     triad::autograd::backward({l});
+    const triad::DeviceTimer::Mark m2 = phases.mark();
     clip_and_step();
     model.zero_grad();
+    const triad::DeviceTimer::Mark m3 = phases.mark();
     loss = triad::item(l);  // synchronises with the device
+    if (!timing) return void(phases.read());
+    phases.add("forward", m0, m1);
+    phases.add("backward", m1, m2);
+    phases.add("clip_and_optimizer", m2, m3);
   };
   for (int64_t i = 0; i < warmup; ++i) run_step();
 #ifdef TRIAD_CUDA_SIM
@@ -143,62 +155,44 @@ int run(int argc, char** argv) {
   run_step();
   const int64_t host_waits = triad_sim::counters().host_waits - waits_before;
 #endif
+  timing = true;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) run_step();
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens_per_s = static_cast<double>(steps * batch * T) / secs;
-  // One more step, each phase timed to the device's completion.
-  auto sync = [&] {
-    if (device.is_cuda()) triad::cuda::synchronize(device.index);
-  };
-  auto now = [] { return std::chrono::steady_clock::now(); };
-  auto ms_since = [](auto t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  sync();
-  auto t0 = now();
-  triad::Tensor l = model.loss(ids, targets);
-  sync();
-  const double forward_ms = ms_since(t0);
-  t0 = now();
-  triad::autograd::backward({l});
-  sync();
-  const double backward_ms = ms_since(t0);
-  t0 = now();
-  clip_and_step();
-  model.zero_grad();
-  sync();
-  const double optimizer_ms = ms_since(t0);
+  // (Each step's loss has made the host wait for its phases: no wait here.)
+  nlohmann::json phases_ms = nlohmann::json::object();
+  for (const auto& [phase, seconds] : phases.read())
+    phases_ms[phase] = 1e3 * seconds / static_cast<double>(std::max<int64_t>(steps, 1));
+  timing = false;
   // PTD-P model FLOPs (forward and backward, no recomputation) per token:
   // 72 L h^2 (1 + s / (6h) + V / (12 L h)) for GPT-2's blocks, a mixture's
   // router and top k experts in its layers; the count the trainer's MFU uses.
   const double flops_per_token = cfg.training_flops(1.0) / static_cast<double>(T);
   const double tflops = tokens_per_s * flops_per_token / 1e12;
-  nlohmann::json j{
-      {"impl", "triad"},
-      {"preset", preset},
-      {"precision", precision},
-      {"attention_kernel", attention},
-      {"attention_deterministic", !nondeterministic},
-      {"recompute", recompute},
-      {"moment_precision", moments},
-      {"grad_precision", grads},
-      {"device", device.str()},
-      {"batch", batch},
-      {"seq", T},
-      {"vocab", cfg.vocab_size},
-      {"params", model.num_parameters()},
-      {"experts", experts},
-      {"top_k", experts > 0 ? top_k : 0},
-      {"active_params", cfg.active_parameter_count()},
-      {"tokens_per_s", tokens_per_s},
-      {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
-      {"model_tflops", tflops},
-      {"mfu", peak_tflops > 0 ? tflops / peak_tflops : 0.0},
-      {"loss", loss},
-      {"phases_ms",
-       {{"forward", forward_ms}, {"backward", backward_ms}, {"clip_and_optimizer", optimizer_ms}}}};
+  nlohmann::json j{{"impl", "triad"},
+                   {"preset", preset},
+                   {"precision", precision},
+                   {"attention_kernel", attention},
+                   {"attention_deterministic", !nondeterministic},
+                   {"recompute", recompute},
+                   {"moment_precision", moments},
+                   {"grad_precision", grads},
+                   {"device", device.str()},
+                   {"batch", batch},
+                   {"seq", T},
+                   {"vocab", cfg.vocab_size},
+                   {"params", model.num_parameters()},
+                   {"experts", experts},
+                   {"top_k", experts > 0 ? top_k : 0},
+                   {"active_params", cfg.active_parameter_count()},
+                   {"tokens_per_s", tokens_per_s},
+                   {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
+                   {"model_tflops", tflops},
+                   {"mfu", peak_tflops > 0 ? tflops / peak_tflops : 0.0},
+                   {"loss", loss},
+                   {"phases_ms", phases_ms}};
 #ifdef TRIAD_CUDA_SIM
   j["host_waits_per_step"] = host_waits;
 #endif
@@ -213,9 +207,11 @@ int run(int argc, char** argv) {
     // per step, against the step's own time.
     triad::cuda::op_profile(device.index);  // drop anything recorded before
     triad::cuda::set_op_profiling(true);
-    const auto p0 = now();
+    const auto p0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < profile_steps; ++i) run_step();
-    const double profiled_ms = ms_since(p0) / static_cast<double>(profile_steps);
+    const double profiled_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count() /
+        static_cast<double>(profile_steps);
     triad::cuda::set_op_profiling(false);
     double total = 0;
     nlohmann::json ops = nlohmann::json::array();
