@@ -757,19 +757,17 @@ void Trainer::choose_attention_kernel() {
                ranks > 1 ? fmt::format(", summed over {} ranks", ranks) : std::string());
 }
 
-void Trainer::record(const std::string& name, const std::string& category,
-                     TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1) {
-  trace_.add(name, category, t0, t1);
-}
-
 DeviceTimer& Trainer::step_timer() {
   if (!step_timer_) step_timer_ = std::make_unique<DeviceTimer>(device_);
   return *step_timer_;
 }
 
-std::map<std::string, double> Trainer::read_step_timer() {
-  std::map<std::string, double> read = step_timer().read();
+std::map<std::string, double> Trainer::read_step_timer(bool wait_for_trace) {
+  DeviceTimer& timer = step_timer();
+  std::map<std::string, double> read = timer.read();
   for (const auto& [category, seconds] : read) timing_[category] += seconds;
+  for (const DeviceTimer::Traced& t : timer.take_traced(wait_for_trace))
+    trace_.add(t.name, t.category, t.start, t.end);
   return read;
 }
 
@@ -1997,25 +1995,26 @@ pipeline::P2PSemantics Trainer::p2p_semantics() const {
 std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro) {
   auto e = std::make_unique<pipeline::PipelineExecutor>(*pp_model_, pipeline_schedule(micro));
   e->set_scatter_gather(config_.parallel.pipeline_scatter_gather);
-  e->set_event_sink([this](const std::string& name, const std::string& cat,
-                           TraceRecorder::Clock::time_point t0,
-                           TraceRecorder::Clock::time_point t1) { record(name, cat, t0, t1); });
-  e->set_timer(&step_timer());
+  e->set_timer(&step_timer());  // (its traced spans make the trace)
   return e;
 }
 
-void Trainer::plan_zero_bubble(const pipeline::PipelineStepResult& measured) {
+void Trainer::plan_zero_bubble(const pipeline::PipelineStepResult& measured,
+                               const std::map<std::string, double>& read) {
   const int p = config_.parallel.pp, S = pp_model_->num_stages();
   // [kind * S + stage]: this rank's mean times in its stages' slots; the sum
   // over the world divided by the tp * dp ranks of each stage is the mean.
   std::vector<double> slots(3 * static_cast<size_t>(S), 0.0);
-  auto mean = [](double seconds, int count) { return count > 0 ? seconds / count : 0.0; };
+  auto mean = [&](pipeline::ComputeKind kind, int chunk, int count) {
+    const auto it = read.find(pipeline::chunk_category(kind, chunk));
+    return count > 0 && it != read.end() ? it->second / count : 0.0;
+  };
   for (int c = 0; c < pp_model_->v(); ++c) {
-    const auto& times = measured.chunks.at(static_cast<size_t>(c));
+    const auto& counts = measured.chunks.at(static_cast<size_t>(c));
     const auto stage = static_cast<size_t>(pp_model_->stage_of(c));
-    slots[stage] = mean(times.forward_seconds, times.forwards);
-    slots[S + stage] = mean(times.backward_seconds, times.backwards);
-    slots[2 * S + stage] = mean(times.weight_seconds, times.weight_passes);
+    slots[stage] = mean(pipeline::ComputeKind::Forward, c, counts.forwards);
+    slots[S + stage] = mean(pipeline::ComputeKind::Backward, c, counts.backwards);
+    slots[2 * S + stage] = mean(pipeline::ComputeKind::BackwardWeight, c, counts.weight_passes);
   }
   Tensor t = from_vector(slots, {3 * static_cast<int64_t>(S)}, DType::F64);
   world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
@@ -2104,7 +2103,7 @@ double Trainer::forward_backward(int64_t index) {
         pipeline_steps_ == 1;
     ++pipeline_steps_;
     pipeline::PipelineExecutor& executor = executor_for(micro);
-    executor.set_profile(measure && device_.is_cuda());
+    executor.set_chunk_timing(measure);
     nn::ForwardContext ctx{true, t.seed, call};
     ctx.moe_stats = moe_stats_;
     ctx.mtp_stats = mtp_stats_;
@@ -2113,8 +2112,8 @@ double Trainer::forward_backward(int64_t index) {
     const DeviceTimer::Mark start = timer.mark();
     pipeline::PipelineStepResult r = executor.run(batches, ctx, scaler_ ? scaler_->scale() : 1.0);
     timer.add("pipeline", start, timer.mark());
-    executor.set_profile(false);
-    if (measure) plan_zero_bubble(r);
+    executor.set_chunk_timing(false);
+    if (measure) zb_measured_ = r;  // priced once the step timer is read
     return r.loss;
   }
   // Summed on the loss's device and read once after the last micro-batch:
@@ -2133,7 +2132,6 @@ double Trainer::forward_backward(int64_t index) {
     ctx.moe_stats = moe_stats_;
     ctx.mtp_stats = mtp_stats_;
     ctx.z_loss_stats = z_loss_stats_;
-    const auto t0 = TraceRecorder::Clock::now();
     DeviceTimer& timer = step_timer();
     const DeviceTimer::Mark f0 = timer.mark();
     std::optional<nvtx::Range> pass;
@@ -2149,17 +2147,17 @@ double Trainer::forward_backward(int64_t index) {
     Tensor part = cast(loss.detach(), DType::F64);
     if (w >= 0) part = scale(part, w * static_cast<double>(micro));
     loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
-    const auto t1 = TraceRecorder::Clock::now();
     const DeviceTimer::Mark b0 = timer.mark();
     timer.add("forward", f0, b0);
     pass.reset();
     pass.emplace([&] { return "B" + std::to_string(i); });
     autograd::backward({scale(loss, ctx.loss_grad)});
-    timer.add("backward", b0, timer.mark());
+    const DeviceTimer::Mark b1 = timer.mark();
+    timer.add("backward", b0, b1);
     pass.reset();
     const std::string id = std::to_string(i);
-    record(std::string("F").append(id), "forward", t0, t1);
-    record(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
+    timer.trace(std::string("F").append(id), "forward", f0, b0);
+    timer.trace(std::string("B").append(id), "backward", b0, b1);
   }
   if (tp_model_) tp_model_->reduce_partial_grads();
   return item(loss_sum) / static_cast<double>(micro);
@@ -2427,20 +2425,21 @@ StepMetrics Trainer::train_step(int64_t index) {
   const auto& t = config_.train;
   Allocator& memory = backend_for(device_.type).allocator(device_.index);
   memory.reset_peak();
-  trace_.set_enabled(index >= trace_from_ && index < trace_to_);
+  // (The timer traces the step's spans; the trace takes them as they are read.)
+  step_timer().set_tracing(index >= trace_from_ && index < trace_to_);
   if (reducer_) reducer_->set_microbatches(batch_size(index) / dp_ / t.micro_batch_size);
   double loss = forward_backward(index);
-  const auto reduce_start = TraceRecorder::Clock::now();
   DeviceTimer& timer = step_timer();
   if (reducer_) {
     const nvtx::Range range("dp reduce");
     const DeviceTimer::Mark m0 = timer.mark();
     reducer_->finish();  // buckets started during backward; wait for all
-    timer.add("dp", m0, timer.mark());
+    const DeviceTimer::Mark m1 = timer.mark();
+    timer.add("dp", m0, m1);
+    timer.trace("dp reduce", "dp", m0, m1);
     Tensor l = from_vector(std::vector<double>{loss}, {1}, DType::F64);
     mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
     loss = item(l);
-    record("dp reduce", "dp", reduce_start, TraceRecorder::Clock::now());
   }
   if (scaler_) unscale_gradients();
   double norm = 0;
@@ -2455,7 +2454,12 @@ StepMetrics Trainer::train_step(int64_t index) {
   // The norm has made the host wait for everything queued so far, so the
   // step's timings read without a wait (the last step's optimizer among
   // them; this step's is read with the next).
-  const double bubble = pipeline_bubble(read_step_timer());
+  const std::map<std::string, double> timed = read_step_timer();
+  const double bubble = pipeline_bubble(timed);
+  if (zb_measured_) {
+    plan_zero_bubble(*zb_measured_, timed);
+    zb_measured_.reset();
+  }
   // Clipping's coefficient goes into the optimizer step: no pass over
   // every gradient (on a GPU, one launch per parameter fewer).
   if (t.grad_clip > 0 && std::isfinite(norm))
@@ -2525,7 +2529,6 @@ StepMetrics Trainer::train_step(int64_t index) {
   } else {
     consecutive_skips_ = 0;
     if (scaler_) scaler_->update(false);
-    const auto opt_start = TraceRecorder::Clock::now();
     const nvtx::Range range("optimizer");
     const DeviceTimer::Mark m0 = timer.mark();
     fold_ema();  // the last applied step's weights, before they change
@@ -2540,8 +2543,9 @@ StepMetrics Trainer::train_step(int64_t index) {
     update_expert_biases();
     ++applied_steps_;
     applied_sequences_ += G;
-    timer.add("optimizer", m0, timer.mark());
-    record("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
+    const DeviceTimer::Mark m1 = timer.mark();
+    timer.add("optimizer", m0, m1);
+    timer.trace("optimizer", "optimizer", m0, m1);
   }
   spikes_.record(loss, norm);  // (finite steps only, spikes too)
   zero_grad();
@@ -3715,6 +3719,7 @@ std::vector<StepMetrics> Trainer::run() {
       spdlog::info("{}", summary);
     }
   }
+  read_step_timer(/*wait_for_trace=*/true);               // (the last traced step's optimizer)
   const std::string trace = trace_.merged_trace(world_);  // collective
   if (lead) {
     std::ofstream(config_.output_dir + "/trace.json") << trace;

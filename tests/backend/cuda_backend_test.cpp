@@ -1693,6 +1693,74 @@ TEST(CudaRuntime, DeviceTimerTimesQueuedWorkWithoutWaitingForIt) {
   EXPECT_GE(timer.read().at("again"), 0.0);
 }
 
+// Traced spans on a GPU are placed on the host's clock by an anchor event
+// recorded at the reading on the idle stream: a span starts no earlier than
+// the host queued its work and ends no later than the reading that waited
+// for it, and lasts what the reading summed. The placing needs the anchor
+// reached, so a reading's spans come out with the next reading (or when
+// asked to wait), never costing a reading a second wait.
+TEST(CudaRuntime, DeviceTimerPlacesTracedSpansOnTheHostsClock) {
+  const int64_t n = kOnSimulator ? 64 : 2048;
+  const int products = kOnSimulator ? 4 : 20;
+  Tensor a = to_device(randn({n, n}, 3, 3, 1.0), kGpu),
+         b = to_device(randn({n, n}, 4, 4, 1.0), kGpu);
+  Tensor c = matmul(a, b);
+  cuda::synchronize(0);
+  DeviceTimer timer(kGpu);
+  timer.set_tracing(true);
+  using Clock = DeviceTimer::Clock;
+  auto queue_work = [&](const std::string& name) {
+    const DeviceTimer::Mark from = timer.mark();
+    for (int i = 0; i < products; ++i) c = gelu(matmul(a, b));
+    const DeviceTimer::Mark to = timer.mark();
+    timer.add(name, from, to);
+    timer.trace(name, "compute", from, to);
+  };
+  const Clock::time_point queued = Clock::now();
+#ifdef TRIAD_CUDA_SIM
+  const int64_t waits = triad_sim::counters().host_waits;
+#endif
+  queue_work("first");
+  const double first_s = timer.read().at("first");
+  const Clock::time_point read = Clock::now();
+#ifdef TRIAD_CUDA_SIM
+  EXPECT_EQ(triad_sim::counters().host_waits, waits + 1);  // the reading's, no more
+#endif
+  EXPECT_TRUE(timer.take_traced().empty());  // (its anchor not known to be reached)
+  // Time passes on the host before the next reading, and before the anchor
+  // is read: a span placed by an anchor that ran late would move earlier by
+  // as much, before its work was queued.
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  const Clock::time_point queued_again = Clock::now();
+  queue_work("second");
+  const double second_s = timer.read().at("second");
+  const Clock::time_point read_again = Clock::now();
+  std::vector<DeviceTimer::Traced> placed = timer.take_traced();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  for (const DeviceTimer::Traced& t : timer.take_traced(/*wait=*/true)) placed.push_back(t);
+  ASSERT_EQ(placed.size(), 2u);
+  auto check = [](const DeviceTimer::Traced& t, const std::string& name, Clock::time_point from,
+                  Clock::time_point to, double seconds) {
+    EXPECT_EQ(t.name, name);
+    EXPECT_EQ(t.category, "compute");
+    const auto us = [](Clock::duration d) {
+      return std::chrono::duration<double, std::micro>(d).count();
+    };
+    // (A microsecond for the anchor's own recording.)
+    EXPECT_GE(us(t.start - from), -1.0) << name << " starts before its work was queued";
+    EXPECT_LE(us(t.end - to), 1.0) << name << " ends after the reading that waited for it";
+    EXPECT_NEAR(us(t.end - t.start), 1e6 * seconds, 1.0 + 1e-3 * 1e6 * seconds) << name;
+  };
+  check(placed[0], "first", queued, read, first_s);
+  check(placed[1], "second", queued_again, read_again, second_s);
+  EXPECT_TRUE(timer.take_traced(true).empty());
+  // Untraced, trace() keeps nothing.
+  timer.set_tracing(false);
+  queue_work("third");
+  timer.read();
+  EXPECT_TRUE(timer.take_traced(true).empty());
+}
+
 TEST(CudaRuntime, AccumulateAddsHalfAndF32IntoF32LikeTheCpu) {
   // Odd sizes (one element, a partial block, several blocks), every source
   // dtype the fused kernel takes, and a strided source (the generic path).
@@ -2500,7 +2568,7 @@ TEST(CudaTraining, RankTimingIsTheDevicesTime) {
   ASSERT_EQ(steps.size(), 4u);
   EXPECT_TRUE(steps[0].rank_timing.empty());
   EXPECT_TRUE(steps[2].rank_timing.empty());
-  double optimizer_ms = 0;
+  double optimizer_ms = 0, forward_ms = 0;
   for (size_t k : {size_t{1}, size_t{3}}) {
     std::map<std::string, train::StepMetrics::RankTiming> by;
     for (const auto& r : steps[k].rank_timing) by[r.category] = r;
@@ -2515,20 +2583,44 @@ TEST(CudaTraining, RankTimingIsTheDevicesTime) {
                     by.at("weight-grad").mean_ms + by.at("optimizer").mean_ms,
                 1e-9);
     optimizer_ms += by.at("optimizer").mean_ms / 2;
+    forward_ms += by.at("forward").mean_ms / 2;
   }
-#ifdef TRIAD_CUDA_SIM
+  // trace.json has the same device times, placed on the host's clock: the
+  // passes and optimizers of every step (the last one's read at the end), in
+  // the order the stream ran them, one after the other. (With the host's
+  // clock, the trace's optimizer was the time to queue it: under a fifth of
+  // the device's on the simulator.)
   std::ifstream in(c.output_dir + "/trace.json");
   const nlohmann::json trace = nlohmann::json::parse(in);
-  double queued_ms = 0;
-  int queued = 0;
+  struct Event {
+    double ts, dur;
+    std::string name;
+  };
+  std::vector<Event> events;
   for (const auto& e : trace["traceEvents"]) {
-    if (e.value("name", "") != "optimizer") continue;
-    queued_ms += e["dur"].get<double>() / 1e3;
-    ++queued;
+    if (e.value("ph", "") == "X")
+      events.push_back({e["ts"].get<double>(), e["dur"].get<double>(), e["name"]});
   }
-  ASSERT_EQ(queued, 4);
-  EXPECT_GT(optimizer_ms, 5 * queued_ms / queued);
-#endif
+  std::sort(events.begin(), events.end(),
+            [](const Event& a, const Event& b) { return a.ts < b.ts; });
+  std::vector<std::string> names;
+  double traced_optimizer_ms = 0, traced_forward_ms = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    names.push_back(events[i].name);
+    EXPECT_GT(events[i].ts, 0.0) << events[i].name;  // (after the trainer's start)
+    if (i > 0) {  // (within a microsecond: the anchors' rounding)
+      EXPECT_LE(events[i - 1].ts + events[i - 1].dur, events[i].ts + 1.0)
+          << events[i - 1].name << " overlaps " << events[i].name << " (event " << i << ")";
+    }
+    if (events[i].name == "optimizer") traced_optimizer_ms += events[i].dur / 1e3 / 4;
+    if (events[i].name[0] == 'F') traced_forward_ms += events[i].dur / 1e3 / 4;
+  }
+  std::vector<std::string> want;
+  for (int step = 0; step < 4; ++step)
+    want.insert(want.end(), {"F0", "B0", "F1", "B1", "optimizer"});
+  EXPECT_EQ(names, want);
+  EXPECT_NEAR(traced_optimizer_ms, optimizer_ms, 1e-3 + 1e-3 * optimizer_ms);
+  EXPECT_NEAR(traced_forward_ms, forward_ms, 1e-3 + 1e-3 * forward_ms);
 }
 
 #ifdef TRIAD_CUDA_SIM

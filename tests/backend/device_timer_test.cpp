@@ -56,5 +56,43 @@ TEST(DeviceTimer, MarksOutsideTheReadingOrBackwardsAreNamed) {
   testing::expect_error<ValueError>([&] { timer.add("old", a, b); }, {"0 marks"});
 }
 
+// On the CPU a traced span is its marks' host times, placed by the reading
+// itself; it counts in no category (add() does that), and untraced,
+// trace() keeps nothing.
+TEST(DeviceTimer, TracedSpansAreTheirMarksTimesAndCountInNoCategory) {
+  DeviceTimer timer(Device::cpu());
+  EXPECT_FALSE(timer.tracing());
+  const DeviceTimer::Mark a = timer.mark();
+  const DeviceTimer::Mark b = timer.mark();
+  timer.trace("untraced", "pass", a, b);
+  timer.read();
+  EXPECT_TRUE(timer.take_traced(true).empty());
+
+  timer.set_tracing(true);
+  const auto before = DeviceTimer::Clock::now();
+  const DeviceTimer::Mark f = timer.mark();
+  std::this_thread::sleep_for(milliseconds(20));
+  const DeviceTimer::Mark g = timer.mark();
+  timer.add("counted", f, g);
+  timer.trace("F0", "forward", f, g);
+  timer.trace("whole", "step", f, g);
+  EXPECT_TRUE(timer.take_traced().empty());  // (placed by the reading)
+  const auto after = DeviceTimer::Clock::now();
+  const std::map<std::string, double> read = timer.read();
+  ASSERT_EQ(read.size(), 1u);
+  const std::vector<DeviceTimer::Traced> placed = timer.take_traced();
+  ASSERT_EQ(placed.size(), 2u);
+  EXPECT_EQ(placed[0].name, "F0");
+  EXPECT_EQ(placed[0].category, "forward");
+  EXPECT_EQ(placed[1].name, "whole");
+  EXPECT_GE(placed[0].start, before);
+  EXPECT_LE(placed[0].end, after);
+  EXPECT_DOUBLE_EQ(std::chrono::duration<double>(placed[0].end - placed[0].start).count(),
+                   read.at("counted"));
+  EXPECT_TRUE(timer.take_traced().empty());  // taken once
+  testing::expect_error<ValueError>([&] { timer.trace("stale", "pass", f, g); },
+                                    {"trace('stale')", "0 marks"});
+}
+
 }  // namespace
 }  // namespace triad

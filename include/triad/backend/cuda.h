@@ -26,6 +26,8 @@ int device_count();
 void* compute_stream(int device);
 // Waits until everything queued on `device`'s compute stream has run.
 void synchronize(int device);
+// Whether everything queued on `device`'s compute stream has run (never waits).
+bool stream_idle(int device);
 // Records an event on `device`'s compute stream and makes `other_stream`
 // (a cudaStream_t of the same device) wait for it: work queued there later
 // sees every result queued on the compute stream so far.
@@ -42,6 +44,8 @@ void* create_timing_event(int device);
 void destroy_timing_event(void* event);
 void record_timing_event(int device, void* event);
 double elapsed_ms(void* start, void* end);
+// Whether the device has reached `event` (never waits).
+bool timing_event_reached(void* event);
 // The CUDA profiler's capture range, process-wide: profiling tools attached
 // with a capture range (nsys profile --capture-range=cudaProfilerApi)
 // record only between a start and the stop after it.

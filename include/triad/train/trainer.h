@@ -362,8 +362,12 @@ class Trainer {
   // zb-auto and zb-v: after the step that measured them, averages every
   // stage's F, B and W times over the ranks holding it (collective over the
   // world, the same numbers on every rank) and rebuilds the executors with
-  // the order searched for them.
-  void plan_zero_bubble(const pipeline::PipelineStepResult& measured);
+  // the order searched for them. The times are the step timer's by chunk
+  // (`read`; device time on a GPU), the counts the step's (`measured`).
+  void plan_zero_bubble(const pipeline::PipelineStepResult& measured,
+                        const std::map<std::string, double>& read);
+  // The measured step's result until the step timer has been read.
+  std::optional<pipeline::PipelineStepResult> zb_measured_;
   std::optional<pipeline::Costs> zb_costs_;
   // Layers per pipeline stage: parallel.stage_layers, or the balanced
   // split when it is auto; empty for an even split.
@@ -450,9 +454,6 @@ class Trainer {
   void commit_pending_checkpoint(bool wait, bool any_failed = false);
   int64_t load_checkpoint();
   void barrier() const;
-  // An event of trace.json (host times).
-  void record(const std::string& name, const std::string& category,
-              TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1);
   // log.plan_cluster: the planner's price of this run on that cluster,
   // logged and written to output.dir/plan.json by the lead rank.
   void log_plan(bool lead);
@@ -488,8 +489,10 @@ class Trainer {
   // by events on its compute stream), read when the host waits for the
   // device anyway. Made on first use, for the rank's device.
   DeviceTimer& step_timer();
-  // Reads the step timer into timing_ and returns what it read.
-  std::map<std::string, double> read_step_timer();
+  // Reads the step timer into timing_ and returns what it read; the traced
+  // spans it has placed go into trace_ (with `wait`, every one traced so
+  // far: waits for the device if need be).
+  std::map<std::string, double> read_step_timer(bool wait_for_trace = false);
   // A pipeline step's bubble from what the step timer read on this rank:
   // its time in the pipeline beyond the busiest rank's passes, over those
   // (a collective over the pipeline group); -1 without a pipeline.

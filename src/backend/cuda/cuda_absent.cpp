@@ -36,6 +36,9 @@ size_t device_memory(int) {
 void synchronize(int) {
   absent("synchronize");
 }
+bool stream_idle(int) {
+  absent("stream_idle");
+}
 void* create_timing_event(int) {
   absent("create_timing_event");
 }
@@ -45,6 +48,9 @@ void record_timing_event(int, void*) {
 }
 double elapsed_ms(void*, void*) {
   absent("elapsed_ms");
+}
+bool timing_event_reached(void*) {
+  absent("timing_event_reached");
 }
 void profiler_start() {
   absent("profiler_start");

@@ -1711,6 +1711,13 @@ void synchronize(int device) {
   detail::check(cudaStreamSynchronize(cuda_backend().state(device).stream), "synchronize");
 }
 
+bool stream_idle(int device) {
+  const cudaError_t st = cudaStreamQuery(cuda_backend().state(device).stream);
+  if (st == cudaErrorNotReady) return false;
+  detail::check(st, "stream query");
+  return true;
+}
+
 void* create_timing_event(int device) {
   detail::DeviceGuard g(device);  // (an event belongs to the device current when it is made)
   cudaEvent_t e = nullptr;
@@ -1735,6 +1742,13 @@ double elapsed_ms(void* start, void* end) {
       cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)),
       "cudaEventElapsedTime");
   return ms;
+}
+
+bool timing_event_reached(void* event) {
+  const cudaError_t st = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (st == cudaErrorNotReady) return false;
+  detail::check(st, "timing event query");
+  return true;
 }
 
 void profiler_start() {

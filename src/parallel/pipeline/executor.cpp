@@ -20,6 +20,13 @@
 
 namespace triad::pipeline {
 
+std::string chunk_category(ComputeKind kind, int chunk) {
+  const char* k = kind == ComputeKind::Forward          ? "forward"
+                  : kind == ComputeKind::BackwardWeight ? "weight-grad"
+                                                        : "backward";
+  return std::string(k) + " c" + std::to_string(chunk);
+}
+
 namespace {
 
 // A payload between stages whole, or (scatter-gather) as this TP rank's
@@ -424,7 +431,11 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       const nvtx::Range range("wait");
       const DeviceTimer::Mark m0 = timer_ ? timer_->mark() : 0;
       it->second.work->wait();
-      if (timer_) timer_->add("p2p", m0, timer_->mark());
+      if (timer_) {
+        const DeviceTimer::Mark m1 = timer_->mark();
+        timer_->add("p2p", m0, m1);
+        timer_->trace("wait", "p2p", m0, m1);
+      }
       if (sink_) sink_("wait", "p2p", t0, Clock::now());
       // On a GPU the group's calls run in posting order on each stream (the
       // group's one, or each neighbour's), so the compute stream, now
@@ -473,15 +484,18 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     const char* category = a.compute == ComputeKind::Forward          ? "forward"
                            : a.compute == ComputeKind::BackwardWeight ? "weight-grad"
                                                                       : "backward";
-    if (profile_) backend_for(act_device.type).synchronize();
     const auto t0 = Clock::now();
     const DeviceTimer::Mark m0 = timer_ ? timer_->mark() : 0;
     {
       const nvtx::Range range([&] { return action_name(a); });
       fn();
     }
-    if (timer_) timer_->add(category, m0, timer_->mark());
-    if (profile_) backend_for(act_device.type).synchronize();
+    if (timer_) {
+      const DeviceTimer::Mark m1 = timer_->mark();
+      timer_->add(category, m0, m1);
+      if (chunk_timing_) timer_->add(chunk_category(a.compute, a.chunk), m0, m1);
+      timer_->trace(action_name(a), category, m0, m1);
+    }
     const auto t1 = Clock::now();
     const double seconds = std::chrono::duration<double>(t1 - t0).count();
     res.compute_seconds += seconds;
@@ -574,6 +588,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       auto t0 = Clock::now();
       const nvtx::Range range("p2p");
       const DeviceTimer::Mark m0 = timer_ ? timer_->mark() : 0;
+      DeviceTimer::Mark m_trace = m0;  // where the traced posting began
       for (Call& call : calls) {
         dist::WorkPtr w = pp->batch_isend_irecv(call.ops);
         const uint64_t batch = batches_posted++;
@@ -582,19 +597,29 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
             pending_sends.push_back({batch, call.peer, w});
           } else {
             const auto posted = Clock::now();
+            const DeviceTimer::Mark m_posted = timer_ ? timer_->mark() : 0;
             if (sink_) sink_("p2p", "p2p", t0, posted);
+            if (timer_) timer_->trace("p2p", "p2p", m_trace, m_posted);
             const nvtx::Range waiting("wait");
             w->wait();
             w = nullptr;
             t0 = Clock::now();
             if (sink_) sink_("wait", "p2p", posted, t0);
+            if (timer_) {
+              m_trace = timer_->mark();
+              timer_->trace("wait", "p2p", m_posted, m_trace);
+            }
           }
         }
         for (auto& [arriving, k, shape] : call.received)
           (*arriving)[k] = {w, shape, batch, call.peer};
       }
       if (sink_) sink_("p2p", "p2p", t0, Clock::now());
-      if (timer_) timer_->add("p2p", m0, timer_->mark());
+      if (timer_) {
+        const DeviceTimer::Mark m1 = timer_->mark();
+        timer_->add("p2p", m0, m1);
+        timer_->trace("p2p", "p2p", m_trace, m1);
+      }
       // Sent activations: only their place in the graph is still needed.
       for (const Key& k : sent_outputs) {
         outputs.at(k).impl().storage = std::make_shared<Storage>(0, cpu_allocator());

@@ -16,6 +16,7 @@
 #include "support/forwarding_group.h"
 #include "support/mpi_main.h"
 #include "triad/autograd/engine.h"
+#include "triad/backend/device_timer.h"
 #include "triad/core/allocator.h"
 #include "triad/core/rng.h"
 #include "triad/dist/mesh.h"
@@ -91,8 +92,13 @@ TEST(Pipeline, OneStepEqualsGradientAccumulationForEverySchedule) {
     nn::Gpt ref(config(c), 21);
     PipelineModel model = model_for(c, 21);
     PipelineExecutor exec(model, make_schedule(c.kind, p, c.m, c.v));
+    DeviceTimer timer(Device::cpu());
+    timer.set_tracing(true);
+    exec.set_timer(&timer);
+    exec.set_chunk_timing(true);
     auto data = batches(c.m, 1);
     PipelineStepResult res = exec.run(data, {});
+    const std::map<std::string, double> timed = timer.read();
     double ref_loss = 0;
     for (const auto& b : data) {
       Tensor l = ref.loss(b.inputs, b.targets);
@@ -128,6 +134,29 @@ TEST(Pipeline, OneStepEqualsGradientAccumulationForEverySchedule) {
     EXPECT_NEAR(res.forward_seconds + res.backward_seconds + res.weight_seconds,
                 res.compute_seconds, 1e-9 * res.compute_seconds)
         << name(c);
+    // The timer has the same passes by kind and, with chunk timing, by
+    // chunk (what zb-auto prices its stages by), and traces each by name.
+    for (const auto kind :
+         {ComputeKind::Forward, ComputeKind::Backward, ComputeKind::BackwardWeight}) {
+      const std::string whole =
+          chunk_category(kind, 0).substr(0, chunk_category(kind, 0).size() - 3);
+      double by_chunk = 0;
+      for (int k = 0; k < c.v; ++k) {
+        const auto it = timed.find(chunk_category(kind, k));
+        const bool ran = kind != ComputeKind::BackwardWeight || split;
+        ASSERT_EQ(it != timed.end(), ran) << name(c) << " " << chunk_category(kind, k);
+        if (ran) {
+          EXPECT_GT(it->second, 0.0) << name(c) << " " << it->first;
+          by_chunk += it->second;
+        }
+      }
+      EXPECT_NEAR(by_chunk, timed.count(whole) ? timed.at(whole) : 0.0, 1e-9)
+          << name(c) << " " << whole;
+    }
+    int traced_passes = 0;
+    for (const DeviceTimer::Traced& t : timer.take_traced())
+      if (t.category != "p2p") ++traced_passes;
+    EXPECT_EQ(traced_passes, res.forwards + res.backwards + res.weight_passes) << name(c);
   }
 }
 

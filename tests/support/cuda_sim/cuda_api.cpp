@@ -454,6 +454,15 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   triad_sim::host_wait(*q, q->issued);
   return cudaSuccess;
 }
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  auto q = triad_sim::queue_of(s);
+  if (q->done >= q->issued) return cudaSuccess;
+  // As cudaEventQuery: a not-ready query, which lets the stream progress.
+  triad_sim::note_not_ready_query();
+  triad_sim::run_until(*q, q->issued);
+  return cudaErrorNotReady;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
   // Waits for the event's last record; one never recorded is no wait.

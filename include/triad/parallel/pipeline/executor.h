@@ -146,13 +146,15 @@ struct PipelineStepResult {
   double loss = 0;             // mean over all tokens of all microbatches (same on every rank)
   int peak_live_outputs = 0;   // most (chunk, microbatch) stage outputs held at once
   int64_t p2p_bytes_sent = 0;  // activations and gradients this rank sent to other stages
-  double compute_seconds = 0;  // time in F, B and W on this rank
+  // Time in F, B and W on this rank by the host's clock (on a GPU, the
+  // time to queue them; the executor's timer has the device's).
+  double compute_seconds = 0;
   // The same time by kind: forwards, backwards (B, or full backwards in
   // unsplit schedules) and weight-gradient passes, with their counts.
   double forward_seconds = 0, backward_seconds = 0, weight_seconds = 0;
   int forwards = 0, backwards = 0, weight_passes = 0;
-  // The same per chunk of this rank (v entries): what a zero-bubble search
-  // needs to price each stage.
+  // The same per chunk of this rank (v entries). (zb-auto prices each stage
+  // by the counts and the timer's chunk categories: set_chunk_timing.)
   struct ChunkTimes {
     double forward_seconds = 0, backward_seconds = 0, weight_seconds = 0;
     int forwards = 0, backwards = 0, weight_passes = 0;
@@ -166,12 +168,19 @@ struct PipelineStepResult {
 // W) for zero-bubble schedules, a stage output's data released as soon as it
 // has been sent. Gradients accumulate into the parameters; the tied
 // embedding is reduced at the end.
+// The timer category of a compute action of `kind` on model chunk `chunk`
+// (PipelineExecutor::set_chunk_timing): "forward c0", "backward c1" (a whole
+// backward or its input half), "weight-grad c1".
+std::string chunk_category(ComputeKind kind, int chunk);
+
 class PipelineExecutor {
  public:
   PipelineExecutor(PipelineModel& model, Schedule schedule);
   const Schedule& schedule() const { return schedule_; }
   // Receives a timed event for every compute action ("F3", "B3", "W3"; category
-  // forward, backward, weight-grad) and every point-to-point batch ("p2p").
+  // forward, backward, weight-grad) and every point-to-point batch ("p2p"),
+  // as it is done on the host, with the host's clock (on a GPU that is when
+  // the work was queued; the timer's traced spans below are the device's).
   using Clock = std::chrono::steady_clock;
   using EventSink = std::function<void(const std::string& name, const std::string& category,
                                        Clock::time_point start, Clock::time_point end)>;
@@ -180,12 +189,14 @@ class PipelineExecutor {
   // stream; DeviceTimer): each compute action in its category (forward,
   // backward, weight-grad), and the point-to-point posting and waits as
   // "p2p" (on a GPU, how long the compute stream stood waiting for a
-  // transfer). The timer, not owned, is read by its owner.
+  // transfer). While the timer traces, each action is also traced under its
+  // name as the sink's events are ("F3 c1"; "p2p" posting, "wait" for a
+  // peer). The timer, not owned, is read by its owner.
   void set_timer(DeviceTimer* timer) { timer_ = timer; }
-  // Profiling: wait for the device before and after every compute action so
-  // that the times measured (PipelineStepResult, events) are the device's,
-  // not the host's enqueueing. Slower; for the steps zb-auto measures.
-  void set_profile(bool on) { profile_ = on; }
+  // Also times each compute action by model chunk, in the timer's category
+  // chunk_category(kind, chunk) (what zb-auto measures its costs by). Adds
+  // no wait.
+  void set_chunk_timing(bool on) { chunk_timing_ = on; }
   // PTD-P's scatter-gather (Narayanan et al. 2021, section 4.1; on by
   // default): without sequence parallelism the t ranks of a stage's TP
   // group hold the same activation and the same gradient of it, so each
@@ -231,7 +242,7 @@ class PipelineExecutor {
   Schedule schedule_;
   EventSink sink_;
   DeviceTimer* timer_ = nullptr;
-  bool profile_ = false;
+  bool chunk_timing_ = false;
   bool scatter_gather_ = true;
 };
 
