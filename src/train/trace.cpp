@@ -10,10 +10,7 @@ namespace triad::train {
 void TraceRecorder::add(const std::string& name, const std::string& category,
                         Clock::time_point start, Clock::time_point end) {
   if (!enabled_) return;
-  const auto us = [&](Clock::time_point t) {
-    return std::chrono::duration<double, std::micro>(t - epoch_).count();
-  };
-  events_.push_back({name, category, us(start), us(end) - us(start)});
+  events_.push_back({name, category, start, end});
 }
 
 std::string TraceRecorder::events_json(int rank) const {
@@ -22,14 +19,17 @@ std::string TraceRecorder::events_json(int rank) const {
                {"ph", "M"},
                {"pid", rank},
                {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  const auto us = [&](Clock::duration d) {
+    return std::chrono::duration<double, std::micro>(d).count();
+  };
   for (const Event& e : events_) {
     a.push_back({{"name", e.name},
                  {"cat", e.category},
                  {"ph", "X"},
                  {"pid", rank},
                  {"tid", 0},
-                 {"ts", e.ts_us},
-                 {"dur", e.dur_us}});
+                 {"ts", us(e.start - epoch_)},
+                 {"dur", us(e.end - e.start)}});
   }
   return a.dump();
 }

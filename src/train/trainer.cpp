@@ -991,6 +991,28 @@ void Trainer::print_rank_timing(const StepMetrics& m, const std::vector<double>&
   }
 }
 
+void Trainer::align_trace_clock() {
+  if (!world_ || world_->size() == 1) return;
+  using std::chrono::nanoseconds;
+  barrier();
+  const int64_t now =
+      std::chrono::duration_cast<nanoseconds>(TraceRecorder::Clock::now().time_since_epoch())
+          .count();
+  Tensor mine = from_vector(std::vector<int64_t>{now}, {1});
+  Tensor all = empty({world_->size()}, DType::I64);
+  world_->all_gather(mine, all)->wait();
+  const std::vector<int>& node_of = mesh_->node().node_of_rank;
+  int first = world_->rank();  // this node's first rank
+  if (node_of.size() == static_cast<size_t>(world_->size())) {
+    first = static_cast<int>(
+        std::find(node_of.begin(), node_of.end(), node_of[static_cast<size_t>(world_->rank())]) -
+        node_of.begin());
+  }
+  trace_.set_epoch(
+      TraceRecorder::Clock::time_point(std::chrono::duration_cast<TraceRecorder::Clock::duration>(
+          nanoseconds(all.data<int64_t>()[first]))));
+}
+
 void Trainer::barrier() const {
   if (world_ && world_->size() > 1) world_->barrier()->wait();
 }
@@ -3511,6 +3533,7 @@ std::vector<StepMetrics> Trainer::run() {
   if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
   if (ck.resumes()) first = load_checkpoint();
   trace_steps_from(first);
+  align_trace_clock();
   // A window of steps (log.trace_steps, log.profile_steps) that misses the
   // steps this run trains records nothing: say so now, not at the end.
   for (const auto& [key, from, to] :

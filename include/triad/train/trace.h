@@ -15,6 +15,11 @@ class TraceRecorder {
  public:
   using Clock = std::chrono::steady_clock;
   explicit TraceRecorder(Clock::time_point epoch = Clock::now()) : epoch_(epoch) {}
+  // Where time 0 of this rank's row is (every event, recorded before or
+  // after, is placed from it): the trainer gives every rank one instant, so
+  // that the rows line up.
+  void set_epoch(Clock::time_point epoch) { epoch_ = epoch; }
+  Clock::time_point epoch() const { return epoch_; }
   // Events are kept while enabled (the trainer records its first steps).
   void set_enabled(bool on) { enabled_ = on; }
   bool enabled() const { return enabled_; }
@@ -31,7 +36,7 @@ class TraceRecorder {
  private:
   struct Event {
     std::string name, category;
-    double ts_us, dur_us;
+    Clock::time_point start, end;
   };
   Clock::time_point epoch_;
   bool enabled_ = true;

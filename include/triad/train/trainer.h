@@ -140,6 +140,12 @@ class Trainer {
   int64_t trace_from_ = 0, trace_to_ = 0;
   // Sets them for a run whose first step is `first` (0-based).
   void trace_steps_from(int64_t first);
+  // trace.json's rows on one clock: after a barrier each node's first rank
+  // reads its clock, and every rank of that node takes the reading as its
+  // trace's time 0 (the ranks of a node share the clock itself, so their
+  // rows line up exactly; nodes line up within the barrier's exit skew).
+  // Collective; before the first step.
+  void align_trace_clock();
   // log.nvtx, log.profile_steps, log.profile_ranks: whether this rank
   // profiles, and whether it has started the CUDA profiler.
   bool profiling_rank_ = true;

@@ -7,9 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <thread>
 
 #include "support/expect_error.h"
 #include "support/forwarding_group.h"
@@ -745,6 +748,51 @@ TEST(DataParallel, ZeroOnePiecesCutAnotherWayAreResharded) {
     EXPECT_EQ(rest[i].loss, whole[3 + i].loss) << "step " << rest[i].step;
   g_world->barrier()->wait();
   if (rank == 0) std::filesystem::remove_all(root);
+}
+
+// trace.json's rows share one clock, whenever each rank started: each
+// rank's row used to start at its own trainer's construction, so a rank
+// that started later had its passes drawn early (here rank r starts 150 ms
+// after rank r-1). On a pipeline of every rank, stage s can only run
+// microbatch i's forward once stage s-1's has ended (and stage s-1 its
+// backward once stage s's has), which the merged trace must show. (This
+// file holds the trainer's multi-process tests.)
+TEST(TrainerTrace, EveryRanksRowIsOnOneClock) {
+  const int P = g_world->size();
+  testing::TempDir dir;
+  const Config c = four_layers(dir, "{pp: " + std::to_string(P) + "}", 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150 * g_world->rank()));
+  Trainer t(c, g_world);
+  t.run();
+  if (g_world->rank() != 0) return;
+  std::ifstream in(dir.file("out/trace.json"));
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  // [rank][name]: the start and end of each occurrence (one a step), in µs.
+  std::vector<std::map<std::string, std::vector<std::pair<double, double>>>> at(
+      static_cast<size_t>(P));
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const double ts = e["ts"];
+    at.at(e["pid"].get<size_t>())[e["name"]].push_back({ts, ts + e["dur"].get<double>()});
+  }
+  int checked = 0;
+  for (int s = 1; s < P; ++s) {
+    for (int i = 0; i < 8; ++i) {  // (8 micro-batches a step)
+      for (const char kind : {'F', 'B'}) {
+        const std::string name = kind + std::to_string(i);
+        const auto& later = at[static_cast<size_t>(kind == 'F' ? s : s - 1)][name];
+        const auto& earlier = at[static_cast<size_t>(kind == 'F' ? s - 1 : s)][name];
+        ASSERT_EQ(later.size(), 2u) << name << " on stage " << s;
+        ASSERT_EQ(earlier.size(), 2u) << name << " on stage " << s;
+        for (size_t step = 0; step < 2; ++step) {
+          EXPECT_GE(later[step].first, earlier[step].second - 1.0)
+              << name << " of step " << step + 1 << " between stages " << s - 1 << " and " << s;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 32 * (P - 1));
 }
 
 }  // namespace
