@@ -1746,10 +1746,13 @@ TEST(CudaRuntime, DeviceTimerPlacesTracedSpansOnTheHostsClock) {
     const auto us = [](Clock::duration d) {
       return std::chrono::duration<double, std::micro>(d).count();
     };
-    // (A microsecond for the anchor's own recording.)
-    EXPECT_GE(us(t.start - from), -1.0) << name << " starts before its work was queued";
-    EXPECT_LE(us(t.end - to), 1.0) << name << " ends after the reading that waited for it";
-    EXPECT_NEAR(us(t.end - t.start), 1e6 * seconds, 1.0 + 1e-3 * 1e6 * seconds) << name;
+    // (The simulator stamps the anchor within a microsecond of the host's
+    // clock; a GPU takes some microseconds to reach an event on an idle
+    // stream, and its events' resolution is half a microsecond.)
+    const double slack = kOnSimulator ? 1.0 : 50.0;
+    EXPECT_GE(us(t.start - from), -slack) << name << " starts before its work was queued";
+    EXPECT_LE(us(t.end - to), slack) << name << " ends after the reading that waited for it";
+    EXPECT_NEAR(us(t.end - t.start), 1e6 * seconds, 2.0 + 1e-3 * 1e6 * seconds) << name;
   };
   check(placed[0], "first", queued, read, first_s);
   check(placed[1], "second", queued_again, read_again, second_s);
@@ -2608,8 +2611,8 @@ TEST(CudaTraining, RankTimingIsTheDevicesTime) {
   for (size_t i = 0; i < events.size(); ++i) {
     names.push_back(events[i].name);
     EXPECT_GT(events[i].ts, 0.0) << events[i].name;  // (after the trainer's start)
-    if (i > 0) {  // (within a microsecond: the anchors' rounding)
-      EXPECT_LE(events[i - 1].ts + events[i - 1].dur, events[i].ts + 1.0)
+    if (i > 0) {  // (within the anchors' slack: a microsecond simulated, more on a GPU)
+      EXPECT_LE(events[i - 1].ts + events[i - 1].dur, events[i].ts + (kOnSimulator ? 1.0 : 50.0))
           << events[i - 1].name << " overlaps " << events[i].name << " (event " << i << ")";
     }
     if (events[i].name == "optimizer") traced_optimizer_ms += events[i].dur / 1e3 / 4;
@@ -2619,8 +2622,9 @@ TEST(CudaTraining, RankTimingIsTheDevicesTime) {
   for (int step = 0; step < 4; ++step)
     want.insert(want.end(), {"F0", "B0", "F1", "B1", "optimizer"});
   EXPECT_EQ(names, want);
-  EXPECT_NEAR(traced_optimizer_ms, optimizer_ms, 1e-3 + 1e-3 * optimizer_ms);
-  EXPECT_NEAR(traced_forward_ms, forward_ms, 1e-3 + 1e-3 * forward_ms);
+  // (Each span's ends placed apart: a GPU event's half-microsecond each.)
+  EXPECT_NEAR(traced_optimizer_ms, optimizer_ms, 5e-3 + 1e-3 * optimizer_ms);
+  EXPECT_NEAR(traced_forward_ms, forward_ms, 5e-3 + 1e-3 * forward_ms);
 }
 
 #ifdef TRIAD_CUDA_SIM
