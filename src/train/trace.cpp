@@ -1,8 +1,10 @@
 #include "triad/train/trace.h"
 
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "triad/core/error.h"
 #include "triad/ops/creation.h"
 
 namespace triad::train {
@@ -34,37 +36,46 @@ std::string TraceRecorder::events_json(int rank) const {
   return a.dump();
 }
 
-std::string TraceRecorder::merged_trace(const dist::ProcessGroupPtr& world) const {
-  const int rank = world ? world->rank() : 0;
-  const std::string mine = events_json(rank);
-  std::vector<std::string> all{mine};
-  if (world && world->size() > 1) {
-    // Ship the text as i64 words (8 bytes each); ranks may differ in length.
-    const int64_t n = static_cast<int64_t>((mine.size() + 8) / 8);
-    Tensor local = zeros({n}, DType::I64);
-    std::memcpy(local.raw_data(), mine.data(), mine.size());
-    Tensor count = from_vector(std::vector<int64_t>{n}, {1});
-    Tensor all_counts = empty({world->size()}, DType::I64);
-    world->all_gather(count, all_counts)->wait();
-    const int64_t* c = all_counts.data<int64_t>();
-    const std::vector<int64_t> words(c, c + world->size());
-    int64_t total = 0;
-    for (int64_t w : words) total += w;
-    Tensor gathered = empty({total}, DType::I64);
-    world->all_gather_uneven(local, gathered, words)->wait();
-    all.clear();
-    const char* base = static_cast<const char*>(gathered.raw_data());
-    int64_t off = 0;
-    for (int r = 0; r < world->size(); ++r) {
-      all.emplace_back(base + off * 8);  // zero-terminated by the padding
-      off += c[r];
+void TraceRecorder::write_merged_trace(const dist::ProcessGroupPtr& world,
+                                       const std::string& path) const {
+  const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
+  // The text goes as i64 words (8 bytes each), its length first; ranks
+  // differ in length.
+  constexpr int kTag = 0x7ace;
+  if (rank != 0) {
+    const std::string mine = events_json(rank);
+    const int64_t n = static_cast<int64_t>((mine.size() + 7) / 8);
+    Tensor words = zeros({n}, DType::I64);
+    std::memcpy(words.raw_data(), mine.data(), mine.size());
+    world->send(from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}, {1}), 0, kTag)
+        ->wait();
+    world->send(words, 0, kTag)->wait();
+    return;
+  }
+  // Rank 0 takes each rank's events in turn and writes them as they come;
+  // a file that cannot be written is reported once every rank's are taken
+  // (none is left waiting).
+  std::ofstream out(path, std::ios::trunc);
+  out << "{\"traceEvents\":[";
+  for (int r = 0; r < size; ++r) {
+    std::string text;
+    if (r == 0) {
+      text = events_json(0);
+    } else {
+      Tensor length = empty({1}, DType::I64);
+      world->recv(length, r, kTag)->wait();
+      const int64_t bytes = length.data<int64_t>()[0];
+      Tensor words = empty({(bytes + 7) / 8}, DType::I64);
+      world->recv(words, r, kTag)->wait();
+      text.assign(static_cast<const char*>(words.raw_data()), static_cast<size_t>(bytes));
     }
+    // (Each rank's array holds its row's name at least: never empty.)
+    if (r > 0) out << ',';
+    out.write(text.data() + 1, static_cast<std::streamsize>(text.size() - 2));
   }
-  nlohmann::json events = nlohmann::json::array();
-  for (const auto& text : all) {
-    for (auto& e : nlohmann::json::parse(text)) events.push_back(e);
-  }
-  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  out << "],\"displayTimeUnit\":\"ms\"}";
+  out.flush();
+  if (!out) throw IoError("trace: cannot write '" + path + "'");
 }
 
 }  // namespace triad::train

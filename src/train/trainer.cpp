@@ -3742,10 +3742,13 @@ std::vector<StepMetrics> Trainer::run() {
       spdlog::info("{}", summary);
     }
   }
-  read_step_timer(/*wait_for_trace=*/true);               // (the last traced step's optimizer)
-  const std::string trace = trace_.merged_trace(world_);  // collective
-  if (lead) {
-    std::ofstream(config_.output_dir + "/trace.json") << trace;
+  read_step_timer(/*wait_for_trace=*/true);  // (the last traced step's optimizer)
+  try {
+    trace_.write_merged_trace(world_, config_.output_dir + "/trace.json");  // collective
+  } catch (const IoError& e) {
+    // (Rank 0's alone, once every rank's events are taken: the weights come
+    // next and matter more.)
+    spdlog::error("{}; going on to write the weights", e.what());
   }
   const std::string weights = config_.output_dir + "/model.safetensors";
   const WrittenWeights written = write_weights(weights, /*adapters=*/true);

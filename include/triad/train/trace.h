@@ -29,9 +29,14 @@ class TraceRecorder {
 
   // This rank's events as Chrome trace events (one JSON array, pid = rank).
   std::string events_json(int rank) const;
-  // Gathers every rank's events onto all ranks of `world` and returns the
-  // merged trace document. Collective.
-  std::string merged_trace(const dist::ProcessGroupPtr& world) const;
+  // Writes the merged trace document of every rank of `world` (null: this
+  // rank alone) to `path` on rank 0; the other ranks write nothing. Rank 0
+  // takes the ranks' events one rank at a time, point to point, and writes
+  // each as it comes, so no rank holds more than its own events and one
+  // other rank's (a trace of many ranks is large; gathering it everywhere
+  // would hold all of it on every rank). Collective. Throws IoError on rank
+  // 0, after taking every rank's events, if the file cannot be written.
+  void write_merged_trace(const dist::ProcessGroupPtr& world, const std::string& path) const;
 
  private:
   struct Event {
