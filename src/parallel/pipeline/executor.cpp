@@ -423,7 +423,17 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   // receiver. (Split on one stream, a batch's calls could deadlock: its
   // operations with both neighbours must pair up together.)
   const dist::ProcessGroupPtr& pp = model_.groups().pp;
-  auto arrived = [&](std::map<Key, Arriving>& arriving, std::map<Key, Tensor>& into, const Key& k) {
+  // (Trace and NVTX names: F3, B3, W3 for microbatch 3; " c1" on chunk 1.)
+  auto action_name = [&](const Action& a) {
+    const bool f = a.compute == ComputeKind::Forward, w = a.compute == ComputeKind::BackwardWeight;
+    return std::string(f   ? "F"
+                       : w ? "W"
+                           : "B") +
+           std::to_string(a.microbatch) + (schedule_.v > 1 ? " c" + std::to_string(a.chunk) : "");
+  };
+  // (Traced as "wait F3": what the payload is waited for to run.)
+  auto arrived = [&](std::map<Key, Arriving>& arriving, std::map<Key, Tensor>& into, const Key& k,
+                     const Action& consumer) {
     auto it = arriving.find(k);
     if (it == arriving.end()) return;
     if (it->second.work) {
@@ -434,7 +444,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       if (timer_) {
         const DeviceTimer::Mark m1 = timer_->mark();
         timer_->add("p2p", m0, m1);
-        timer_->trace("wait", "p2p", m0, m1);
+        if (timer_->tracing()) timer_->trace("wait " + action_name(consumer), "p2p", m0, m1);
       }
       if (sink_) sink_("wait", "p2p", t0, Clock::now());
       // On a GPU the group's calls run in posting order on each stream (the
@@ -471,14 +481,6 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     // (This rank's chunk of the sequence under context parallelism.)
     const int64_t b = micro[mb].inputs.size(0), T = micro[mb].inputs.size(1) / cp;
     return Shape{b, sp ? T / tpg->size() : T, cfg.d_model};
-  };
-  // (Trace and NVTX names: F3, B3, W3 for microbatch 3; " c1" on chunk 1.)
-  auto action_name = [&](const Action& a) {
-    const bool f = a.compute == ComputeKind::Forward, w = a.compute == ComputeKind::BackwardWeight;
-    return std::string(f   ? "F"
-                       : w ? "W"
-                           : "B") +
-           std::to_string(a.microbatch) + (schedule_.v > 1 ? " c" + std::to_string(a.chunk) : "");
   };
   auto timed = [&](const Action& a, auto&& fn) {
     const char* category = a.compute == ComputeKind::Forward          ? "forward"
@@ -655,9 +657,9 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
                           pending_sends.end());
     }
     if (a.compute == ComputeKind::Forward) {
-      arrived(arriving_inputs, inputs, k);
+      arrived(arriving_inputs, inputs, k, a);
     } else if (a.compute != ComputeKind::BackwardWeight) {
-      arrived(arriving_grads, grad_out, k);
+      arrived(arriving_grads, grad_out, k, a);
     }
     switch (a.compute) {
       case ComputeKind::Forward:

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -153,10 +154,30 @@ TEST(Pipeline, OneStepEqualsGradientAccumulationForEverySchedule) {
       EXPECT_NEAR(by_chunk, timed.count(whole) ? timed.at(whole) : 0.0, 1e-9)
           << name(c) << " " << whole;
     }
+    // A wait for a payload is traced by the pass it was waited for ("wait
+    // F3" before F3); every rank past the first waits for its first forward.
     int traced_passes = 0;
-    for (const DeviceTimer::Traced& t : timer.take_traced())
-      if (t.category != "p2p") ++traced_passes;
+    std::vector<std::string> waited_for;
+    std::set<std::string> passes;
+    for (const DeviceTimer::Traced& t : timer.take_traced()) {
+      if (t.category != "p2p") {
+        ++traced_passes;
+        passes.insert(t.name);
+        continue;
+      }
+      if (t.name.rfind("wait ", 0) == 0) {
+        waited_for.push_back(t.name.substr(5));
+        EXPECT_EQ(passes.count(t.name.substr(5)), 0u) << name(c) << ": " << t.name << " after it";
+      }
+    }
     EXPECT_EQ(traced_passes, res.forwards + res.backwards + res.weight_passes) << name(c);
+    for (const std::string& pass : waited_for)
+      EXPECT_EQ(passes.count(pass), 1u) << name(c) << ": waited for " << pass << ", never run";
+    if (g_world->rank() > 0) {
+      const std::string first = c.v > 1 ? "F0 c0" : "F0";
+      EXPECT_NE(std::find(waited_for.begin(), waited_for.end(), first), waited_for.end())
+          << name(c) << " rank " << g_world->rank();
+    }
   }
 }
 
