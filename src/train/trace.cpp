@@ -10,9 +10,9 @@
 namespace triad::train {
 
 void TraceRecorder::add(const std::string& name, const std::string& category,
-                        Clock::time_point start, Clock::time_point end) {
+                        Clock::time_point start, Clock::time_point end, int row) {
   if (!enabled_) return;
-  events_.push_back({name, category, start, end});
+  events_.push_back({name, category, start, end, row});
 }
 
 std::string TraceRecorder::events_json(int rank) const {
@@ -21,6 +21,13 @@ std::string TraceRecorder::events_json(int rank) const {
                {"ph", "M"},
                {"pid", rank},
                {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  for (const auto& [row, name] : row_names_) {
+    a.push_back({{"name", "thread_name"},
+                 {"ph", "M"},
+                 {"pid", rank},
+                 {"tid", row},
+                 {"args", {{"name", name}}}});
+  }
   const auto us = [&](Clock::duration d) {
     return std::chrono::duration<double, std::micro>(d).count();
   };
@@ -29,7 +36,7 @@ std::string TraceRecorder::events_json(int rank) const {
                  {"cat", e.category},
                  {"ph", "X"},
                  {"pid", rank},
-                 {"tid", 0},
+                 {"tid", e.row},
                  {"ts", us(e.start - epoch_)},
                  {"dur", us(e.end - e.start)}});
   }

@@ -757,6 +757,12 @@ void Trainer::choose_attention_kernel() {
                ranks > 1 ? fmt::format(", summed over {} ranks", ranks) : std::string());
 }
 
+void Trainer::trace_host(const std::string& name, const std::string& category,
+                         TraceRecorder::Clock::time_point start,
+                         TraceRecorder::Clock::time_point end) {
+  if (device_.is_cuda() && step_timer().tracing()) trace_.add(name, category, start, end, 1);
+}
+
 DeviceTimer& Trainer::step_timer() {
   if (!step_timer_) step_timer_ = std::make_unique<DeviceTimer>(device_);
   return *step_timer_;
@@ -2018,6 +2024,12 @@ std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro
   auto e = std::make_unique<pipeline::PipelineExecutor>(*pp_model_, pipeline_schedule(micro));
   e->set_scatter_gather(config_.parallel.pipeline_scatter_gather);
   e->set_timer(&step_timer());  // (its traced spans make the trace)
+  if (device_.is_cuda()) {
+    e->set_event_sink(
+        [this](const std::string& name, const std::string& category,
+               TraceRecorder::Clock::time_point t0,
+               TraceRecorder::Clock::time_point t1) { trace_host(name, category, t0, t1); });
+  }
   return e;
 }
 
@@ -2154,6 +2166,7 @@ double Trainer::forward_backward(int64_t index) {
     ctx.moe_stats = moe_stats_;
     ctx.mtp_stats = mtp_stats_;
     ctx.z_loss_stats = z_loss_stats_;
+    const auto t0 = TraceRecorder::Clock::now();
     DeviceTimer& timer = step_timer();
     const DeviceTimer::Mark f0 = timer.mark();
     std::optional<nvtx::Range> pass;
@@ -2169,6 +2182,7 @@ double Trainer::forward_backward(int64_t index) {
     Tensor part = cast(loss.detach(), DType::F64);
     if (w >= 0) part = scale(part, w * static_cast<double>(micro));
     loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
+    const auto t1 = TraceRecorder::Clock::now();
     const DeviceTimer::Mark b0 = timer.mark();
     timer.add("forward", f0, b0);
     pass.reset();
@@ -2180,6 +2194,8 @@ double Trainer::forward_backward(int64_t index) {
     const std::string id = std::to_string(i);
     timer.trace(std::string("F").append(id), "forward", f0, b0);
     timer.trace(std::string("B").append(id), "backward", b0, b1);
+    trace_host(std::string("F").append(id), "forward", t0, t1);
+    trace_host(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
   }
   if (tp_model_) tp_model_->reduce_partial_grads();
   return item(loss_sum) / static_cast<double>(micro);
@@ -2453,6 +2469,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   double loss = forward_backward(index);
   DeviceTimer& timer = step_timer();
   if (reducer_) {
+    const auto reduce_start = TraceRecorder::Clock::now();
     const nvtx::Range range("dp reduce");
     const DeviceTimer::Mark m0 = timer.mark();
     reducer_->finish();  // buckets started during backward; wait for all
@@ -2462,6 +2479,7 @@ StepMetrics Trainer::train_step(int64_t index) {
     Tensor l = from_vector(std::vector<double>{loss}, {1}, DType::F64);
     mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
     loss = item(l);
+    trace_host("dp reduce", "dp", reduce_start, TraceRecorder::Clock::now());
   }
   if (scaler_) unscale_gradients();
   double norm = 0;
@@ -2551,6 +2569,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   } else {
     consecutive_skips_ = 0;
     if (scaler_) scaler_->update(false);
+    const auto opt_start = TraceRecorder::Clock::now();
     const nvtx::Range range("optimizer");
     const DeviceTimer::Mark m0 = timer.mark();
     fold_ema();  // the last applied step's weights, before they change
@@ -2568,6 +2587,7 @@ StepMetrics Trainer::train_step(int64_t index) {
     const DeviceTimer::Mark m1 = timer.mark();
     timer.add("optimizer", m0, m1);
     timer.trace("optimizer", "optimizer", m0, m1);
+    trace_host("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   }
   spikes_.record(loss, norm);  // (finite steps only, spikes too)
   zero_grad();
@@ -3534,6 +3554,10 @@ std::vector<StepMetrics> Trainer::run() {
   if (ck.resumes()) first = load_checkpoint();
   trace_steps_from(first);
   align_trace_clock();
+  if (device_.is_cuda()) {
+    trace_.set_row_name(0, "device (cuda:" + std::to_string(device_.index) + ")");
+    trace_.set_row_name(1, "host (queueing)");
+  }
   // A window of steps (log.trace_steps, log.profile_steps) that misses the
   // steps this run trains records nothing: say so now, not at the end.
   for (const auto& [key, from, to] :

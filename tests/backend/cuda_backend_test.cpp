@@ -2588,11 +2588,12 @@ TEST(CudaTraining, RankTimingIsTheDevicesTime) {
     optimizer_ms += by.at("optimizer").mean_ms / 2;
     forward_ms += by.at("forward").mean_ms / 2;
   }
-  // trace.json has the same device times, placed on the host's clock: the
-  // passes and optimizers of every step (the last one's read at the end), in
-  // the order the stream ran them, one after the other. (With the host's
-  // clock, the trace's optimizer was the time to queue it: under a fifth of
-  // the device's on the simulator.)
+  // trace.json's device row has the same device times, placed on the host's
+  // clock: the passes and optimizers of every step (the last one's read at
+  // the end), in the order the stream ran them, one after the other. Its
+  // host row has the same events as the host queued them: there the
+  // optimizer is the time to queue it, under a fifth of the device's on the
+  // simulator (as the whole trace was before it had a device row).
   std::ifstream in(c.output_dir + "/trace.json");
   const nlohmann::json trace = nlohmann::json::parse(in);
   struct Event {
@@ -2600,10 +2601,21 @@ TEST(CudaTraining, RankTimingIsTheDevicesTime) {
     std::string name;
   };
   std::vector<Event> events;
+  std::vector<std::string> host_names;
+  double host_optimizer_ms = 0;
+  std::map<int, std::string> rows;
   for (const auto& e : trace["traceEvents"]) {
-    if (e.value("ph", "") == "X")
-      events.push_back({e["ts"].get<double>(), e["dur"].get<double>(), e["name"]});
+    if (e.value("name", "") == "thread_name") rows[e["tid"]] = e["args"]["name"];
+    if (e.value("ph", "") != "X") continue;
+    if (e["tid"] == 1) {
+      host_names.push_back(e["name"]);
+      if (e["name"] == "optimizer") host_optimizer_ms += e["dur"].get<double>() / 1e3 / 4;
+      continue;
+    }
+    ASSERT_EQ(e["tid"], 0) << e.dump();
+    events.push_back({e["ts"].get<double>(), e["dur"].get<double>(), e["name"]});
   }
+  EXPECT_EQ(rows, (std::map<int, std::string>{{0, "device (cuda:0)"}, {1, "host (queueing)"}}));
   std::sort(events.begin(), events.end(),
             [](const Event& a, const Event& b) { return a.ts < b.ts; });
   std::vector<std::string> names;
@@ -2622,6 +2634,11 @@ TEST(CudaTraining, RankTimingIsTheDevicesTime) {
   for (int step = 0; step < 4; ++step)
     want.insert(want.end(), {"F0", "B0", "F1", "B1", "optimizer"});
   EXPECT_EQ(names, want);
+  EXPECT_EQ(host_names, want);
+  // (On a GPU a model this small queues about as fast as it runs.)
+  if (kOnSimulator) {
+    EXPECT_GT(optimizer_ms, 5 * host_optimizer_ms);
+  }
   // (Each span's ends placed apart: a GPU event's half-microsecond each.)
   EXPECT_NEAR(traced_optimizer_ms, optimizer_ms, 5e-3 + 1e-3 * optimizer_ms);
   EXPECT_NEAR(traced_forward_ms, forward_ms, 5e-3 + 1e-3 * forward_ms);

@@ -46,6 +46,29 @@ TEST(Trace, EventsAreMicrosecondsFromTheEpochSetBeforeOrAfterThem) {
   EXPECT_DOUBLE_EQ(events[2]["dur"].get<double>(), 500.0);
 }
 
+// Rows: an event's row is its thread in the format, and a named row says
+// its name in a thread_name record (the trainer's device and host rows on a
+// GPU); unnamed rows have none.
+TEST(Trace, EventsGoToTheirRowsAndNamedRowsAreNamed) {
+  const TraceRecorder::Clock::time_point t0 = TraceRecorder::Clock::now();
+  TraceRecorder trace(t0);
+  trace.add("F0", "forward", t0, t0 + microseconds(10));
+  trace.add("F0", "forward", t0, t0 + microseconds(2), 1);
+  trace.set_row_name(1, "host (queueing)");
+  testing::TempDir dir;
+  trace.write_merged_trace(nullptr, dir.file("trace.json"));
+  std::ifstream in(dir.file("trace.json"));
+  const nlohmann::json events = nlohmann::json::parse(in)["traceEvents"];
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1]["name"], "thread_name");
+  EXPECT_EQ(events[1]["tid"], 1);
+  EXPECT_EQ(events[1]["args"]["name"], "host (queueing)");
+  EXPECT_EQ(events[2]["tid"], 0);
+  EXPECT_DOUBLE_EQ(events[2]["dur"].get<double>(), 10.0);
+  EXPECT_EQ(events[3]["tid"], 1);
+  EXPECT_DOUBLE_EQ(events[3]["dur"].get<double>(), 2.0);
+}
+
 TEST(Trace, AFileThatCannotBeWrittenIsNamed) {
   testing::TempDir dir;
   TraceRecorder trace;

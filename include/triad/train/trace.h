@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,9 @@ namespace triad::train {
 
 // Timed events of one rank (forward, backward, weight-grad, p2p, optimizer,
 // ...), merged across ranks into one Chrome trace (Perfetto,
-// chrome://tracing) with every rank a process row.
+// chrome://tracing) with every rank a process, and within it rows (threads
+// in the format): the trainer's row 0 is the work as the device ran it, and
+// on a GPU row 1 the same work as the host queued it.
 class TraceRecorder {
  public:
   using Clock = std::chrono::steady_clock;
@@ -24,8 +27,10 @@ class TraceRecorder {
   void set_enabled(bool on) { enabled_ = on; }
   bool enabled() const { return enabled_; }
   void add(const std::string& name, const std::string& category, Clock::time_point start,
-           Clock::time_point end);
+           Clock::time_point end, int row = 0);
   size_t size() const { return events_.size(); }
+  // A row's name in the trace (rows left unnamed show as their number).
+  void set_row_name(int row, const std::string& name) { row_names_[row] = name; }
 
   // This rank's events as Chrome trace events (one JSON array, pid = rank).
   std::string events_json(int rank) const;
@@ -42,10 +47,12 @@ class TraceRecorder {
   struct Event {
     std::string name, category;
     Clock::time_point start, end;
+    int row;
   };
   Clock::time_point epoch_;
   bool enabled_ = true;
   std::vector<Event> events_;
+  std::map<int, std::string> row_names_;
 };
 
 }  // namespace triad::train

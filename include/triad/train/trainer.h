@@ -495,6 +495,10 @@ class Trainer {
   // by events on its compute stream), read when the host waits for the
   // device anyway. Made on first use, for the rank's device.
   DeviceTimer& step_timer();
+  // On a GPU, a traced step's event as the host queued it (trace.json's
+  // host row; the device row comes from the step timer's traced spans).
+  void trace_host(const std::string& name, const std::string& category,
+                  TraceRecorder::Clock::time_point start, TraceRecorder::Clock::time_point end);
   // Reads the step timer into timing_ and returns what it read; the traced
   // spans it has placed go into trace_ (with `wait`, every one traced so
   // far: waits for the device if need be).

@@ -446,7 +446,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         timer_->add("p2p", m0, m1);
         if (timer_->tracing()) timer_->trace("wait " + action_name(consumer), "p2p", m0, m1);
       }
-      if (sink_) sink_("wait", "p2p", t0, Clock::now());
+      if (sink_) sink_("wait " + action_name(consumer), "p2p", t0, Clock::now());
       // On a GPU the group's calls run in posting order on each stream (the
       // group's one, or each neighbour's), so the compute stream, now
       // ordered after this call, is after every earlier one on its stream

@@ -162,23 +162,24 @@ struct PipelineStepResult {
   std::vector<ChunkTimes> chunks;
 };
 
+// The timer category of a compute action of `kind` on model chunk `chunk`
+// (PipelineExecutor::set_chunk_timing): "forward c0", "backward c1" (a whole
+// backward or its input half), "weight-grad c1".
+std::string chunk_category(ComputeKind kind, int chunk);
+
 // Runs one step's forward and backward by executing this rank's action
 // list of a schedule: activations forward and gradients backward through
 // batched point-to-point calls on the pipeline group, split backward (B then
 // W) for zero-bubble schedules, a stage output's data released as soon as it
 // has been sent. Gradients accumulate into the parameters; the tied
 // embedding is reduced at the end.
-// The timer category of a compute action of `kind` on model chunk `chunk`
-// (PipelineExecutor::set_chunk_timing): "forward c0", "backward c1" (a whole
-// backward or its input half), "weight-grad c1".
-std::string chunk_category(ComputeKind kind, int chunk);
-
 class PipelineExecutor {
  public:
   PipelineExecutor(PipelineModel& model, Schedule schedule);
   const Schedule& schedule() const { return schedule_; }
   // Receives a timed event for every compute action ("F3", "B3", "W3"; category
-  // forward, backward, weight-grad) and every point-to-point batch ("p2p"),
+  // forward, backward, weight-grad) and every point-to-point batch ("p2p"
+  // posting it, "wait F3" waiting for the payload F3 needs; category p2p),
   // as it is done on the host, with the host's clock (on a GPU that is when
   // the work was queued; the timer's traced spans below are the device's).
   using Clock = std::chrono::steady_clock;
@@ -190,8 +191,8 @@ class PipelineExecutor {
   // backward, weight-grad), and the point-to-point posting and waits as
   // "p2p" (on a GPU, how long the compute stream stood waiting for a
   // transfer). While the timer traces, each action is also traced under its
-  // name as the sink's events are ("F3 c1"; "p2p" posting, "wait" for a
-  // peer). The timer, not owned, is read by its owner.
+  // name as the sink's events are ("F3 c1"; "p2p" posting, "wait F3 c1" for
+  // a peer). The timer, not owned, is read by its owner.
   void set_timer(DeviceTimer* timer) { timer_ = timer; }
   // Also times each compute action by model chunk, in the timer's category
   // chunk_category(kind, chunk) (what zb-auto measures its costs by). Adds
