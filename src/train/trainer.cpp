@@ -763,6 +763,12 @@ void Trainer::trace_host(const std::string& name, const std::string& category,
   if (device_.is_cuda() && step_timer().tracing()) trace_.add(name, category, start, end, 1);
 }
 
+void Trainer::trace_phase(const std::string& name, const std::string& category,
+                          TraceRecorder::Clock::time_point start,
+                          TraceRecorder::Clock::time_point end) {
+  if (step_timer().tracing()) trace_.add(name, category, start, end, device_.is_cuda() ? 1 : 0);
+}
+
 DeviceTimer& Trainer::step_timer() {
   if (!step_timer_) step_timer_ = std::make_unique<DeviceTimer>(device_);
   return *step_timer_;
@@ -3688,7 +3694,11 @@ std::vector<StepMetrics> Trainer::run() {
     total_ms += m.step_ms;
     const int64_t every = config_.eval.interval;
     EvaluationTimes evaluated;
-    if ((every > 0 && m.step % every == 0) || m.step == steps) evaluated = evaluate_step(m);
+    if ((every > 0 && m.step % every == 0) || m.step == steps) {
+      const auto t0 = TraceRecorder::Clock::now();
+      evaluated = evaluate_step(m);
+      trace_phase("evaluation", "evaluation", t0, TraceRecorder::Clock::now());
+    }
     const bool summary = m.step % config_.log_interval == 0 || m.step == steps;
     std::vector<double> timing_rows;
     if (summary) {
@@ -3728,8 +3738,11 @@ std::vector<StepMetrics> Trainer::run() {
     const bool stopping = agreed[0] > 0 || agreed[3] > 0 || (stalled && m.step < steps);
     if (agreed[1] == 0) commit_pending_checkpoint(/*wait=*/false, agreed[2] > 0);
     const bool periodic = ck.interval > 0 && m.step % ck.interval == 0;
-    if (!ck.dir.empty() && (periodic || stopping || m.step == steps))
+    if (!ck.dir.empty() && (periodic || stopping || m.step == steps)) {
+      const auto t0 = TraceRecorder::Clock::now();
       save_checkpoint(m.step, m.val_loss);
+      trace_phase("checkpoint", "checkpoint", t0, TraceRecorder::Clock::now());
+    }
     if (stopping) {
       if (agreed[0] > 0) {
         spdlog::info("stopping after step {} on a signal", m.step);

@@ -1120,6 +1120,27 @@ TEST(Trainer, TracesTheStepsAskedFor) {
   EXPECT_EQ(c.log_trace_first, 100);
   EXPECT_EQ(c.log_trace_last, 105);
   EXPECT_EQ(parse_config(to_yaml(c)).log_trace_last, 105);
+  // A traced step's evaluation and checkpoint are in the trace too, after
+  // its optimizer and before the next step's passes (only the traced
+  // steps': here steps 2 and 3 of 4, each evaluating and checkpointing).
+  run("phases", 4,
+      {"log.trace_steps=[2, 3]", "data.val=" + dir.file("train.bin"), "eval.interval=1",
+       "eval.batches=1", "checkpoint.interval=1", "checkpoint.dir=" + dir.file("ck_phases")});
+  {
+    std::ifstream in(dir.file("phases/trace.json"));
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    std::vector<std::pair<double, std::string>> events;
+    for (const auto& e : trace["traceEvents"])
+      if (e["ph"] == "X") events.push_back({e["ts"].get<double>(), e["name"]});
+    std::sort(events.begin(), events.end());
+    std::vector<std::string> names;
+    for (const auto& [ts, name] : events) names.push_back(name);
+    const std::vector<std::string> step{"F0",        "B0",         "F1",        "B1",
+                                        "optimizer", "evaluation", "checkpoint"};
+    std::vector<std::string> want(step);
+    want.insert(want.end(), step.begin(), step.end());
+    EXPECT_EQ(names, want);
+  }
   for (const char* bad : {"[0, 3]", "[5, 4]", "[3]", "7"}) {
     SCOPED_TRACE(bad);
     testing::expect_error<ConfigError>(

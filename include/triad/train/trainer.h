@@ -499,6 +499,11 @@ class Trainer {
   // host row; the device row comes from the step timer's traced spans).
   void trace_host(const std::string& name, const std::string& category,
                   TraceRecorder::Clock::time_point start, TraceRecorder::Clock::time_point end);
+  // A traced step's phase between steps that the host times (evaluation,
+  // checkpoint): on the CPU in the work's row of trace.json, on a GPU in the
+  // host row (the host waits for the device's share of it).
+  void trace_phase(const std::string& name, const std::string& category,
+                   TraceRecorder::Clock::time_point start, TraceRecorder::Clock::time_point end);
   // Reads the step timer into timing_ and returns what it read; the traced
   // spans it has placed go into trace_ (with `wait`, every one traced so
   // far: waits for the device if need be).
