@@ -86,13 +86,14 @@ std::map<std::string, double> DeviceTimer::read() {
     if (anchor_ == nullptr) anchor_ = cuda::create_timing_event(device_.index);
     std::swap(ref_, events_[last]);
     // On an idle stream the anchor is reached as it is recorded: its time on
-    // the device is the host's clock now.
+    // the device is the host's clock then. (A query lets a device that runs
+    // its queue lazily, the simulator, run it now, as a GPU's idle stream
+    // does by itself. The clock is read after it: if anything, the spans
+    // are placed late, never before the host queued their work.)
     if (!cuda::stream_idle(device_.index)) cuda::synchronize(device_.index);
     cuda::record_timing_event(device_.index, anchor_);
-    anchor_host_ = Clock::now();
-    // (A query lets a device that runs its queue lazily, the simulator, run
-    // the anchor now, as a GPU's idle stream does by itself.)
     cuda::timing_event_reached(anchor_);
+    anchor_host_ = Clock::now();
     anchored_ = true;
   }
   named_.clear();
