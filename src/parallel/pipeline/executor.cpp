@@ -496,7 +496,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       const DeviceTimer::Mark m1 = timer_->mark();
       timer_->add(category, m0, m1);
       if (chunk_timing_) timer_->add(chunk_category(a.compute, a.chunk), m0, m1);
-      timer_->trace(action_name(a), category, m0, m1);
+      if (timer_->tracing()) timer_->trace(action_name(a), category, m0, m1);
     }
     const auto t1 = Clock::now();
     const double seconds = std::chrono::duration<double>(t1 - t0).count();
