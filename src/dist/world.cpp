@@ -83,12 +83,6 @@ int cpu_threads_per_rank(int node_cores, int rank_cores, int local_size) {
 
 namespace {
 
-// A world of one without MPI (init_world alone, or a build without MPI):
-// its groups are groups of one, and its node the one node.
-bool local_world(const ProcessGroupPtr& world) {
-  return dynamic_cast<detail::LocalProcessGroup*>(world.get()) != nullptr;
-}
-
 ProcessGroupPtr local_group(const ProcessGroupPtr& world, const std::string& name) {
   auto g = std::make_shared<detail::LocalProcessGroup>(name);
   g->set_timeout(world->timeout());
@@ -106,6 +100,13 @@ NodeInfo local_node_info() {
 
 #ifdef TRIAD_WITH_MPI
 namespace {
+
+// A world of one without MPI (init_world alone, not under a launcher): its
+// groups are groups of one, and its node the one node. (A build without MPI
+// has no other world.)
+bool local_world(const ProcessGroupPtr& world) {
+  return dynamic_cast<detail::LocalProcessGroup*>(world.get()) != nullptr;
+}
 
 void finalize_mpi() {
   int initialized = 0, finalized = 0;
