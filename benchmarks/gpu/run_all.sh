@@ -2,50 +2,81 @@
 # Everything a GPU session runs, in one call (on the lent H200 through the
 # device tool; works on any machine with a CUDA GPU):
 #   1. builds with TRIAD_WITH_CUDA=ON for sm_90 (TRIAD_CUDA_ARCHS) into
-#      BUILD_DIR (default build-gpu),
+#      BUILD_DIR (default build-gpu), or unpacks the programs `pack` built
+#      on another machine from the same sources (below),
 #   2. lists the visible GPUs,
-#   3. runs every CTest test labelled gpu (a test that finds no GPU exits 77
-#      and is reported as skipped, never as passed); when the suite fails,
-#      runs each of its tests again in a process of its own with
-#      CUDA_LAUNCH_BLOCKING=1 (one crash cannot hide the rest), and each
-#      failing one under compute-sanitizer when the toolkit has it,
+#   3. runs every test labelled gpu (`gpu_test` lines below; a test that
+#      finds no GPU exits 77 and is reported as skipped, never as passed);
+#      when one fails, runs each conformance test again in a process of its
+#      own with CUDA_LAUNCH_BLOCKING=1 (one crash cannot hide the rest), and
+#      each failing one under compute-sanitizer when the toolkit has it,
 #   4. measures each kernel family against the device's ceilings,
-#   5. runs the collective benchmark through the NCCL group (one rank),
-#   6. trains GPT-2 124M and 350M (seq 1024, bf16) with Triad and with the
+#   5. trains GPT-2 124M and 350M (seq 1024, bf16) with Triad and with the
 #      machine's PyTorch (bf16 autocast, torch.compile, flash attention) on
 #      the same batch, reporting tokens/s and MFU, beside the planner's
-#      prediction for the same run on one H200 (impl "planner"); and 124M
-#      with model.recompute selective and full (memory saved, time spent)
-#      and with bf16 moments and gradients (memory saved).
+#      prediction for the same run on one H200 (impl "planner"); then 124M
+#      with GPT-2's own vocabulary, with model.recompute selective and full
+#      (memory saved, time spent), with bf16 moments and gradients (memory
+#      saved), as a mixture of experts, and both models with cuDNN's
+#      non-deterministic attention backward,
+#   6. runs the collective benchmark through the NCCL group (one rank).
 # Results go to OUT (default out/gpu; the device tool sets OUT and brings
 # back at most 8 files, so there are 7): summary.log (what this prints),
 # build.log, gpu_tests.log, kernels.jsonl, collectives_nccl.log,
 # train.jsonl, torch.err. Exit status: non-zero when the build or a gpu
-# test fails. Environment: STAGES (default "build tests kernels nccl train":
-# the steps above to run, each timed), SKIP_BUILD=1 (drops "build"; reuses
-# BUILD_DIR), RERUN_FAILED=0 (no per-test reruns and sanitizer runs after a
-# failing gpu suite: they can take the rest of a 10-minute call),
-# SKIP_TORCH=1, BATCH_124M / BATCH_350M, PEAK_TFLOPS (default
-# 989), HBM_GBS (4800). Only the programs these steps run are built (not
-# the simulator or the CPU test suite).
+# test fails, or a step ran out of the budget.
 #
-# One device call may run 10 minutes. When the whole script may not fit,
-# split it over two calls made within the machine's warm period (the build
-# directory stays there while it is warm):
-#   STAGES="build tests" benchmarks/gpu/run_all.sh
-#   STAGES="kernels nccl train" benchmarks/gpu/run_all.sh
+# Environment: STAGES (default "build tests kernels nccl train": the steps
+# above to run, each timed, always in the order above; "pack" is the one
+# below), SKIP_BUILD=1 (drops
+# "build"; reuses BUILD_DIR), BUDGET_S (the seconds the whole script may
+# take; see below), RERUN_FAILED=0 (no per-test reruns after a failing
+# suite), SKIP_TORCH=1, BATCH_124M / BATCH_350M, PEAK_TFLOPS (default 989),
+# HBM_GBS (4800), PREBUILT (default .gpu-prebuilt). Only the programs these
+# steps run are built (not the simulator or the CPU test suite).
+#
+# A lent GPU's time is short (15 minutes a session, the machine's start
+# included), so the GPU machine need not compile: here, on any Debian
+# machine with the CUDA toolkit and no GPU,
+#   STAGES=pack benchmarks/gpu/run_all.sh     # about 8 minutes on 2 cores, 8 MB
+# builds the same programs (sm_90; without MPI, gzip or zstd, which the GPU
+# machine lacks) into build-gpu-pack and packs them into
+# $PREBUILT/triad-gpu.tar.xz, stamped with a hash of the sources they were
+# built from (CMakeLists.txt, cmake/, src/, include/, kernels/, tests/,
+# benchmarks/, examples/). The build step there unpacks the pack when its
+# stamp is the sources' own and compiles only when it is not (it says
+# which). So, with scripts/gpu_deps.sh run here once for the libraries the
+# programs load (and for a build there),
+#   run(command="BUDGET_S=540 benchmarks/gpu/run_all.sh", carry=[".deps", ".gpu-prebuilt"],
+#       timeout_s=600)
+# With BUDGET_S the steps run in the order above, which is the order of what
+# matters most, each under a timeout of the time left (less RESERVE_S,
+# default 20, for the last lines); a step that would not fit its usual time
+# (NEED_* below) is skipped, and the end of summary.log names what was
+# skipped for a second call (STAGES, SKIP_BUILD=1) made while the machine is
+# still warm.
 #
 # On the lent H200 (the device tool), whose image has CUDA, CMake, ninja and
-# PyTorch but not Triad's libraries: run scripts/gpu_deps.sh here once (and
-# scripts/check_libstdcxx13.sh: the machine builds with GCC 13), then
-#   run(command="benchmarks/gpu/run_all.sh", carry=[".deps"])
+# PyTorch but not Triad's libraries: run scripts/gpu_deps.sh here once, and
+# scripts/check_libstdcxx13.sh (the machine builds with GCC 13) when it may
+# have to compile.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
+STAGES=" ${STAGES:-build tests kernels nccl train} "
+if [ "${SKIP_BUILD:-0}" = 1 ]; then STAGES=${STAGES// build / }; fi
+want() { [[ "$STAGES" == *" $1 "* ]]; }
+if want pack; then
+  BUILD_DIR=${BUILD_DIR:-build-gpu-pack}
+  # Only what every GPU machine has: no MPI (one GPU is a world of one), no
+  # gzip or zstd (compressed text input; none of these programs reads it).
+  TRIAD_CMAKE_ARGS="-DTRIAD_WITH_MPI=OFF -DCMAKE_DISABLE_FIND_PACKAGE_ZLIB=ON -DTRIAD_ZSTD_LIBRARY=OFF ${TRIAD_CMAKE_ARGS:-}"
+fi
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 ARCHS=${TRIAD_CUDA_ARCHS:-90}
 OUT=${OUT:-out/gpu}
 PEAK=${PEAK_TFLOPS:-989}
 HBM=${HBM_GBS:-4800}
+PREBUILT=${PREBUILT:-.gpu-prebuilt}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 exec > >(tee "$OUT/summary.log") 2>&1
@@ -53,12 +84,50 @@ tee_pid=$!
 # Let tee write the last lines before the script (and the call) ends.
 trap 'exec 1>&- 2>&-; wait "$tee_pid" 2>/dev/null' EXIT
 status=0
-STAGES=" ${STAGES:-build tests kernels nccl train} "
-if [ "${SKIP_BUILD:-0}" = 1 ]; then STAGES=${STAGES// build / }; fi
-want() { [[ "$STAGES" == *" $1 "* ]]; }
 stage_start=$SECONDS
 took() { echo "   ($1: $((SECONDS - stage_start)) s)"; stage_start=$SECONDS; }
-echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), stages:$STAGES"
+
+# The budget (BUDGET_S): seconds left for a step, the reserve kept back.
+left() {
+  if [ -n "${BUDGET_S:-}" ]; then
+    echo $((BUDGET_S - SECONDS - ${RESERVE_S:-20}))
+  else
+    echo 86400
+  fi
+}
+skipped=()
+# fits NEED WHAT: whether a step of about NEED seconds fits what is left; if
+# not, WHAT is named as skipped (here and at the end).
+fits() {
+  local l
+  l=$(left)
+  if [ "$l" -lt "$1" ]; then
+    echo "   (skipped, ${l} s of the budget left, needs about $1 s: $2)"
+    skipped+=("$2")
+    return 1
+  fi
+}
+# bounded CMD...: CMD under a timeout of the budget left (exit 124 if it
+# ran out; said by the caller).
+bounded() {
+  local l
+  l=$(left)
+  [ "$l" -ge 1 ] || l=1
+  timeout --kill-after=10 "$l" "$@"
+}
+# Typical seconds of the steps a budget skips (guesses until an H200 run
+# has timed them; summary.log prints each step's time).
+NEED_TESTS=${NEED_TESTS:-120}
+NEED_KERNELS=${NEED_KERNELS:-60}
+NEED_NCCL=${NEED_NCCL:-30}
+NEED_TRIAD_RUN=${NEED_TRIAD_RUN:-40}
+NEED_TORCH_RUN=${NEED_TORCH_RUN:-150}
+
+# A hash of the sources the programs are built from (a pack is unpacked only
+# where it is the same).
+stamp=$(benchmarks/gpu/source_stamp.sh)
+echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+  "sources $stamp, stages:$STAGES${BUDGET_S:+, budget ${BUDGET_S} s}"
 
 # A GPU machine without Debian's development packages (and no network): the
 # .deb files scripts/gpu_deps.sh fetched into .deps/debs (carried along) are
@@ -82,15 +151,23 @@ if [ -n "${CUDNN_ROOT:-}" ]; then
   export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== cuDNN from $CUDNN_ROOT"
 fi
+# A packed build looks for the CUDA runtime and NCCL where the packing
+# machine had them; here, the toolkit's folder, then PyTorch's NCCL wheel.
+nccl_wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null || true)
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64${nccl_wheel:+:$nccl_wheel}"
 # Without MPI the build has a world of one rank (all one GPU can test).
 if ! command -v mpirun >/dev/null 2>&1; then
   TRIAD_CMAKE_ARGS="-DTRIAD_WITH_MPI=OFF ${TRIAD_CMAKE_ARGS:-}"
 fi
 
-if want build; then
+# The programs the steps run, under BUILD_DIR (all that a pack holds).
+programs=(examples/triad-devices examples/triad-plan tests/triad_gpu_tests
+          benchmarks/bench_kernels_gpu benchmarks/bench_collectives benchmarks/bench_train_gpu)
+compile() {
   echo "== build ($BUILD_DIR, sm_$ARCHS)"
   # TRIAD_USE_CUDNN is given every time: a build directory kept from an
   # earlier call may hold the OFF of that call's fallback below.
+  # shellcheck disable=SC2086
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIAD_WITH_CUDA=ON \
     -DTRIAD_CUDA_ARCHS="$ARCHS" -DTRIAD_USE_CUDNN="${TRIAD_USE_CUDNN:-ON}" \
     ${TRIAD_CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 || {
@@ -101,8 +178,8 @@ if want build; then
     # What the cuDNN that was offered holds, for the next attempt.
     [ -n "${CUDNN_ROOT:-}" ] && find "$CUDNN_ROOT" -maxdepth 2 \( -name "*.h" -o -name "*.so*" \) | head -20
   fi
-  targets=(triad-devices triad-plan triad_gpu_tests bench_kernels_gpu bench_collectives bench_train_gpu)
-  grep -q "NCCL=ON" "$OUT/build.log" && targets+=(triad_collectives_nccl_tests)
+  grep -q "NCCL=ON" "$OUT/build.log" && programs+=(tests/triad_collectives_nccl_tests)
+  local targets=("${programs[@]##*/}")
   if ! cmake --build "$BUILD_DIR" -j "$(nproc)" -t "${targets[@]}" >>"$OUT/build.log" 2>&1; then
     grep -E "error|Error" "$OUT/build.log" | head -40
     # A cuDNN whose headers this code does not build against should not cost
@@ -117,75 +194,121 @@ if want build; then
   fi
   echo "built"
   cp "$OUT/build.log" "$BUILD_DIR/run_all_build.log"  # for later calls' stages
+}
+
+if want build || want pack; then
+  pack="$PREBUILT/triad-gpu.tar.xz"
+  if want build && ! want pack && [ -f "$pack" ] && [ "$(cat "$PREBUILT/stamp" 2>/dev/null)" = "$stamp" ]; then
+    echo "== build: unpacking $pack (made from these sources, $stamp)"
+    mkdir -p "$BUILD_DIR"
+    tar -C "$BUILD_DIR" -xJf "$pack" || exit 1
+    grep "triad: TRIAD_WITH_CUDA" "$BUILD_DIR/run_all_build.log"
+    cp "$BUILD_DIR/run_all_build.log" "$OUT/build.log"
+  else
+    if want build && [ -f "$pack" ]; then
+      echo "== $pack was made from other sources ($(cat "$PREBUILT/stamp" 2>/dev/null)," \
+        "these are $stamp): compiling"
+    fi
+    compile
+  fi
+  if want pack; then
+    mkdir -p "$PREBUILT"
+    rm -f "$pack" "$PREBUILT/stamp"
+    # (One solid stream: the programs share most of their bytes, the library's.)
+    XZ_OPT=-9 tar -C "$BUILD_DIR" -cJf "$pack" run_all_build.log "${programs[@]}" || exit 1
+    echo "$stamp" >"$PREBUILT/stamp"
+    echo "== packed $(du -h "$pack" | cut -f1) into $pack (sources $stamp); carry $PREBUILT and .deps"
+  fi
   took build
 fi
 # What the build has (its configure summary), also in a later call.
 build_log="$OUT/build.log"
 [ -f "$build_log" ] || build_log="$BUILD_DIR/run_all_build.log"
 
-echo "== devices"
-"$BUILD_DIR/examples/triad-devices" 2>&1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>/dev/null
+if want tests || want kernels || want nccl || want train; then
+  echo "== devices"
+  "$BUILD_DIR/examples/triad-devices" 2>&1
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>/dev/null
+fi
 
-if want tests; then
+if want tests && fits "$NEED_TESTS" "STAGES=tests"; then
 echo "== gpu tests"
 gpu_log="$OUT/gpu_tests.log"
-# (-V: every test's output, passing or not: the notes of the GEMM variants
-# and the bf16 runs are the record even when nothing fails.)
-if ! ctest --test-dir "$BUILD_DIR" -L gpu -V -j 1 --timeout 900 >"$gpu_log" 2>&1; then
-  status=1
-  tests_failed=1
-  grep -oE "\[  FAILED  \] [^ ]+" "$gpu_log" | sort -u
+: >"$gpu_log"
+# gpu_test NAME COMMAND...: one test of the CTest label gpu (tests/CMakeLists.txt's
+# triad_gpu_test; a test there checks that these lines name every one of
+# them with its command), its whole output kept: the notes of the GEMM
+# variants and the bf16 runs are the record even when nothing fails.
+gpu_test() {
+  local name=$1 rc
+  shift
+  echo "== $name: $*" >>"$gpu_log"
+  bounded "$@" >>"$gpu_log" 2>&1
+  rc=$?
+  case $rc in
+    0) echo "passed   $name" ;;
+    77) echo "skipped  $name (no GPU)" ;;
+    124 | 137) echo "TIMEOUT  $name (the budget ran out)"; status=1; tests_failed=1 ;;
+    *) echo "FAILED   $name (exit $rc)"; status=1; tests_failed=1 ;;
+  esac
+}
+gpu_test gpu.devices "$BUILD_DIR/examples/triad-devices" --require
+gpu_test gpu.conformance "$BUILD_DIR/tests/triad_gpu_tests"
+if [ -x "$BUILD_DIR/tests/triad_collectives_nccl_tests" ]; then
+  gpu_test gpu.nccl_collectives "$BUILD_DIR/tests/triad_collectives_nccl_tests"
 fi
-grep -E "\[ note \] (bf16, |gemm |verified |simt: |tensor_core: |cudnn: )" "$gpu_log" | sed 's/^[0-9]*: //'
+grep -oE "\[  FAILED  \] [^ ]+" "$gpu_log" | sort -u
+grep -E "\[ note \] (bf16, |gemm |verified |simt: |tensor_core: |cudnn: )" "$gpu_log"
 if [ "${tests_failed:-0}" = 1 ] && [ "${RERUN_FAILED:-1}" = 1 ]; then
   tests=$("$BUILD_DIR/tests/triad_gpu_tests" --gtest_list_tests 2>/dev/null |
     awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
   echo "== each gpu test in its own process (CUDA_LAUNCH_BLOCKING=1)" >>"$gpu_log"
   for t in $tests; do
-    if CUDA_LAUNCH_BLOCKING=1 timeout 600 "$BUILD_DIR/tests/triad_gpu_tests" --gtest_filter="$t" \
+    fits 30 "the rest of the reruns, from $t" || break
+    if CUDA_LAUNCH_BLOCKING=1 bounded "$BUILD_DIR/tests/triad_gpu_tests" --gtest_filter="$t" \
       >>"$gpu_log" 2>&1; then
       echo "ok      $t"
     else
       echo "FAILED  $t"
-      if [ -n "$sanitizer" ]; then
+      if [ -n "$sanitizer" ] && fits 60 "compute-sanitizer on $t"; then
         echo "== compute-sanitizer: $t" >>"$gpu_log"
-        timeout 600 "$sanitizer" --tool memcheck --print-limit 20 \
+        bounded "$sanitizer" --tool memcheck --print-limit 20 \
           "$BUILD_DIR/tests/triad_gpu_tests" --gtest_filter="$t" 2>&1 | tail -80 >>"$gpu_log"
       fi
     fi
   done
 fi
-# (ctest's line per test and its total; not the tests' own output.)
-grep -E "^ *[0-9]+/[0-9]+ Test +#|tests passed|tests failed" "$gpu_log" | head -20
 took tests
 fi
 
-if want kernels; then
+if want kernels && fits "$NEED_KERNELS" "STAGES=kernels"; then
 echo "== kernels (B 8, T 1024, C 768, bf16)"
-"$BUILD_DIR/benchmarks/bench_kernels_gpu" --hbm-gbs "$HBM" --peak-tflops "$PEAK" \
-  >"$OUT/kernels.jsonl" || status=1  # (log lines on stderr stay out of the JSON)
+# (log lines on stderr stay out of the JSON)
+bounded "$BUILD_DIR/benchmarks/bench_kernels_gpu" --hbm-gbs "$HBM" --peak-tflops "$PEAK" \
+  >"$OUT/kernels.jsonl" || status=1
 cat "$OUT/kernels.jsonl"
 took kernels
 fi
 
-if want nccl; then
-echo "== NCCL collectives (world size 1: local in-place bandwidth only)"
-"$BUILD_DIR/benchmarks/bench_collectives" --backend nccl --max-bytes 256M \
-  >"$OUT/collectives_nccl.log" 2>&1 || status=1
-tail -25 "$OUT/collectives_nccl.log"
-took nccl
-fi
+# bench_train ARGS...: one Triad training run, its JSON line into train.jsonl.
+bench_train() {
+  fits "$NEED_TRIAD_RUN" "bench_train_gpu $*" || return 0
+  bounded "$BUILD_DIR/benchmarks/bench_train_gpu" --seq 1024 --precision bf16 \
+    --peak-tflops "$PEAK" "$@" | tee -a "$OUT/train.jsonl"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "   (failed: bench_train_gpu $*)"; status=1; }
+}
+batch_of() { if [ "$1" = 124m ]; then echo "${BATCH_124M:-16}"; else echo "${BATCH_350M:-16}"; fi; }
 
 if want train; then
 echo "== training (seq 1024, bf16)"
 : >"$OUT/train.jsonl"
 : >"$OUT/torch.err"
+# First what the targets are measured on, for both models; then the rest.
 for preset in 124m 350m; do
   # 16 sequences of 1024 tokens for both: a training micro-batch that fits
   # either model (350M: about 25 GB) and amortises the optimizer step.
-  if [ "$preset" = 124m ]; then batch=${BATCH_124M:-16}; else batch=${BATCH_350M:-16}; fi
+  batch=$(batch_of $preset)
   # What the planner predicts for this run on one H200 (fused attention),
   # beside what it measures: the cost model's check on this GPU.
   model_file=configs/gpt2_124m.yaml
@@ -198,47 +321,53 @@ for preset in 124m 350m; do
   fi
   # (--profile-steps: three more steps with the device's time per op, where
   # the step's time goes, in the same JSON line as "op_profile".)
-  "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
-    --precision bf16 --peak-tflops "$PEAK" --profile-steps 3 | tee -a "$OUT/train.jsonl" ||
-    status=1
-  # GPT-2's own vocabulary (50257, odd): linear_cross_entropy's padded
-  # logits rows should keep it at the padded 50304's speed.
-  if [ "$preset" = 124m ]; then
-    "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
-      --precision bf16 --peak-tflops "$PEAK" --vocab 50257 | tee -a "$OUT/train.jsonl" || status=1
-    # Activation recomputation: the device memory it saves (peak_memory_gib
-    # against the run above) and the time it costs (tokens/s).
-    for recompute in selective full; do
-      "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
-        --precision bf16 --peak-tflops "$PEAK" --recompute $recompute |
-        tee -a "$OUT/train.jsonl" || status=1
-    done
-    # bf16 optimizer moments and gradients (train.moment_precision,
-    # train.grad_precision): the device memory they save and their speed.
-    "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
-      --precision bf16 --peak-tflops "$PEAK" --moment-precision bf16 --grad-precision bf16 |
-      tee -a "$OUT/train.jsonl" || status=1
-    # A mixture of 8 experts, top 2, in every layer (model.moe): tokens/s
-    # and MFU against the dense model's at twice its MLP FLOPs per token
-    # (each layer's routing waits for the host once).
-    "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
-      --precision bf16 --peak-tflops "$PEAK" --experts 8 --top-k 2 --profile-steps 2 |
-      tee -a "$OUT/train.jsonl" || status=1
-  fi
-  # cuDNN's faster, non-deterministic attention backward (what PyTorch's
-  # flash attention does), when this build has cuDNN.
-  if grep -q "cuDNN=ON" "$build_log" 2>/dev/null; then
-    "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
-      --precision bf16 --peak-tflops "$PEAK" --attention-nondeterministic |
-      tee -a "$OUT/train.jsonl" || status=1
-  fi
-  if [ "${SKIP_TORCH:-0}" != 1 ]; then
-    python3 benchmarks/gpu/train_gpu_torch.py --preset $preset --batch "$batch" --seq 1024 \
-      --peak-tflops "$PEAK" 2>>"$OUT/torch.err" | tee -a "$OUT/train.jsonl" ||
-      tail -5 "$OUT/torch.err"
+  bench_train --preset $preset --batch "$batch" --profile-steps 3
+  if [ "${SKIP_TORCH:-0}" != 1 ] && fits "$NEED_TORCH_RUN" "PyTorch $preset"; then
+    PYTHONUNBUFFERED=1 bounded python3 benchmarks/gpu/train_gpu_torch.py --preset $preset \
+      --batch "$batch" --seq 1024 --peak-tflops "$PEAK" 2>>"$OUT/torch.err" |
+      tee -a "$OUT/train.jsonl"
+    [ "${PIPESTATUS[0]}" = 0 ] || { echo "   (PyTorch $preset failed)"; tail -5 "$OUT/torch.err"; }
   fi
 done
+batch=$(batch_of 124m)
+# GPT-2's own vocabulary (50257, odd): linear_cross_entropy's padded logits
+# rows should keep it at the padded 50304's speed.
+bench_train --preset 124m --batch "$batch" --vocab 50257
+# Activation recomputation: the device memory it saves (peak_memory_gib
+# against the first run) and the time it costs (tokens/s).
+for recompute in selective full; do
+  bench_train --preset 124m --batch "$batch" --recompute $recompute
+done
+# bf16 optimizer moments and gradients (train.moment_precision,
+# train.grad_precision): the device memory they save and their speed.
+bench_train --preset 124m --batch "$batch" --moment-precision bf16 --grad-precision bf16
+# A mixture of 8 experts, top 2, in every layer (model.moe): tokens/s and
+# MFU against the dense model's at twice its MLP FLOPs per token (each
+# layer's routing waits for the host once).
+bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --profile-steps 2
+# cuDNN's faster, non-deterministic attention backward (what PyTorch's
+# flash attention does), when this build has cuDNN.
+if grep -q "cuDNN=ON" "$build_log" 2>/dev/null; then
+  for preset in 124m 350m; do
+    bench_train --preset $preset --batch "$(batch_of $preset)" --attention-nondeterministic
+  done
+fi
 took train
 fi
-echo "== done, status $status"
+
+# The NCCL group at world size 1 says least (local bandwidth only): last.
+if want nccl && fits "$NEED_NCCL" "STAGES=nccl"; then
+echo "== NCCL collectives (world size 1: local in-place bandwidth only)"
+bounded "$BUILD_DIR/benchmarks/bench_collectives" --backend nccl --max-bytes 256M \
+  >"$OUT/collectives_nccl.log" 2>&1 || status=1
+tail -25 "$OUT/collectives_nccl.log"
+took nccl
+fi
+
+if [ ${#skipped[@]} -gt 0 ]; then
+  status=1
+  echo "== skipped for the budget (run them in a second call, SKIP_BUILD=1):"
+  printf '   %s\n' "${skipped[@]}"
+fi
+echo "== done, status $status, $SECONDS s"
 exit $status

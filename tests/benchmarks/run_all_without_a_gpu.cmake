@@ -1,40 +1,121 @@
-# benchmarks/gpu/run_all.sh's test stage on a machine without a GPU: the
-# script must run to its end, list each gpu test as skipped (never passed)
-# and finish with status 0. A broken script would cost a lent GPU's whole
-# call, so CI runs it. It runs against a build directory of its own that
-# holds only the gpu tests (so its ctest does not share the outer run's
-# logs), each pointing at this build's programs.
-# Variables: SCRIPT (run_all.sh), WORK, DEVICES (triad-devices),
-# GPU_TESTS (triad_gpu_tests).
+# benchmarks/gpu/run_all.sh on a machine without a GPU, as CI can check it.
+# A broken script would cost a lent GPU's whole call (15 minutes a session),
+# so:
+# - its `gpu_test` lines must be exactly the tests of CTest's gpu label,
+#   with their commands (EXPECTED: "NAME PROGRAM ARGS..." for each, from
+#   triad_gpu_test), since it runs them without CTest;
+# - unpacking a pack made from these sources (a tar.xz of the programs,
+#   here links to this build's, and the stamp source_stamp.sh prints), its
+#   build and test stages must run to their end, list each gpu test as
+#   skipped (never passed) and finish with status 0; a pack from other
+#   sources must not be unpacked (the script compiles instead, here a
+#   stand-in `cmake` that fails);
+# - with a budget too small for anything (BUDGET_S=1), it must skip its
+#   steps, name them, and exit non-zero.
+# Variables: SCRIPT (run_all.sh), WORK, DEVICES (triad-devices), GPU_TESTS
+# (triad_gpu_tests), NCCL_TESTS (triad_collectives_nccl_tests, when built),
+# EXPECTED.
+file(STRINGS ${SCRIPT} lines REGEX "^ *gpu_test ")
+set(listed "")
+foreach(line IN LISTS lines)
+  if(NOT line MATCHES "^ *gpu_test ([^ ]+) \"\\$BUILD_DIR/[^\"]*/([^\"/]+)\"(.*)$")
+    message(FATAL_ERROR "run_all.sh: a gpu_test line not of the form "
+                        "gpu_test NAME \"$BUILD_DIR/DIR/PROGRAM\" ARGS: '${line}'")
+  endif()
+  string(STRIP "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}${CMAKE_MATCH_3}" entry)
+  list(APPEND listed "${entry}")
+endforeach()
+list(SORT listed)
+set(expected ${EXPECTED})
+list(SORT expected)
+if(NOT listed STREQUAL expected)
+  message(FATAL_ERROR "run_all.sh runs the gpu tests [${listed}] but CTest's gpu label has "
+                      "[${expected}]: add or mend its gpu_test lines")
+endif()
+
 execute_process(COMMAND ${DEVICES} --require RESULT_VARIABLE none OUTPUT_QUIET ERROR_QUIET)
 if(none EQUAL 0)
   message(STATUS "run_all.sh check skipped: a GPU is visible (the gpu label runs the real suite)")
   return()
 endif()
 file(REMOVE_RECURSE ${WORK})
-file(MAKE_DIRECTORY ${WORK}/build/examples ${WORK}/build/tests ${WORK}/out)
-file(CREATE_LINK ${DEVICES} ${WORK}/build/examples/triad-devices SYMBOLIC)
-file(CREATE_LINK ${GPU_TESTS} ${WORK}/build/tests/triad_gpu_tests SYMBOLIC)
-file(WRITE ${WORK}/build/CTestTestfile.cmake
-     "add_test(gpu.devices \"${DEVICES}\" \"--require\")\n"
-     "set_tests_properties(gpu.devices PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)\n"
-     "add_test(gpu.conformance \"${GPU_TESTS}\")\n"
-     "set_tests_properties(gpu.conformance PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)\n")
-execute_process(COMMAND ${CMAKE_COMMAND} -E env BUILD_DIR=${WORK}/build STAGES=tests
-                        OUT=${WORK}/out bash ${SCRIPT}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-message(STATUS "${out}")
+file(MAKE_DIRECTORY ${WORK}/stage/examples ${WORK}/stage/tests ${WORK}/prebuilt)
+file(CREATE_LINK ${DEVICES} ${WORK}/stage/examples/triad-devices SYMBOLIC)
+file(CREATE_LINK ${GPU_TESTS} ${WORK}/stage/tests/triad_gpu_tests SYMBOLIC)
+set(packed run_all_build.log examples/triad-devices tests/triad_gpu_tests)
+set(nccl OFF)
+if(NCCL_TESTS)
+  file(CREATE_LINK ${NCCL_TESTS} ${WORK}/stage/tests/triad_collectives_nccl_tests SYMBOLIC)
+  list(APPEND packed tests/triad_collectives_nccl_tests)
+  set(nccl ON)
+endif()
+file(WRITE ${WORK}/stage/run_all_build.log
+     "-- triad: TRIAD_WITH_CUDA=ON TRIAD_WITH_MPI=OFF NCCL=${nccl} cuDNN=OFF gzip= zstd=OFF\n")
+execute_process(COMMAND ${CMAKE_COMMAND} -E tar cJf ${WORK}/prebuilt/triad-gpu.tar.xz ${packed}
+                WORKING_DIRECTORY ${WORK}/stage RESULT_VARIABLE rc)
+get_filename_component(gpu_dir ${SCRIPT} DIRECTORY)
+execute_process(COMMAND bash ${gpu_dir}/source_stamp.sh OUTPUT_VARIABLE stamp RESULT_VARIABLE rc2
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0 OR NOT stamp MATCHES "^[0-9a-f]+$")
+  message(FATAL_ERROR "could not make the pack (tar ${rc}, source_stamp.sh ${rc2}: '${stamp}')")
+endif()
+file(WRITE ${WORK}/prebuilt/stamp "${stamp}\n")
+
+# The script never compiles here: a `cmake` first on its PATH says it was
+# called and fails, so a pack it should have unpacked fails at once.
+file(WRITE ${WORK}/no_cmake/cmake "#!/bin/sh\necho \"cmake called: $*\"\nexit 1\n")
+file(CHMOD ${WORK}/no_cmake/cmake PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+
+# run_all ENV... : the script with these environment settings; its output
+# in `out`, its exit status in `rc`.
+function(run_all)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env "PATH=${WORK}/no_cmake:$ENV{PATH}"
+                          BUILD_DIR=${WORK}/build PREBUILT=${WORK}/prebuilt ${ARGN} bash ${SCRIPT}
+                  RESULT_VARIABLE code OUTPUT_VARIABLE text ERROR_VARIABLE text)
+  message(STATUS "${text}")
+  set(out "${text}" PARENT_SCOPE)
+  set(rc "${code}" PARENT_SCOPE)
+endfunction()
+
+run_all("STAGES=build tests" OUT=${WORK}/out)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "run_all.sh exited ${rc}")
 endif()
-foreach(test gpu.devices gpu.conformance)
-  if(NOT out MATCHES "Test +#[0-9]+: ${test} [.]+[*]+Skipped")
+if(NOT out MATCHES "== build: unpacking [^\n]*triad-gpu.tar.xz [(]made from these sources, ${stamp}[)]")
+  message(FATAL_ERROR "run_all.sh did not unpack the pack made from these sources")
+endif()
+foreach(entry IN LISTS expected)
+  string(REGEX MATCH "^[^ ]+" test "${entry}")
+  if(NOT out MATCHES "\nskipped  ${test} [(]no GPU[)]")
     message(FATAL_ERROR "run_all.sh did not report ${test} as skipped")
   endif()
 endforeach()
+if(out MATCHES "\n(passed|FAILED|TIMEOUT) ")
+  message(FATAL_ERROR "run_all.sh reported a gpu test as run without a GPU")
+endif()
 if(NOT out MATCHES "== done, status 0")
   message(FATAL_ERROR "run_all.sh did not finish with status 0")
 endif()
-if(NOT EXISTS ${WORK}/out/gpu_tests.log OR NOT EXISTS ${WORK}/out/summary.log)
-  message(FATAL_ERROR "run_all.sh left no gpu_tests.log or summary.log in OUT")
+foreach(log gpu_tests.log summary.log build.log)
+  if(NOT EXISTS ${WORK}/out/${log})
+    message(FATAL_ERROR "run_all.sh left no ${log} in OUT")
+  endif()
+endforeach()
+
+run_all("STAGES=tests kernels" BUDGET_S=1 OUT=${WORK}/out_budget)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "run_all.sh exited 0 with its steps skipped for the budget")
+endif()
+foreach(step tests kernels)
+  if(NOT out MATCHES "skipped for the budget[^\n]*\n([^\n]*\n)*   STAGES=${step}\n")
+    message(FATAL_ERROR "run_all.sh did not name STAGES=${step} as skipped for the budget")
+  endif()
+endforeach()
+
+file(WRITE ${WORK}/prebuilt/stamp "0123456789abcdef\n")
+file(REMOVE_RECURSE ${WORK}/build)
+run_all(STAGES=build OUT=${WORK}/out_stale)
+if(rc EQUAL 0 OR NOT out MATCHES "was made from other sources [(]0123456789abcdef, these are ${stamp}[)]: compiling"
+   OR NOT out MATCHES "cmake called: -S" OR EXISTS ${WORK}/build/examples/triad-devices)
+  message(FATAL_ERROR "run_all.sh did not refuse a pack made from other sources")
 endif()
