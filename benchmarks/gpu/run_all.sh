@@ -6,10 +6,9 @@
 #      on another machine from the same sources (below),
 #   2. lists the visible GPUs,
 #   3. runs every test labelled gpu (`gpu_test` lines below; a test that
-#      finds no GPU exits 77 and is reported as skipped, never as passed);
-#      when one fails, runs each conformance test again in a process of its
-#      own with CUDA_LAUNCH_BLOCKING=1 (one crash cannot hide the rest), and
-#      each failing one under compute-sanitizer when the toolkit has it,
+#      finds no GPU exits 77 and is reported as skipped, never as passed;
+#      last of all, each conformance test a crash kept from a result runs
+#      again on its own, below),
 #   4. measures each kernel family against the device's ceilings,
 #   5. trains GPT-2 124M and 350M (seq 1024, bf16) with Triad and with the
 #      machine's PyTorch (bf16 autocast, torch.compile, flash attention) on
@@ -30,8 +29,8 @@
 # above to run, each timed, always in the order above; "pack" is the one
 # below), SKIP_BUILD=1 (drops
 # "build"; reuses BUILD_DIR), BUDGET_S (the seconds the whole script may
-# take; see below), RERUN_FAILED=0 (no per-test reruns after a failing
-# suite), SKIP_TORCH=1, BATCH_124M / BATCH_350M, PEAK_TFLOPS (default 989),
+# take; see below), RERUN_FAILED=0 (no reruns of the tests a crashed
+# suite did not finish), SKIP_TORCH=1, BATCH_124M / BATCH_350M, PEAK_TFLOPS (default 989),
 # HBM_GBS (4800), PREBUILT (default .gpu-prebuilt). Only the programs these
 # steps run are built (not the simulator or the CPU test suite).
 #
@@ -259,26 +258,6 @@ if [ -x "$BUILD_DIR/tests/triad_collectives_nccl_tests" ]; then
 fi
 grep -oE "\[  FAILED  \] [^ ]+" "$gpu_log" | sort -u
 grep -E "\[ note \] (bf16, |gemm |verified |simt: |tensor_core: |cudnn: )" "$gpu_log"
-if [ "${tests_failed:-0}" = 1 ] && [ "${RERUN_FAILED:-1}" = 1 ]; then
-  tests=$("$BUILD_DIR/tests/triad_gpu_tests" --gtest_list_tests 2>/dev/null |
-    awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
-  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-  echo "== each gpu test in its own process (CUDA_LAUNCH_BLOCKING=1)" >>"$gpu_log"
-  for t in $tests; do
-    fits 30 "the rest of the reruns, from $t" || break
-    if CUDA_LAUNCH_BLOCKING=1 bounded "$BUILD_DIR/tests/triad_gpu_tests" --gtest_filter="$t" \
-      >>"$gpu_log" 2>&1; then
-      echo "ok      $t"
-    else
-      echo "FAILED  $t"
-      if [ -n "$sanitizer" ] && fits 60 "compute-sanitizer on $t"; then
-        echo "== compute-sanitizer: $t" >>"$gpu_log"
-        bounded "$sanitizer" --tool memcheck --print-limit 20 \
-          "$BUILD_DIR/tests/triad_gpu_tests" --gtest_filter="$t" 2>&1 | tail -80 >>"$gpu_log"
-      fi
-    fi
-  done
-fi
 took tests
 fi
 
@@ -362,6 +341,37 @@ bounded "$BUILD_DIR/benchmarks/bench_collectives" --backend nccl --max-bytes 256
   >"$OUT/collectives_nccl.log" 2>&1 || status=1
 tail -25 "$OUT/collectives_nccl.log"
 took nccl
+fi
+
+# Last, with what the budget leaves: the conformance tests that the suite
+# did not take to a result (a crash or a sticky CUDA error ends the
+# process, hiding the tests after it), each again in a process of its own
+# with CUDA_LAUNCH_BLOCKING=1, and those that fail there under
+# compute-sanitizer when the toolkit has it. (A test that failed on its own
+# terms already said why in gpu_tests.log.)
+if [ "${tests_failed:-0}" = 1 ] && [ "${RERUN_FAILED:-1}" = 1 ]; then
+  echo "== conformance tests the suite did not finish, each in its own process"
+  finished=$(grep -oE '^\[ +(OK|FAILED) +\] [^ ,]+' "$gpu_log" | awk '{print $NF}' | sort -u)
+  tests=$("$BUILD_DIR/tests/triad_gpu_tests" --gtest_list_tests 2>/dev/null |
+    awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
+  sanitizer=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer ||
+    ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)}
+  echo "== the tests the suite did not finish, one at a time (CUDA_LAUNCH_BLOCKING=1)" >>"$gpu_log"
+  for t in $tests; do
+    grep -qxF "$t" <<<"$finished" && continue
+    fits 30 "the rest of the reruns, from $t" || break
+    if CUDA_LAUNCH_BLOCKING=1 bounded "$BUILD_DIR/tests/triad_gpu_tests" --gtest_filter="$t" \
+      >>"$gpu_log" 2>&1; then
+      echo "ok      $t"
+    else
+      echo "FAILED  $t"
+      if [ -n "$sanitizer" ] && fits 60 "compute-sanitizer on $t"; then
+        echo "== compute-sanitizer: $t" >>"$gpu_log"
+        bounded "$sanitizer" --tool memcheck --print-limit 20 \
+          "$BUILD_DIR/tests/triad_gpu_tests" --gtest_filter="$t" 2>&1 | tail -80 >>"$gpu_log"
+      fi
+    fi
+  done
 fi
 
 if [ ${#skipped[@]} -gt 0 ]; then

@@ -11,7 +11,10 @@
 #   sources must not be unpacked (the script compiles instead, here a
 #   stand-in `cmake` that fails);
 # - with a budget too small for anything (BUDGET_S=1), it must skip its
-#   steps, name them, and exit non-zero.
+#   steps, name them, and exit non-zero;
+# - when the conformance suite crashes, it must run again, each in a
+#   process of its own, exactly the tests the suite did not finish, and
+#   those failing there under the sanitizer (stand-in programs here).
 # Variables: SCRIPT (run_all.sh), WORK, DEVICES (triad-devices), GPU_TESTS
 # (triad_gpu_tests), NCCL_TESTS (triad_collectives_nccl_tests, when built),
 # EXPECTED.
@@ -118,4 +121,34 @@ run_all(STAGES=build OUT=${WORK}/out_stale)
 if(rc EQUAL 0 OR NOT out MATCHES "was made from other sources [(]0123456789abcdef, these are ${stamp}[)]: compiling"
    OR NOT out MATCHES "cmake called: -S" OR EXISTS ${WORK}/build/examples/triad-devices)
   message(FATAL_ERROR "run_all.sh did not refuse a pack made from other sources")
+endif()
+
+# A suite that crashes after A.one passed and A.two failed: A.three and
+# A.four are rerun (A.four fails alone too, and goes to the sanitizer).
+file(MAKE_DIRECTORY ${WORK}/crash/examples ${WORK}/crash/tests)
+file(WRITE ${WORK}/crash/examples/triad-devices "#!/bin/sh\necho 'a stand-in device'\n")
+file(WRITE ${WORK}/crash/tests/triad_gpu_tests [=[#!/bin/sh
+case "$1" in
+  --gtest_list_tests) printf 'A.\n  one\n  two\n  three\n  four\n' ;;
+  --gtest_filter=A.three) echo "[       OK ] A.three (1 ms)" ;;
+  --gtest_filter=A.four) echo "[  FAILED  ] A.four (1 ms)"; exit 1 ;;
+  *) echo "[       OK ] A.one (1 ms)"; echo "[  FAILED  ] A.two (1 ms)"; kill -SEGV $$ ;;
+esac
+]=])
+file(WRITE ${WORK}/crash/sanitizer "#!/bin/sh\necho \"sanitizer ran: $*\"\n")
+foreach(program examples/triad-devices tests/triad_gpu_tests sanitizer)
+  file(CHMOD ${WORK}/crash/${program} PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env "PATH=${WORK}/no_cmake:$ENV{PATH}"
+                        BUILD_DIR=${WORK}/crash STAGES=tests OUT=${WORK}/out_crash
+                        COMPUTE_SANITIZER=${WORK}/crash/sanitizer bash ${SCRIPT}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+message(STATUS "${out}")
+file(READ ${WORK}/out_crash/gpu_tests.log log)
+if(rc EQUAL 0 OR NOT out MATCHES "\nFAILED   gpu.conformance [(]exit 139[)]"
+   OR NOT out MATCHES "\nok      A.three\nFAILED  A.four\n"
+   OR out MATCHES "\n(ok|FAILED) +A[.](one|two)\n"
+   OR NOT log MATCHES "sanitizer ran: --tool memcheck [^\n]*--gtest_filter=A.four\n"
+   OR log MATCHES "sanitizer ran: [^\n]*A[.](one|two|three)")
+  message(FATAL_ERROR "run_all.sh did not rerun just the tests the crashed suite left unfinished")
 endif()
