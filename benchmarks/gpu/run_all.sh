@@ -150,10 +150,6 @@ if [ -n "${CUDNN_ROOT:-}" ]; then
   export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== cuDNN from $CUDNN_ROOT"
 fi
-# A packed build looks for the CUDA runtime and NCCL where the packing
-# machine had them; here, the toolkit's folder, then PyTorch's NCCL wheel.
-nccl_wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null || true)
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64${nccl_wheel:+:$nccl_wheel}"
 # Without MPI the build has a world of one rank (all one GPU can test).
 if ! command -v mpirun >/dev/null 2>&1; then
   TRIAD_CMAKE_ARGS="-DTRIAD_WITH_MPI=OFF ${TRIAD_CMAKE_ARGS:-}"
@@ -177,6 +173,7 @@ compile() {
     # What the cuDNN that was offered holds, for the next attempt.
     [ -n "${CUDNN_ROOT:-}" ] && find "$CUDNN_ROOT" -maxdepth 2 \( -name "*.h" -o -name "*.so*" \) | head -20
   fi
+  # (The NCCL suite exists only where NCCL was found; a pack then holds it.)
   grep -q "NCCL=ON" "$OUT/build.log" && programs+=(tests/triad_collectives_nccl_tests)
   local targets=("${programs[@]##*/}")
   if ! cmake --build "$BUILD_DIR" -j "$(nproc)" -t "${targets[@]}" >>"$OUT/build.log" 2>&1; then
@@ -201,6 +198,11 @@ if want build || want pack; then
     echo "== build: unpacking $pack (made from these sources, $stamp)"
     mkdir -p "$BUILD_DIR"
     tar -C "$BUILD_DIR" -xJf "$pack" || exit 1
+    # Its programs look for the CUDA runtime and NCCL where the packing
+    # machine had them; here, also the toolkit's folder, then PyTorch's NCCL
+    # wheel.
+    nccl_wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null || true)
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64${nccl_wheel:+:$nccl_wheel}"
     grep "triad: TRIAD_WITH_CUDA" "$BUILD_DIR/run_all_build.log"
     cp "$BUILD_DIR/run_all_build.log" "$OUT/build.log"
   else

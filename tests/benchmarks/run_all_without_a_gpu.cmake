@@ -69,8 +69,8 @@ file(WRITE ${WORK}/prebuilt/stamp "${stamp}\n")
 file(WRITE ${WORK}/no_cmake/cmake "#!/bin/sh\necho \"cmake called: $*\"\nexit 1\n")
 file(CHMOD ${WORK}/no_cmake/cmake PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
 
-# run_all ENV... : the script with these environment settings; its output
-# in `out`, its exit status in `rc`.
+# run_all ENV... : the script with these environment settings (later ones
+# win); its output in `out`, its exit status in `rc`.
 function(run_all)
   execute_process(COMMAND ${CMAKE_COMMAND} -E env "PATH=${WORK}/no_cmake:$ENV{PATH}"
                           BUILD_DIR=${WORK}/build PREBUILT=${WORK}/prebuilt ${ARGN} bash ${SCRIPT}
@@ -139,11 +139,8 @@ file(WRITE ${WORK}/crash/sanitizer "#!/bin/sh\necho \"sanitizer ran: $*\"\n")
 foreach(program examples/triad-devices tests/triad_gpu_tests sanitizer)
   file(CHMOD ${WORK}/crash/${program} PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
 endforeach()
-execute_process(COMMAND ${CMAKE_COMMAND} -E env "PATH=${WORK}/no_cmake:$ENV{PATH}"
-                        BUILD_DIR=${WORK}/crash STAGES=tests OUT=${WORK}/out_crash
-                        COMPUTE_SANITIZER=${WORK}/crash/sanitizer bash ${SCRIPT}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-message(STATUS "${out}")
+run_all(BUILD_DIR=${WORK}/crash STAGES=tests OUT=${WORK}/out_crash
+        COMPUTE_SANITIZER=${WORK}/crash/sanitizer)
 file(READ ${WORK}/out_crash/gpu_tests.log log)
 if(rc EQUAL 0 OR NOT out MATCHES "\nFAILED   gpu.conformance [(]exit 139[)]"
    OR NOT out MATCHES "\nok      A.three\nFAILED  A.four\n"
