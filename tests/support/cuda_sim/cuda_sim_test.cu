@@ -321,6 +321,32 @@ TEST(CudaSim, StaticSharedMemoryStartsAsGarbageInEveryBlock) {
   cudaFree(out);
 }
 
+// A local array a thread never wrote is garbage, as a GPU's registers and
+// local memory are: here it starts as the pattern (-1.7e38), not as what
+// the last lane left on the fiber's reused stack (the right values, here:
+// lane 0 wrote them and exited). (A scalar the compiler can see is unwritten
+// on a path is folded away by either compiler; an array read at a run-time
+// index stays in memory.)
+__global__ void unwritten_local_kernel(float* out, int i) {
+  float acc[4];
+  if (threadIdx.x == 0) {
+    for (int j = 0; j < 4; ++j) acc[j] = 0.0f;
+  }
+  out[threadIdx.x] = acc[(threadIdx.x + i) & 3] + 1.0f;
+}
+
+#if defined(TRIAD_SIM_PATTERN_INIT)
+TEST(CudaSim, ALocalNoOneWroteIsGarbage) {
+  float* out = device_copy(std::vector<float>(32, 0));
+  unwritten_local_kernel<<<1, 32>>>(out, 1);
+  std::vector<float> got(32);
+  cudaMemcpyAsync(got.data(), out, 32 * sizeof(float), cudaMemcpyDeviceToHost, nullptr);
+  EXPECT_EQ(got[0], 1.0f);
+  for (int i = 1; i < 32; ++i) EXPECT_LT(got[i], -1e38f) << "thread " << i;
+  cudaFree(out);
+}
+#endif
+
 __global__ void trap_kernel() {
   if (blockIdx.x == 1 && threadIdx.x == 5) __trap();
 }
