@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "triad/autograd/engine.h"
@@ -46,6 +48,32 @@ TEST(Tensor, DtypeNamesParse) {
   EXPECT_THROW(device_from_string("tpu"), ValueError);
 }
 
+// f32 <-> bf16/f16 casts of views (a transpose: strided elements; a narrowed
+// row: adjacent elements in rows apart) round each element once, as the
+// scalar conversions do, and half -> f32 is exact.
+TEST(Tensor, HalfCastsOfViewsRoundEachElementOnce) {
+  std::vector<double> v;
+  for (int i = 0; i < 4 * 7; ++i) v.push_back(std::sin(1.7 * i + 0.3) * std::pow(3.0, i % 9 - 4));
+  const Tensor x = from_vector(v, {4, 7});
+  for (const Tensor& view : {transpose(x, 0, 1), narrow(x, 1, 2, 4)}) {
+    ASSERT_FALSE(view.is_contiguous());
+    const std::vector<double> want = to_double_vector(view);
+    for (DType d : {DType::BF16, DType::F16}) {
+      const Tensor h = cast(view, d);
+      const uint16_t* bits = h.data<uint16_t>();
+      for (size_t i = 0; i < want.size(); ++i) {
+        const float f = static_cast<float>(want[i]);
+        EXPECT_EQ(bits[i], d == DType::BF16 ? float_to_bf16(f) : float_to_f16(f)) << i;
+      }
+      // Back to f32 from a strided half view: exact.
+      const Tensor back = cast(transpose(h, 0, 1), DType::F32);
+      const std::vector<double> got = to_double_vector(back);
+      const std::vector<double> from = to_double_vector(cast(transpose(h, 0, 1), DType::F64));
+      EXPECT_EQ(got, from) << dtype_name(d);
+    }
+  }
+}
+
 TEST(Half, Bf16RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
   // 1 + 2^-8 is exactly half way between two bf16 values: ties to even (1.0).
@@ -64,6 +92,71 @@ TEST(Half, F16MatchesIeeeBinary16) {
   for (uint32_t h = 0; h < 0x7c00; h += 7) {  // every 7th finite positive half round-trips
     EXPECT_EQ(float_to_f16(f16_to_float(static_cast<uint16_t>(h))), h);
   }
+}
+
+// Every half against its value from the format's definition, and floats
+// converted to the nearest half found by searching the finite halves (ties to
+// the even one): at every midpoint between neighbours, a float either side of
+// it, and a spread of floats of every exponent, both signs.
+TEST(Half, F16ConversionsMatchTheFormatsDefinitionEverywhere) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const double sign = (h & 0x8000) ? -1.0 : 1.0;
+    const float got = f16_to_float(static_cast<uint16_t>(h));
+    if (e == 0x1f && m != 0) {
+      EXPECT_TRUE(std::isnan(got)) << std::hex << h;
+      continue;
+    }
+    const double want = e == 0x1f ? sign * std::numeric_limits<double>::infinity()
+                        : e == 0  ? sign * std::ldexp(m, -24)
+                                  : sign * std::ldexp(1024 + m, static_cast<int>(e) - 25);
+    EXPECT_EQ(static_cast<double>(got), want) << std::hex << h;
+    EXPECT_EQ(std::signbit(got), (h & 0x8000) != 0) << std::hex << h;
+  }
+  // The finite non-negative halves in order, and 65536 (where inf begins).
+  std::vector<double> halves;
+  for (uint32_t h = 0; h < 0x7c00; ++h) halves.push_back(f16_to_float(static_cast<uint16_t>(h)));
+  halves.push_back(65536.0);
+  const auto nearest = [&](float x) -> uint16_t {
+    const double a = std::fabs(static_cast<double>(x));
+    const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+    if (a >= 65520.0) return sign | 0x7c00;  // 65520 is the tie with 65536: even (inf)
+    const auto hi = std::lower_bound(halves.begin(), halves.end(), a);
+    if (*hi == a) return sign | static_cast<uint16_t>(hi - halves.begin());
+    const uint16_t up = static_cast<uint16_t>(hi - halves.begin()), down = up - 1;
+    const double below = a - halves[down], above = *hi - a;
+    if (below != above) return sign | (below < above ? down : up);
+    return sign | ((down & 1) ? up : down);
+  };
+  std::vector<float> probes = {0.0f,
+                               1e-30f,
+                               1e-8f,
+                               65519.99f,
+                               65520.0f,
+                               1e30f,
+                               std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::max()};
+  for (size_t i = 0; i + 1 < halves.size(); ++i) {
+    const float mid = static_cast<float>((halves[i] + halves[i + 1]) / 2);  // exact in f32
+    probes.push_back(mid);
+    probes.push_back(std::nextafter(mid, 0.0f));
+    probes.push_back(std::nextafter(mid, 1e9f));
+  }
+  for (uint32_t bits = 0; bits < 0x7f800000u; bits += 0x7f800000u / 100003) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    probes.push_back(f);
+  }
+  for (const float p : probes) {
+    for (const float x : {p, -p}) {
+      ASSERT_EQ(float_to_f16(x), nearest(x)) << x;
+    }
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(float_to_f16(inf), 0x7c00);
+  EXPECT_EQ(float_to_f16(-inf), 0xfc00);
+  EXPECT_EQ(float_to_f16(std::numeric_limits<float>::quiet_NaN()) & 0x7fff, 0x7e00);
+  EXPECT_EQ(float_to_f16(-std::numeric_limits<float>::signaling_NaN()) & 0x7fff, 0x7e00);
 }
 
 // Known answers of Philox-4x32-10 (Random123's test vectors): the CPU and the
