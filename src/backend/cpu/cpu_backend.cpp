@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "parallel_for.h"
 #include "triad/core/half.h"
 #include "triad/core/rng.h"
 
@@ -194,10 +195,10 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   if (a.is_contiguous() && b.is_contiguous()) {
     const int64_t n = out.numel();
     const int64_t chunk = 1 << 16;
-#pragma omp parallel for schedule(static) if (n > chunk)
-    for (int64_t s = 0; s < n; s += chunk) {
+    parallel_for((n + chunk - 1) / chunk, n > chunk, [&](int64_t c) {
+      const int64_t s = c * chunk;
       binary_row(op, pa + s, 1, pb + s, 1, po + s, std::min(chunk, n - s));
-    }
+    });
     return;
   }
   const int64_t cols = nd ? out.shape().back() : 1;
@@ -305,8 +306,7 @@ void CpuBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out)
     T* po = out.data<T>();
     const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
     const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) po[i] = a * px[i] + b;
+    parallel_for(n, n > (1 << 16), [&](int64_t i) { po[i] = a * px[i] + b; });
   });
 }
 
@@ -403,14 +403,13 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
       // Contiguous runs: vectorised double accumulation, split across threads
       // by output when there are several, else across the run itself.
       if (outer >= 8) {
-#pragma omp parallel for schedule(static) if (outer * n > 32768)
-        for (int64_t o = 0; o < outer; ++o) {
+        parallel_for(outer, outer * n > 32768, [&](int64_t o) {
           const T* row = px + o * n;
           double acc = 0;
 #pragma omp simd reduction(+ : acc)
           for (int64_t k = 0; k < n; ++k) acc += row[k];
           po[o] = static_cast<T>(acc);
-        }
+        });
       } else {
         for (int64_t o = 0; o < outer; ++o) {
           const T* row = px + o * n;
@@ -443,8 +442,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
       }
       return;
     }
-#pragma omp parallel for schedule(static) if (outer * inner > 4096)
-    for (int64_t o = 0; o < outer; ++o) {
+    parallel_for(outer, outer * inner > 4096, [&](int64_t o) {
       for (int64_t j = 0; j < inner; ++j) {
         const T* base = px + o * n * inner + j;
         T best = -std::numeric_limits<T>::infinity();
@@ -460,7 +458,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
         po[o * inner + j] = best;
         if (pi) pi[o * inner + j] = arg;
       }
-    }
+    });
   });
 }
 
@@ -473,12 +471,11 @@ void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stre
     const T scale = static_cast<T>(1.0 / (1.0 - p));
     const float threshold = static_cast<float>(p);
     const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > 4096)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for(n, n > 4096, [&](int64_t i) {
       const bool keep =
           philox_uniform(seed, stream, offset + static_cast<uint64_t>(i)) >= threshold;
       py[i] = keep ? px[i] * scale : T(0);
-    }
+    });
   });
 }
 
@@ -500,15 +497,14 @@ void CpuBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
     const T eps = static_cast<T>(hp.eps);
     const T gscale = static_cast<T>(hp.grad_scale);
     const int64_t n = param.numel();
-#pragma omp parallel for schedule(static) if (n > (1 << 15))
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for(n, n > (1 << 15), [&](int64_t i) {
       const T gi = gscale * g[i];  // what scaling the gradient first would store
       p[i] *= decay;
       pm[i] += (gi - pm[i]) * (T(1) - b1);
       pv[i] = pv[i] * b2 + (T(1) - b2) * gi * gi;
       const T denom = std::sqrt(pv[i]) / bc2_sqrt + eps;
       p[i] -= step_size * (pm[i] / denom);
-    }
+    });
   });
 }
 

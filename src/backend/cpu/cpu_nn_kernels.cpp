@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
+#include "parallel_for.h"
 #include "vec_math.h"
 
 namespace triad::detail {
@@ -90,17 +91,16 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y, GeluForm form) {
     const int64_t n = x.numel();
     if (form == GeluForm::Erf) {
       const T r2 = static_cast<T>(kSqrtHalf);
-#pragma omp parallel for simd schedule(static) if (n > 4096)
-      for (int64_t i = 0; i < n; ++i) py[i] = T(0.5) * px[i] * (T(1) + erf_fast(px[i] * r2));
+      parallel_for_simd(n, n > 4096,
+                        [&](int64_t i) { py[i] = T(0.5) * px[i] * (T(1) + erf_fast(px[i] * r2)); });
       return;
     }
     const T k0 = static_cast<T>(kSqrt2OverPi), k1 = T(0.044715);
-#pragma omp parallel for simd schedule(static) if (n > 4096)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for_simd(n, n > 4096, [&](int64_t i) {
       const T v = px[i];
       const T u = k0 * (v + k1 * v * v * v);
       py[i] = v / (T(1) + exp_fast(T(-2) * u));
-    }
+    });
   });
 }
 
@@ -114,24 +114,22 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, Ge
     const int64_t n = x.numel();
     if (form == GeluForm::Erf) {
       const T r2 = static_cast<T>(kSqrtHalf), density = static_cast<T>(kInvSqrt2Pi);
-#pragma omp parallel for simd schedule(static) if (n > 4096)
-      for (int64_t i = 0; i < n; ++i) {
+      parallel_for_simd(n, n > 4096, [&](int64_t i) {
         const T v = px[i];
         const T cdf = T(0.5) * (T(1) + erf_fast(v * r2));
         pdx[i] = pdy[i] * (cdf + v * density * exp_fast(T(-0.5) * v * v));
-      }
+      });
       return;
     }
     const T k0 = static_cast<T>(kSqrt2OverPi), k1 = T(0.044715);
     // With s = sigmoid(2u): tanh(u) = 2s - 1 and 1 - tanh(u)^2 = 4 s (1 - s).
-#pragma omp parallel for simd schedule(static) if (n > 4096)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for_simd(n, n > 4096, [&](int64_t i) {
       const T v = px[i];
       const T u = k0 * (v + k1 * v * v * v);
       const T s = T(1) / (T(1) + exp_fast(T(-2) * u));
       const T du = k0 * (T(1) + T(3) * k1 * v * v);
       pdx[i] = pdy[i] * (s + T(2) * v * s * (T(1) - s) * du);
-    }
+    });
   });
 }
 
@@ -144,10 +142,9 @@ void CpuBackend::soft_cap(const Tensor& x, double cap, Tensor& y) {
     const T* px = x.data<T>();
     T* py = y.data<T>();
     const T c = static_cast<T>(cap), inv = static_cast<T>(1.0 / cap);
-#pragma omp parallel for schedule(static) if (rows * cols > 4096)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * cols > 4096, [&](int64_t r) {
       for (int64_t j = 0; j < cols; ++j) py[r * ld + j] = c * std::tanh(px[r * ld + j] * inv);
-    }
+    });
   });
 }
 
@@ -159,8 +156,7 @@ void CpuBackend::soft_cap_backward(const Tensor& y, const Tensor& dy, double cap
     T* pdx = dx.data<T>();
     const int64_t n = y.numel();
     const T c = static_cast<T>(cap);
-#pragma omp parallel for simd schedule(static) if (n > 4096)
-    for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * cap_slope(py[i], c);
+    parallel_for_simd(n, n > 4096, [&](int64_t i) { pdx[i] = pdy[i] * cap_slope(py[i], c); });
   });
 }
 
@@ -171,8 +167,8 @@ void CpuBackend::clamp(const Tensor& x, double lo, double hi, Tensor& y) {
     T* py = y.data<T>();
     const int64_t n = x.numel();
     const T l = static_cast<T>(lo), h = static_cast<T>(hi);
-#pragma omp parallel for simd schedule(static) if (n > 4096)
-    for (int64_t i = 0; i < n; ++i) py[i] = px[i] < l ? l : (px[i] > h ? h : px[i]);
+    parallel_for_simd(n, n > 4096,
+                      [&](int64_t i) { py[i] = px[i] < l ? l : (px[i] > h ? h : px[i]); });
   });
 }
 
@@ -185,8 +181,8 @@ void CpuBackend::clamp_backward(const Tensor& x, const Tensor& dy, double lo, do
     T* pdx = dx.data<T>();
     const int64_t n = x.numel();
     const T l = static_cast<T>(lo), h = static_cast<T>(hi);
-#pragma omp parallel for simd schedule(static) if (n > 4096)
-    for (int64_t i = 0; i < n; ++i) pdx[i] = px[i] >= l && px[i] <= h ? pdy[i] : T(0);
+    parallel_for_simd(n, n > 4096,
+                      [&](int64_t i) { pdx[i] = px[i] >= l && px[i] <= h ? pdy[i] : T(0); });
   });
 }
 
@@ -201,8 +197,7 @@ void CpuBackend::glu_forward(const Tensor& x, Tensor& y, GluGate gate) {
     T* py = y.data<T>();
     const bool gelu = gate == GluGate::GeluTanh;
     const T k0 = static_cast<T>(kSqrt2OverPi), k1 = T(0.044715);
-#pragma omp parallel for schedule(static) if (rows * F > 4096)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * F > 4096, [&](int64_t r) {
       const T* a = px + r * 2 * F;
       const T* b = a + F;
       T* out = py + r * F;
@@ -216,7 +211,7 @@ void CpuBackend::glu_forward(const Tensor& x, Tensor& y, GluGate gate) {
 #pragma omp simd
         for (int64_t j = 0; j < F; ++j) out[j] = a[j] / (T(1) + exp_fast(-a[j])) * b[j];
       }
-    }
+    });
   });
 }
 
@@ -231,8 +226,7 @@ void CpuBackend::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, Glu
     T* pdx = dx.data<T>();
     const bool gelu = gate == GluGate::GeluTanh;
     const T k0 = static_cast<T>(kSqrt2OverPi), k1 = T(0.044715);
-#pragma omp parallel for schedule(static) if (rows * F > 4096)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * F > 4096, [&](int64_t r) {
       const T* a = px + r * 2 * F;
       const T* b = a + F;
       const T* g = pdy + r * F;
@@ -255,7 +249,7 @@ void CpuBackend::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, Glu
           db[j] = g[j] * a[j] * s;
         }
       }
-    }
+    });
   });
 }
 
@@ -275,8 +269,7 @@ void norm_forward(const char* name, const Tensor& x, const Tensor& weight, const
     T* pm = mean ? mean->data<T>() : nullptr;
     T* pr = rstd.data<T>();
     const T off = static_cast<T>(weight_offset);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; ++r) {
+    parallel_for(N, N * C > 4096, [&](int64_t r) {
       const T* row = px + r * C;
       double mu = 0;
       if (pm) {
@@ -294,7 +287,7 @@ void norm_forward(const char* name, const Tensor& x, const Tensor& weight, const
         const T scaled = static_cast<T>((row[i] - mu) * rs) * (off + w[i]);
         out[i] = b ? scaled + b[i] : scaled;
       }
-    }
+    });
   });
 }
 
@@ -313,8 +306,7 @@ void norm_backward(const char* name, const Tensor& dy, const Tensor& x, const Te
     const T* pm = mean ? mean->data<T>() : nullptr;
     const T* pr = rstd.data<T>();
     T* pdx = dx.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; ++r) {
+    parallel_for(N, N * C > 4096, [&](int64_t r) {
       const T* row = px + r * C;
       const T* g = pdy + r * C;
       const double mu = pm ? static_cast<double>(pm[r]) : 0.0, rs = pr[r];
@@ -332,7 +324,7 @@ void norm_backward(const char* name, const Tensor& dy, const Tensor& x, const Te
         out[i] = static_cast<T>(
             rs * (static_cast<double>(g[i]) * (weight_offset + w[i]) - mean_g - xhat * mean_gx));
       }
-    }
+    });
     std::vector<double> dw(C, 0.0), db(dbias ? C : 0, 0.0);
     for (int64_t r = 0; r < N; ++r) {
       const T* row = px + r * C;
@@ -387,8 +379,7 @@ void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {
     const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
     const T* px = x.data<T>();
     T* py = y.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; ++r) {
+    parallel_for(N, N * C > 4096, [&](int64_t r) {
       const T* row = px + r * C;
       T* out = py + r * C;
       T mx = -std::numeric_limits<T>::infinity();
@@ -401,7 +392,7 @@ void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {
       }
       const T inv = static_cast<T>(1.0 / s);
       for (int64_t i = 0; i < C; ++i) out[i] *= inv;
-    }
+    });
   });
 }
 
@@ -412,14 +403,13 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
     const T* py = y.data<T>();
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; ++r) {
+    parallel_for(N, N * C > 4096, [&](int64_t r) {
       double dot = 0;
       for (int64_t i = 0; i < C; ++i) dot += static_cast<double>(py[r * C + i]) * pdy[r * C + i];
       for (int64_t i = 0; i < C; ++i) {
         pdx[r * C + i] = static_cast<T>(py[r * C + i] * (pdy[r * C + i] - dot));
       }
-    }
+    });
   });
 }
 
@@ -581,23 +571,22 @@ void CpuBackend::attention_merge(Tensor& out, Tensor& lse, const Tensor& part,
     T* pl = lse.data<T>();
     const T* pp = part.data<T>();
     const T* ppl = part_lse.data<T>();
-#pragma omp parallel for schedule(static) if (B * H * Tq * D > 16384)
-    for (int64_t r = 0; r < B * H * Tq; ++r) {
+    parallel_for(B * H * Tq, B * H * Tq * D > 16384, [&](int64_t r) {
       const int64_t b = r / (H * Tq), h = r / Tq % H, t = r % Tq;
       const T a = pl[r], c = ppl[r];
-      if (c == -std::numeric_limits<T>::infinity()) continue;  // the part saw no key
+      if (c == -std::numeric_limits<T>::infinity()) return;  // the part saw no key
       T* o = po + (b * Tq + t) * H * D + h * D;
       const T* p = pp + (b * Tq + t) * H * D + h * D;
       if (a == -std::numeric_limits<T>::infinity()) {
         std::copy(p, p + D, o);
         pl[r] = c;
-        continue;
+        return;
       }
       const T m = std::max(a, c);
       const T ea = std::exp(a - m), ec = std::exp(c - m), inv = T(1) / (ea + ec);
       for (int64_t d = 0; d < D; ++d) o[d] = (ea * o[d] + ec * p[d]) * inv;
       pl[r] = m + std::log(ea + ec);
-    }
+    });
   });
 }
 
@@ -875,8 +864,7 @@ void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads
     }
     const T* in = qkv.data<T>();
     T* o = out.data<T>();
-#pragma omp parallel for schedule(static) if (B * Tn * C3 > 16384)
-    for (int64_t r = 0; r < B * Tn; ++r) {
+    parallel_for(B * Tn, B * Tn * C3 > 16384, [&](int64_t r) {
       const T* c = cs.data() + position(r / Tn, r % Tn) * half;
       const T* s = sn.data() + position(r / Tn, r % Tn) * half;
       const T* x = in + r * C3;
@@ -892,7 +880,7 @@ void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads
         std::copy(xh + turned, xh + D, yh + turned);
       }
       std::copy(x + rotated * D, x + C3, y + rotated * D);  // v
-    }
+    });
   });
 }
 
@@ -909,11 +897,10 @@ void CpuBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Tens
     }
     const T* w = weight.data<T>();
     T* o = out.data<T>();
-#pragma omp parallel for schedule(static) if (N * C > 4096)
-    for (int64_t i = 0; i < N; ++i) {
+    parallel_for(N, N * C > 4096, [&](int64_t i) {
       const T* src = w + load_index(ids, i) * C;
       std::copy(src, src + C, o + i * C);
-    }
+    });
   });
 }
 
@@ -949,15 +936,14 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
     const T* px = logits.data<T>();
     T* pl = losses.data<T>();
     T* ps = lse.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
+    parallel_for(N, N * V > 4096, [&](int64_t i) {
       const T* row = px + i * ld;
       const T mx = row_max(row, V);
       const double l = mx + std::log(row_sum_exp(row, V, mx));
       ps[i] = static_cast<T>(l);
       const int64_t t = load_index(targets, i);
       pl[i] = t == ignore_index ? T(0) : static_cast<T>(l - row[t]);
-    }
+    });
   });
 }
 
@@ -975,8 +961,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     const T* pg = dlosses.data<T>();
     const T* pz = dlse.defined() ? dlse.data<T>() : nullptr;
     T* pd = dlogits.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
+    parallel_for(N, N * V > 4096, [&](int64_t i) {
       const int64_t t = load_index(targets, i);
       // Ignored rows: no gradient at all.
       const T g = t == ignore_index ? T(0) : pg[i];
@@ -986,7 +971,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
       const T gt = t == ignore_index ? T(0) : g * cap_slope(px[i * ld + t], cap);
       row_scaled_exp_capped(px + i * ld, V, V, ps[i], gs, cap, pd + i * ld);
       if (t != ignore_index) pd[i * ld + t] -= gt;
-    }
+    });
   });
 }
 
@@ -999,13 +984,12 @@ void CpuBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, i
     T* pm = row_max_out.data<T>();
     T* pt = target_logit.data<T>();
     const int64_t ld = matrix_ld(logits, "vocab_ce_partial");
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
+    parallel_for(N, N * valid > 4096, [&](int64_t i) {
       const T* row = px + i * ld;
       pm[i] = row_max(row, valid);
       const int64_t t = load_index(targets, i) - vocab_start;
       pt[i] = (t >= 0 && t < valid) ? row[t] : T(0);
-    }
+    });
   });
 }
 
@@ -1017,8 +1001,9 @@ void CpuBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max,
     const T* px = logits.data<T>();
     const T* pm = global_max.data<T>();
     T* ps = sumexp.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) ps[i] = static_cast<T>(row_sum_exp(px + i * ld, valid, pm[i]));
+    parallel_for(N, N * valid > 4096, [&](int64_t i) {
+      ps[i] = static_cast<T>(row_sum_exp(px + i * ld, valid, pm[i]));
+    });
   });
 }
 
@@ -1052,8 +1037,7 @@ void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, 
     const T* pg = dloss.data<T>();
     const T* pz = dlse.defined() ? dlse.data<T>() : nullptr;
     T* pd = dlogits.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
+    parallel_for(N, N * V > 4096, [&](int64_t i) {
       const int64_t t = load_index(targets, i) - vocab_start;
       const bool here = t >= 0 && t < valid;
       const T cap = static_cast<T>(softcap);
@@ -1061,7 +1045,7 @@ void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, 
       const T gs = pg[i] + (pz ? pz[i] : T(0));  // softmax's weight
       row_scaled_exp_capped(px + i * ld, valid, V, pm[i], gs / ps[i], cap, pd + i * ld);
       if (here) pd[i * ld + t] -= gt;
-    }
+    });
   });
 }
 
