@@ -414,8 +414,13 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
         for (int64_t o = 0; o < outer; ++o) {
           const T* row = px + o * n;
           double acc = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > 32768)
-          for (int64_t k = 0; k < n; ++k) acc += row[k];
+          if (worth_a_team(n > 32768)) {
+#pragma omp parallel for simd schedule(static) reduction(+ : acc)
+            for (int64_t k = 0; k < n; ++k) acc += row[k];
+          } else {
+#pragma omp simd reduction(+ : acc)
+            for (int64_t k = 0; k < n; ++k) acc += row[k];
+          }
           po[o] = static_cast<T>(acc);
         }
       }
@@ -426,20 +431,18 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
       // double; the inner dimension is split across threads.
       const int64_t block = 256;
       const int64_t blocks = (inner + block - 1) / block;
-#pragma omp parallel for schedule(static) collapse(2) if (outer * n * inner > 32768)
-      for (int64_t o = 0; o < outer; ++o) {
-        for (int64_t bj = 0; bj < blocks; ++bj) {
-          const int64_t j0 = bj * block, j1 = std::min(inner, j0 + block);
-          double acc[256];
-          for (int64_t j = j0; j < j1; ++j) acc[j - j0] = 0.0;
-          const T* base = px + o * n * inner;
-          for (int64_t k = 0; k < n; ++k) {
-            const T* row = base + k * inner;
-            for (int64_t j = j0; j < j1; ++j) acc[j - j0] += row[j];
-          }
-          for (int64_t j = j0; j < j1; ++j) po[o * inner + j] = static_cast<T>(acc[j - j0]);
+      parallel_for(outer * blocks, outer * n * inner > 32768, [&](int64_t ob) {
+        const int64_t o = ob / blocks, bj = ob % blocks;
+        const int64_t j0 = bj * block, j1 = std::min(inner, j0 + block);
+        double acc[256];
+        for (int64_t j = j0; j < j1; ++j) acc[j - j0] = 0.0;
+        const T* base = px + o * n * inner;
+        for (int64_t k = 0; k < n; ++k) {
+          const T* row = base + k * inner;
+          for (int64_t j = j0; j < j1; ++j) acc[j - j0] += row[j];
         }
-      }
+        for (int64_t j = j0; j < j1; ++j) po[o * inner + j] = static_cast<T>(acc[j - j0]);
+      });
       return;
     }
     parallel_for(outer, outer * inner > 4096, [&](int64_t o) {

@@ -477,8 +477,7 @@ void attention_forward_rows(const AttnOperands& a, const AttentionHeads& heads, 
     T* po = out.data<T>();
     T* pl = lse.data<T>();
     const DocStarts start_of(doc_starts, a);
-#pragma omp parallel
-    {
+    on_team(true, [&] {
       std::vector<T> S(static_cast<size_t>(kAttnBlock * std::max<int64_t>(Tn, 1)));
 #pragma omp for schedule(dynamic)
       for (int64_t bh = 0; bh < B * n_head; ++bh) {
@@ -531,7 +530,7 @@ void attention_forward_rows(const AttnOperands& a, const AttentionHeads& heads, 
           gemm_rm<T>(false, false, rows, hd, w, T(1), S.data(), w, v + kb * kvs, kvs, T(0), o, C);
         }
       }
-    }
+    });
   });
 }
 }  // namespace
@@ -637,8 +636,7 @@ void CpuBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
     };
     if (n >= kCachedGemmQueries) {
       const int64_t blocks = (n + kAttnBlock - 1) / kAttnBlock;
-#pragma omp parallel
-      {
+      on_team(true, [&] {
         std::vector<T> S(static_cast<size_t>(kAttnBlock * L));
 #pragma omp for schedule(dynamic)
         for (int64_t task = 0; task < B * H * blocks; ++task) {
@@ -663,11 +661,10 @@ void CpuBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
           gemm_rm<T>(false, false, rows, D, w, T(1), S.data(), w, v, D, T(0),
                      po + (b * n + i0) * H * D + h * D, H * D);
         }
-      }
+      });
       return;
     }
-#pragma omp parallel if (B * n * H * L * D > 32768)
-    {
+    on_team(B * n * H * L * D > 32768, [&] {
       std::vector<T> s(static_cast<size_t>(L));
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < B * n * H; ++r) {
@@ -692,7 +689,7 @@ void CpuBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
         }
         for (int64_t d = 0; d < D; ++d) o[d] *= inv;
       }
-    }
+    });
   });
 }
 
@@ -717,8 +714,7 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
     const AttnOperands d{dq_out, dkv_out, B, Tn, hd, qs, a.qrows, a.q0, kvs, a.kc};
     const DocStarts start_of(doc_starts, a);
     const size_t block = static_cast<size_t>(kAttnBlock * std::max<int64_t>(Tn, 1));
-#pragma omp parallel
-    {
+    on_team(true, [&] {
       std::vector<T> P(block), dP(block);
       // Soft-capped scores z: the cap's derivative 1 - (z / cap)^2 per score.
       std::vector<T> dcap(cap > 0 ? block : 0);
@@ -812,7 +808,7 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
           }
         }
       }
-    }
+    });
   });
 }
 }  // namespace

@@ -40,4 +40,18 @@ void parallel_for_simd(int64_t n, bool enough_work, F&& body) {
   }
 }
 
+// work() on every thread of a team when worth one, else once on this thread.
+// work may set up per-thread scratch and split a loop with an orphaned
+// `#pragma omp for`, which outside a team runs the whole loop here (without
+// a system call).
+template <class F>
+void on_team(bool enough_work, F&& work) {
+  if (worth_a_team(enough_work)) {
+#pragma omp parallel
+    work();
+  } else {
+    work();
+  }
+}
+
 }  // namespace triad::detail
