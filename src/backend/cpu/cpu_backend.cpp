@@ -108,21 +108,6 @@ void store_scalar(void* base, DType dt, int64_t i, double v) {
   }
 }
 
-// A strided copy between two views of one element type, moved as `Bits`
-// (an unsigned integer of the element's size).
-template <class Bits>
-void copy_rows(const Tensor& src, Tensor& dst) {
-  const int64_t nd = src.dim();
-  const int64_t cols = nd ? src.shape().back() : 1;
-  const int64_t ss = nd ? src.strides().back() : 0;
-  const int64_t ds = nd ? dst.strides().back() : 0;
-  const Bits* ps = static_cast<const Bits*>(src.raw_data());
-  Bits* pd = static_cast<Bits*>(dst.raw_data());
-  for_each_row(src.shape(), src.strides(), dst.strides(), [&](int64_t os, int64_t od, int64_t) {
-    for (int64_t i = 0; i < cols; ++i) pd[od + i * ds] = ps[os + i * ss];
-  });
-}
-
 // A strided copy that converts each element with `convert`: the conversions
 // between f32 and a 16-bit float that mixed precision makes around every
 // half op, here without the generic path's double and per-element type
@@ -145,6 +130,13 @@ void convert_rows(const Tensor& src, Tensor& dst, Convert convert) {
       for (int64_t i = 0; i < cols; ++i) out[i * ds] = convert(in[i * ss]);
     }
   });
+}
+
+// A strided copy between two views of one element type, moved as `Bits`
+// (an unsigned integer of the element's size).
+template <class Bits>
+void copy_rows(const Tensor& src, Tensor& dst) {
+  convert_rows<Bits, Bits>(src, dst, [](Bits v) { return v; });
 }
 
 // The conversions between f32 and bf16/f16 by their own loops; false for
