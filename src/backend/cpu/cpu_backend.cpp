@@ -108,10 +108,10 @@ void store_scalar(void* base, DType dt, int64_t i, double v) {
   }
 }
 
-// A strided copy that converts each element with `convert`: the conversions
-// between f32 and a 16-bit float that mixed precision makes around every
-// half op, here without the generic path's double and per-element type
-// switch (the same results: f32 to a half type rounds once either way).
+// A strided copy that passes each element through `convert` (the identity
+// for a copy within one type; for f32 <-> bf16/f16, the conversions mixed
+// precision makes around every half op, without the generic path's double
+// and per-element type switch: f32 to a half type rounds once either way).
 // Rows whose elements are adjacent on both sides run as plain loops.
 template <class S, class D, class Convert>
 void convert_rows(const Tensor& src, Tensor& dst, Convert convert) {

@@ -17,11 +17,10 @@ inline bool worth_a_team(bool enough_work) {
   return enough_work && omp_get_max_threads() > 1 && !omp_in_parallel();
 }
 
-// The loops on this thread call a copy of the body: the original's address
-// goes to the team's outlined function, and a closure that escapes is not
-// taken apart into registers, which kept GCC from vectorising the loop.
-
-// body(i) for each i, iterations split statically over the team.
+// body(i) for each i, iterations split statically over the team. (Each
+// helper's loop on the calling thread calls a copy of the body: the
+// original's address goes to the team's outlined function, and GCC does not
+// vectorise through a closure that escapes.)
 template <class F>
 void parallel_for(int64_t n, bool enough_work, F&& body) {
   if (worth_a_team(enough_work)) {
