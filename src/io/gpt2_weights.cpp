@@ -1084,8 +1084,9 @@ class WeightFiles {
   void check_listed(const TensorFilter& which) const {
     for (const auto& [name, f] : where_) {
       if (!which(name) || is_vision_tensor(name)) continue;
+      const std::string& shard = f;  // (no lambda captures a binding in clang < 16)
       const auto file = std::find_if(files_.begin(), files_.end(),
-                                     [&](const auto& entry) { return entry.first == f; });
+                                     [&](const auto& entry) { return entry.first == shard; });
       if (file == files_.end() || !file->second->shapes().count(name))
         throw IoError("weights shard '" + f + "' lacks '" + name + "', which the index lists");
     }

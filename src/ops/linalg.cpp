@@ -153,8 +153,8 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   // bias its column sums, the same way.
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
   const Tensor leaf_bias = has_bias && bias.requires_grad() && bias.is_leaf() ? bias : Tensor();
-  auto weight_grad = [rows, out_f, in_f, has_bias, leaf_weight, leaf_bias,
-                      need_w = weight.requires_grad(), need_b = has_bias && bias.requires_grad()](
+  auto weight_grad = [rows, out_f, in_f, leaf_weight, leaf_bias, need_w = weight.requires_grad(),
+                      need_b = has_bias && bias.requires_grad()](
                          const Tensor& x2, const TensorList& g) -> TensorList {
     Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
     Tensor gw;

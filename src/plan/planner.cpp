@@ -109,9 +109,11 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                                     .first;
                       }
                       balanced.stage_layers = known->second;
+                      const int64_t chunks =
+                          pp * v;  // (no lambda captures a binding in clang < 16)
                       const bool even =
                           std::all_of(balanced.stage_layers.begin(), balanced.stage_layers.end(),
-                                      [&](int64_t n) { return n * pp * v == m.n_layer; });
+                                      [&](int64_t n) { return n * chunks == m.n_layer; });
                       if (!even) layouts.push_back(balanced);
                     }
                     // Context parallelism by every exchange (the all-to-all

@@ -1688,8 +1688,10 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
           return;
         }
         if (zero_optimizer_) {
-          for (const auto& [at, seg] : zero_of[name]) {
+          for (const auto& [at, segment] : zero_of[name]) {
             // This rank's piece of a full-shaped tensor into its flat state.
+            // (A named copy: clang before 16 lets no lambda capture a binding.)
+            const auto& seg = segment;
             auto place = [&](Tensor& state, int64_t where, const Tensor& src,
                              const std::string& what) {
               Tensor dst = narrow(state, 0, where, seg.length);
