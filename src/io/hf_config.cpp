@@ -21,6 +21,19 @@ bool is_deepseek_mla(const std::string& type) {
 
 using Json = nlohmann::json;
 
+// obj[key] as a string: `otherwise` when absent or null, a ConfigError
+// naming the file and `path.key` when something else.
+std::string string_entry(const Json& obj, const char* key, const std::string& otherwise,
+                         const std::string& source, const std::string& path) {
+  if (!obj.contains(key) || obj.at(key).is_null()) return otherwise;
+  const Json& v = obj.at(key);
+  if (!v.is_string()) {
+    throw ConfigError(source + ": '" + (path.empty() ? "" : path + ".") + key + "' (" + v.dump() +
+                      ") must be a string");
+  }
+  return v.get<std::string>();
+}
+
 // Typed reads of config.json's keys, each error naming the file and key.
 class Keys {
  public:
@@ -103,7 +116,9 @@ class Keys {
     if (!v.is_object())
       unsupported("rope_scaling",
                   "expected an object with rope_type llama3, linear, yarn or longrope");
-    std::string type = v.value("rope_type", v.value("type", std::string()));
+    std::string type =
+        string_entry(v, "rope_type", string_entry(v, "type", "", source_, "rope_scaling"), source_,
+                     "rope_scaling");
     if (type == "su") type = "longrope";  // (Phi-3's first files)
     // transformers' own name for no scaling ({"rope_type": "default"}, as
     // Seed-OSS's files write it): the plain rotation.
@@ -1127,7 +1142,7 @@ nn::GptConfig gptj_config(const Keys& k, const std::string& type) {
 Json with_rope_parameters_flattened(Json j, const std::string& source) {
   if (!j.contains("rope_parameters") || j.at("rope_parameters").is_null()) return j;
   const Json params = j.at("rope_parameters");
-  const std::string type = j.value("model_type", std::string());
+  const std::string type = string_entry(j, "model_type", "", source, "");
   auto fail = [&](const std::string& why) {
     throw ConfigError(source + ": 'rope_parameters' (" + params.dump() + "): " + why);
   };
@@ -1147,8 +1162,9 @@ Json with_rope_parameters_flattened(Json j, const std::string& source) {
     }
     j[key] = value;
   };
-  auto kind_of = [](const Json& p) {
-    return p.value("rope_type", p.value("type", std::string("default")));
+  auto kind_of = [&](const Json& p, const std::string& path = "rope_parameters") {
+    return string_entry(p, "rope_type", string_entry(p, "type", "default", source, path), source,
+                        path);
   };
   if (full.contains("rope_theta")) set("rope_theta", full.at("rope_theta"));
   if (full.contains("partial_rotary_factor"))
@@ -1166,7 +1182,7 @@ Json with_rope_parameters_flattened(Json j, const std::string& source) {
     if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
       // (The older key beside the newer one: each of its entries the same.)
       const Json& older = j.at("rope_scaling");
-      if (!older.is_object() || kind_of(older) != kind) {
+      if (!older.is_object() || kind_of(older, "rope_scaling") != kind) {
         throw ConfigError(source + ": 'rope_scaling' (" + older.dump() + ") and rope_parameters (" +
                           params.dump() + ") disagree");
       }
@@ -1267,8 +1283,9 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   if (k.has("quantization_config")) {
     const Json& q = k.json("quantization_config");
     // (MiniMax-M2's files name the same format float8_e4m3fn.)
-    const std::string fmt = q.is_object() ? q.value("fmt", std::string("e4m3")) : "";
-    const bool fp8 = q.is_object() && q.value("quant_method", std::string()) == "fp8" &&
+    const std::string where = "quantization_config";
+    const std::string fmt = q.is_object() ? string_entry(q, "fmt", "e4m3", source, where) : "";
+    const bool fp8 = q.is_object() && string_entry(q, "quant_method", "", source, where) == "fp8" &&
                      (fmt == "e4m3" || fmt == "float8_e4m3fn");
     if (!fp8)
       k.unsupported("quantization_config",

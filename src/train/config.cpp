@@ -73,6 +73,15 @@ bool get_bool(const YAML::Node& n, const std::string& key) {
   throw ConfigError(key + ": expected true or false, got '" + scalar_text(n) + "'");
 }
 
+// A mapping's key as text; `where` names the mapping ("" for the top level).
+std::string key_name(const YAML::Node& k, const std::string& where) {
+  if (!k.IsScalar()) {
+    throw ConfigError((where.empty() ? std::string("the config") : where) +
+                      ": a key must be a plain name, got '" + scalar_text(k) + "'");
+  }
+  return k.Scalar();
+}
+
 std::string get_string(const YAML::Node& n, const std::string& key) {
   if (!n.IsScalar()) throw ConfigError(key + ": expected a string, got '" + scalar_text(n) + "'");
   return n.Scalar();
@@ -124,7 +133,7 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
                                                 "bias_update_rate",
                                                 "aux_loss_scope"};
   for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    const std::string k = key_name(it->first, key);
     if (!allowed.count(k))
       throw ConfigError("unknown key '" + key + "." + k + "' (allowed: " + keys + ")");
   }
@@ -226,7 +235,7 @@ nn::GptConfig::Mla get_mla(const YAML::Node& n, const std::string& key) {
                                                  {"qk_rope_head_dim", &a.qk_rope_head_dim},
                                                  {"v_head_dim", &a.v_head_dim}};
   for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    const std::string k = key_name(it->first, key);
     if (k == "mscale_all_dim") {
       a.mscale_all_dim = get_double(it->second, key + "." + k);
     } else if (auto s = sizes.find(k); s != sizes.end()) {
@@ -264,7 +273,7 @@ nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key,
   }
   if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
   for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    const std::string k = key_name(it->first, key);
     if (k != "rank" && k != "alpha" && k != "targets" && k != "dropout") {
       throw ConfigError("unknown key '" + key + "." + k +
                         "' (allowed: rank, alpha, targets, dropout)");
@@ -332,7 +341,7 @@ RopeScaling get_rope_scaling(const YAML::Node& n, const std::string& key) {
   const std::vector<RopeScalingKey> keys = rope_scaling_keys(r.kind);
   const bool lists = r.kind == RopeScaling::Kind::LongRope;
   for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    const std::string k = key_name(it->first, key);
     bool known = k == "type" || (lists && (k == "short_factor" || k == "long_factor"));
     std::string allowed = lists ? "type, short_factor, long_factor" : "type";
     for (const auto& a : keys) {
@@ -383,7 +392,7 @@ std::vector<Config::DataPart> get_data_parts(const YAML::Node& n, const std::str
     const YAML::Node e = n[i];
     if (!e.IsMap()) throw ConfigError(at + ": expected {path: ..., weight: ...}");
     for (auto it = e.begin(); it != e.end(); ++it) {
-      const std::string k = it->first.as<std::string>();
+      const std::string k = key_name(it->first, at);
       if (k != "path" && k != "weight") {
         throw ConfigError("unknown key '" + at + "." + k + "' (allowed: path, weight)");
       }
@@ -413,7 +422,7 @@ std::vector<Set> get_named_paths(const YAML::Node& n, const std::string& key, co
   }
   std::vector<Set> sets;
   for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string name = it->first.as<std::string>();
+    const std::string name = key_name(it->first, key);
     // Names become metric and TensorBoard keys: kept plain.
     const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char ch) {
       return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
@@ -438,7 +447,7 @@ void apply_section(const YAML::Node& node, const std::string& name, const Sectio
   std::string allowed;
   for (const auto& [k, f] : fields) allowed += (allowed.empty() ? "" : ", ") + k;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string key = it->first.as<std::string>();
+    const std::string key = key_name(it->first, name);
     bool known = false;
     for (const auto& [k, f] : fields) known = known || k == key;
     if (!known) {
@@ -1067,7 +1076,7 @@ void flatten(const YAML::Node& node, const std::string& key,
              std::map<std::string, std::string>& out) {
   if (node.IsMap()) {
     for (const auto& kv : node) {
-      const std::string name = kv.first.as<std::string>();
+      const std::string name = key_name(kv.first, key);
       flatten(kv.second, key.empty() ? name : key + "." + name, out);
     }
   } else if (node.IsSequence()) {
@@ -1322,7 +1331,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           }
           t.lr_scale.clear();
           for (auto it = v.begin(); it != v.end(); ++it) {
-            const std::string pattern = it->first.template as<std::string>();
+            const std::string pattern = key_name(it->first, k);
             t.lr_scale.emplace_back(pattern, get_double(it->second, k + "['" + pattern + "']"));
           }
         }}},
@@ -1902,7 +1911,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           if (c.parallel.stage_layers_auto) return;
           if (v.IsMap()) {
             for (auto it = v.begin(); it != v.end(); ++it) {
-              const std::string key = it->first.template as<std::string>();
+              const std::string key = key_name(it->first, k);
               if (key != "first" && key != "last") {
                 throw ConfigError(k + "." + key +
                                   ": unknown key (allowed: first, last: the first and the last "
@@ -1939,7 +1948,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   const std::string allowed =
       "model, train, data, init, output, log, parallel, checkpoint, eval, device";
   for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string key = it->first.as<std::string>();
+    const std::string key = key_name(it->first, "");
     if (key == "device") {
       c.device = get_string(it->second, "device");
       continue;

@@ -877,6 +877,28 @@ std::string with_rope_parameters(const std::string& json, const std::vector<std:
   return j.dump();
 }
 
+// A kind named by something other than a string (rope_type, the older
+// type, model_type, a quantization's method) is an error naming the key and
+// its value, as every other key of the wrong type is.
+TEST(HfConfig, AKindThatIsNoStringIsNamed) {
+  EXPECT_NE(error_of(with_rope_parameters(kLlama7b, {"rope_theta", "rope_scaling"},
+                                          R"({"rope_type": 5, "rope_theta": 1.0})"))
+                .find("'rope_parameters.rope_type' (5) must be a string"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_rope_parameters(
+                         kGemma3_1b, {"rope_theta", "rope_scaling", "rope_local_base_freq"},
+                         R"({"full_attention": {"type": [1], "rope_theta": 1000000},
+                             "sliding_attention": {"rope_type": "default"}})"))
+                .find("'rope_parameters.type' ([1]) must be a string"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(kLlama7b, "rope_scaling", R"({"rope_type": {"x": 1}, "factor": 2})"))
+                .find("'rope_scaling.rope_type' ({\"x\":1}) must be a string"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(kLlama7b, "quantization_config", R"({"quant_method": 8})"))
+                .find("'quantization_config.quant_method' (8) must be a string"),
+            std::string::npos);
+}
+
 // transformers 5's rope_parameters read as the older keys they replace:
 // each file the same model (the config.json Triad writes for it the same)
 // as its older form, for LLaMA 3.1's llama3 scaling, Qwen2.5's yarn,

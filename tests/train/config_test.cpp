@@ -177,6 +177,18 @@ data: {train: data/x.bin}
   EXPECT_NO_THROW(parse_config(kValid));
 }
 
+// A mapping's key that is a list or a mapping (YAML allows it) is an error
+// naming where, at the top level and inside sections.
+TEST(Config, AKeyThatIsNoNameIsAnError) {
+  expect_config_error(std::string(kValid) + "? [a, b]\n: 1\n", {},
+                      "the config: a key must be a plain name");
+  expect_config_error(kValid, {"model.moe={[x]: 1}"}, "model.moe: a key must be a plain name");
+  expect_config_error(kValid, {"train.lr_scale={{a: b}: 2}"},
+                      "train.lr_scale: a key must be a plain name");
+  expect_config_error(kValid, {"data.train=[{[p]: a.bin}]"},
+                      "data.train[0]: a key must be a plain name");
+}
+
 // train.epochs instead of train.steps: one of the two, positive; written
 // back as given; turned into steps by the data's size (the ramp counted).
 TEST(Config, EpochsStandInForStepsUntilTheDataIsRead) {
