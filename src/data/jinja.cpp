@@ -5,6 +5,7 @@
 #include "triad/data/jinja.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,38 @@ namespace {
 [[noreturn]] void fail(int line, const std::string& what) {
   throw ValueError("chat template, line " + std::to_string(line) + ": " + what);
 }
+
+// What a template may not exceed. A chat template comes with a downloaded
+// model, so whatever it holds ends in an error, never in a crash, a hang or
+// all of memory. Real templates stay far inside these (a few levels of
+// nesting, thousands of steps, kilobytes of text).
+constexpr int kMaxNesting = 256;          // parser: brackets, operators, blocks inside each other
+constexpr int kMaxExprDepth = 512;        // one expression's tree
+constexpr int kMaxRenderDepth = 1024;     // renderer: expressions and statements in progress
+constexpr int kMaxCallDepth = 100;        // renderer: macro calls (and loop(...)) in progress
+constexpr int kMaxDataDepth = 256;        // lists and dicts inside each other in a stored value
+constexpr int64_t kMaxSteps = 2'000'000;  // expressions and statements run by one render
+constexpr int64_t kMaxRange = 100000;     // range()'s items, as Jinja2's sandbox (MAX_RANGE)
+constexpr size_t kMaxText = size_t{16} << 20;  // bytes in any string, the output included
+constexpr size_t kMaxItems = size_t{1} << 20;  // items in any list or dict
+
+// Counts one level of recursion in `depth` while alive; past `limit`, an
+// error saying what nests too deeply.
+class Nest {
+ public:
+  Nest(int& depth, int limit, int line, const char* what) : depth_(depth) {
+    if (++depth_ > limit) {
+      --depth_;
+      fail(line, std::string(what) + " nest more than " + std::to_string(limit) + " levels deep");
+    }
+  }
+  ~Nest() { --depth_; }
+  Nest(const Nest&) = delete;
+  Nest& operator=(const Nest&) = delete;
+
+ private:
+  int& depth_;
+};
 
 // ---------------------------------------------------------------- lexing
 
@@ -193,7 +226,9 @@ class Lexer {
         t.number = std::strtod(t.text.c_str(), nullptr);
       } else {
         t.kind = Tok::Int;
+        errno = 0;
         t.integer = std::strtoll(t.text.c_str(), nullptr, 10);
+        if (errno == ERANGE) fail(t.line, "the integer " + t.text + " does not fit in 64 bits");
       }
       pos_ = e;
       return t;
@@ -315,7 +350,51 @@ struct Expr {
   std::vector<std::pair<std::string, ExprP>> kwargs;  // Call, Filter, Test
   bool negated = false;                               // Test: `is not`
   std::vector<std::string> ops;                       // Compare: the operators between its operands
+
+  Expr() = default;
+  Expr(const Expr&) = delete;
+  Expr& operator=(const Expr&) = delete;
+  // Frees the operands a level at a time rather than recursively, so that
+  // no tree is too deep to free (a long chain `a + b + c + ...` is as deep
+  // as it is long).
+  ~Expr() {
+    std::vector<ExprP> pending;
+    auto detach = [&](Expr& e) {
+      for (ExprP& a : e.args) {
+        if (a) pending.push_back(std::move(a));
+      }
+      for (auto& kv : e.kwargs) {
+        if (kv.second) pending.push_back(std::move(kv.second));
+      }
+    };
+    detach(*this);
+    while (!pending.empty()) {
+      ExprP e = std::move(pending.back());
+      pending.pop_back();
+      detach(*e);
+    }
+  }
 };
+
+// The depth of e's tree (iteratively), or an error past kMaxExprDepth.
+void check_depth(const Expr* root) {
+  if (!root) return;
+  std::vector<std::pair<const Expr*, int>> pending{{root, 1}};
+  while (!pending.empty()) {
+    const auto [e, depth] = pending.back();
+    pending.pop_back();
+    if (depth > kMaxExprDepth) {
+      fail(e->line,
+           "an expression nests more than " + std::to_string(kMaxExprDepth) + " operations deep");
+    }
+    for (const ExprP& a : e->args) {
+      if (a) pending.emplace_back(a.get(), depth + 1);
+    }
+    for (const auto& kv : e->kwargs) {
+      if (kv.second) pending.emplace_back(kv.second.get(), depth + 1);
+    }
+  }
+}
 
 // The name a {% filter %} block's text is bound to while its filters run
 // (no template can write it).
@@ -432,6 +511,7 @@ class ExprParser {
   explicit ExprParser(Cursor& c) : c_(c) {}
 
   ExprP expression() {
+    const Nest nest(nesting_, kMaxNesting, c_.peek().line, "expressions");
     ExprP a = logic_or();
     while (c_.is_name("if")) {
       const int line = c_.next().line;
@@ -458,6 +538,7 @@ class ExprParser {
   }
   ExprP logic_not() {
     if (c_.is_name("not")) {
+      const Nest nest(nesting_, kMaxNesting, c_.peek().line, "expressions");
       auto e = make(Expr::Unary, c_.next().line);
       e->name = "not";
       e->args.push_back(logic_not());
@@ -523,6 +604,7 @@ class ExprParser {
   ExprP unary(bool with_filters) {
     ExprP e;
     if (c_.is_op("-") || c_.is_op("+")) {
+      const Nest nest(nesting_, kMaxNesting, c_.peek().line, "expressions");
       const Token& t = c_.next();
       e = make(Expr::Unary, t.line);
       e->name = t.text;
@@ -700,7 +782,16 @@ class ExprParser {
 
  private:
   Cursor& c_;
+  int nesting_ = 0;
 };
+
+// The expressions a node holds (not its body's), each within kMaxExprDepth.
+void check_depth(const Node& n) {
+  check_depth(n.expr.get());
+  check_depth(n.filter.get());
+  for (const auto& branch : n.branches) check_depth(branch.first.get());
+  for (const auto& param : n.params) check_depth(param.second.get());
+}
 
 class Parser {
  public:
@@ -716,6 +807,7 @@ class Parser {
   // Nodes up to a statement whose keyword is in `stops` (left unread, its
   // keyword in *stopped) or the end of the template.
   Body body(const std::set<std::string>& stops, std::string* stopped) {
+    const Nest nest(blocks_, kMaxNesting, at_ > 0 ? chunks_[at_ - 1].line : 1, "blocks");
     Body out;
     while (at_ < chunks_.size()) {
       Chunk& c = chunks_[at_];
@@ -735,6 +827,7 @@ class Parser {
         n->line = c.line;
         n->expr = ExprParser(cur).expression();
         cur.expect_end();
+        check_depth(*n);
         out.push_back(std::move(n));
         ++at_;
         continue;
@@ -889,6 +982,7 @@ class Parser {
     } else {
       fail(line, "the tag '" + keyword + "' is not supported");
     }
+    check_depth(*n);
     out.push_back(std::move(n));
   }
 
@@ -914,6 +1008,7 @@ class Parser {
 
   std::vector<Chunk> chunks_;
   size_t at_ = 0;
+  int blocks_ = 0;
 
  public:
   bool has_generation_ = false;
@@ -947,6 +1042,16 @@ struct Value {
   bool tuple = false;
 
   static Value of(json j) {
+    if (j.is_string() && j.get_ref<const std::string&>().size() > kMaxText) {
+      throw ValueError(
+          "chat template: a string of " + std::to_string(j.get_ref<const std::string&>().size()) +
+          " bytes, more than the " + std::to_string(kMaxText) + " a template may make");
+    }
+    if ((j.is_array() || j.is_object()) && j.size() > kMaxItems) {
+      throw ValueError("chat template: a list or dict of " + std::to_string(j.size()) +
+                       " items, more than the " + std::to_string(kMaxItems) +
+                       " a template may make");
+    }
     Value v;
     v.kind = Kind::Data;
     v.data = std::move(j);
@@ -1124,6 +1229,54 @@ bool is_int(const json& v) {
 bool is_num(const json& v) {
   return v.is_number();
 }
+
+// 64-bit integer arithmetic, or an error where Python's integers would grow
+// past 64 bits (Triad's template integers do not).
+int64_t int_op(char op, int64_t a, int64_t b, int line) {
+  int64_t r = 0;
+  bool over = false;
+  switch (op) {
+    case '+':
+      over = __builtin_add_overflow(a, b, &r);
+      break;
+    case '-':
+      over = __builtin_sub_overflow(a, b, &r);
+      break;
+    default:
+      over = __builtin_mul_overflow(a, b, &r);
+      break;
+  }
+  if (over) {
+    fail(line, std::to_string(a) + " " + op + " " + std::to_string(b) + " does not fit in 64 bits");
+  }
+  return r;
+}
+
+// -a, or an error for the one int64 that has no negation.
+int64_t negated(int64_t a, int line) {
+  if (a == INT64_MIN) fail(line, "-(" + std::to_string(a) + ") does not fit in 64 bits");
+  return -a;
+}
+
+// base ** exp (exp >= 0) exactly, by squaring, or an error past 64 bits.
+int64_t int_pow(int64_t base, int64_t exp, int line) {
+  int64_t power = 1, b = base;
+  for (int64_t e = exp; e > 0; e >>= 1) {
+    if (((e & 1) && __builtin_mul_overflow(power, b, &power)) ||
+        (e > 1 && __builtin_mul_overflow(b, b, &b))) {
+      fail(line, std::to_string(base) + " ** " + std::to_string(exp) + " does not fit in 64 bits");
+    }
+  }
+  return power;
+}
+
+// A whole number as an int64, or an error naming `what` (a float past
+// 64 bits, NaN or infinity cannot be one).
+int64_t float_to_int(double d, int line, const std::string& what) {
+  if (!(d > -9.2233720368547758e18 && d < 9.2233720368547758e18))
+    fail(line, what + " (" + py_float(d) + ") does not fit in a 64-bit integer");
+  return static_cast<int64_t>(d);
+}
 double num(const json& v) {
   return v.get<double>();
 }
@@ -1145,6 +1298,10 @@ int64_t index_of(int64_t i, int64_t n) {
 // Python's slice indices over n items.
 std::vector<int64_t> slice_indices(const json& start, const json& stop, const json& step, int64_t n,
                                    int line) {
+  for (const json* v : {&start, &stop, &step}) {
+    if (!v->is_null() && !is_int(*v))
+      fail(line, "slice indices must be integers or none, not " + v->dump());
+  }
   const int64_t st = step.is_null() ? 1 : step.get<int64_t>();
   if (st == 0) fail(line, "a slice's step cannot be zero");
   auto clamp = [&](const json& v, int64_t dflt) {
@@ -1156,7 +1313,12 @@ std::vector<int64_t> slice_indices(const json& start, const json& stop, const js
   const int64_t a = clamp(start, st > 0 ? 0 : n - 1);
   const int64_t b = clamp(stop, st > 0 ? n : -1);
   std::vector<int64_t> out;
-  for (int64_t i = a; st > 0 ? i < b : i > b; i += st) out.push_back(i);
+  // (a and b lie in [-1, n]: each step is taken only when it stays short of b.)
+  for (int64_t i = a; st > 0 ? i < b : i > b;) {
+    out.push_back(i);
+    if (st > 0 ? b - i <= st : i - b - 1 <= -(st + 1)) break;  // (no -st: it may overflow)
+    i += st;
+  }
   return out;
 }
 
@@ -1309,8 +1471,12 @@ void dump(const json& v, int indent, bool sort_keys, int depth, std::string& out
         return;
       }
       out += arr ? '[' : '{';
-      const std::string pad =
-          indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent * (depth + 1)), ' ') : "";
+      const uint64_t width = indent >= 0 ? uint64_t(indent) * uint64_t(depth + 1) : 0;
+      if (width > kMaxText || out.size() + width * v.size() > kMaxText) {
+        throw ValueError("chat template: tojson's text would be longer than " +
+                         std::to_string(kMaxText) + " bytes");
+      }
+      const std::string pad = indent >= 0 ? "\n" + std::string(width, ' ') : "";
       std::vector<std::pair<std::string, const json*>> items;
       if (arr) {
         for (const json& x : v) items.emplace_back("", &x);
@@ -1329,7 +1495,7 @@ void dump(const json& v, int indent, bool sort_keys, int depth, std::string& out
         }
         dump(*items[i].second, indent, sort_keys, depth + 1, out);
       }
-      if (indent >= 0) out += "\n" + std::string(static_cast<size_t>(indent * depth), ' ');
+      if (indent >= 0) out += "\n" + std::string(uint64_t(indent) * uint64_t(depth), ' ');
       out += arr ? ']' : '}';
       return;
     }
@@ -1389,6 +1555,7 @@ std::string percent_format(const std::string& format, const json& args, int line
       for (; j < format.size() && std::isdigit(static_cast<unsigned char>(format[j])); ++j) {
         value = value * 10 + static_cast<size_t>(format[j] - '0');
         spec += format[j];
+        if (value > kMaxText) fail(line, "a % conversion's width or precision is too large");
       }
     };
     size_t width = 0, precision = std::string::npos;
@@ -1467,13 +1634,48 @@ class Renderer {
   }
 
  private:
+  // One more expression or statement run, or `n` items gone through (or an
+  // error past kMaxSteps).
+  void step(int line, int64_t n = 1) {
+    steps_ += n;
+    if (steps_ > kMaxSteps) {
+      fail(line, "the template runs more than " + std::to_string(kMaxSteps) +
+                     " expressions and statements");
+    }
+  }
+  // out += text, within kMaxText.
+  static void append(std::string& out, const std::string& text, int line) {
+    if (out.size() + text.size() > kMaxText) {
+      fail(line, "the template writes more than " + std::to_string(kMaxText) + " bytes");
+    }
+    out += text;
+  }
+  // A value kept in a variable or namespace: nested no deeper than
+  // kMaxDataDepth (printing and comparing values recurse through them).
+  static void check_nesting(const json& v, int line) {
+    if (deeper_than(v, kMaxDataDepth)) {
+      fail(line, "a value nests lists and dicts more than " + std::to_string(kMaxDataDepth) +
+                     " levels deep");
+    }
+  }
+  static bool deeper_than(const json& v, int levels) {
+    if (!v.is_array() && !v.is_object()) return false;
+    if (levels == 0) return true;
+    for (const json& x : v) {
+      if (deeper_than(x, levels - 1)) return true;
+    }
+    return false;
+  }
+
   Flow exec(const Node& n, std::string& out) {
+    const Nest nest(depth_, kMaxRenderDepth, n.line, "expressions, blocks and macro calls");
+    step(n.line);
     switch (n.kind) {
       case Node::Text:
-        out += n.text;
+        append(out, n.text, n.line);
         return Flow::Normal;
       case Node::Output:
-        out += str(eval(*n.expr));
+        append(out, str(eval(*n.expr)), n.line);
         return Flow::Normal;
       case Node::If:
         for (const auto& [cond, body] : n.branches) {
@@ -1489,8 +1691,10 @@ class Renderer {
           if (ns.kind != Value::Kind::Namespace)
             fail(n.line, "cannot assign an attribute of '" + n.targets[0] + "', not a namespace");
           if (!v.is_data()) fail(n.line, "only data can be stored in a namespace");
+          check_nesting(v.data, n.line);
           (*ns.object)[n.attr] = v.data;
         } else if (n.targets.size() == 1) {
+          if (v.is_data()) check_nesting(v.data, n.line);
           scopes_.back()[n.targets[0]] = v;
         } else {
           unpack(n.targets, v, n.line);
@@ -1522,7 +1726,7 @@ class Renderer {
         scopes_.back()[kBlockText] = Value::of(text);
         const Value v = eval(*n.filter);
         scopes_.pop_back();
-        out += str(v);
+        append(out, str(v), n.line);
         return f;
       }
       case Node::CallBlock: {
@@ -1534,7 +1738,7 @@ class Renderer {
         scopes_.back()["caller"] = caller;
         const Value v = eval(*n.expr);
         scopes_.pop_back();
-        out += str(v);
+        append(out, str(v), n.line);
         return Flow::Normal;
       }
       case Node::Generation: {
@@ -1559,6 +1763,7 @@ class Renderer {
     if (v.kind == Value::Kind::Undefined) return out;
     if (!v.is_data()) fail(line, "'" + str(v) + "' cannot be iterated over");
     const json& d = v.data;
+    step(line, d.is_string() ? int64_t(d.get_ref<const std::string&>().size()) : int64_t(d.size()));
     if (d.is_array()) {
       for (const json& x : d) out.push_back(Value::of(x));
     } else if (d.is_object()) {
@@ -1596,6 +1801,7 @@ class Renderer {
     }
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      step(n.line, 10);  // (the loop variable's ten entries)
       json info = {{"index", i + 1},      {"index0", i},
                    {"revindex", len - i}, {"revindex0", len - i - 1},
                    {"first", i == 0},     {"last", i == len - 1},
@@ -1626,6 +1832,8 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    const Nest nest(depth_, kMaxRenderDepth, e.line, "expressions, blocks and macro calls");
+    step(e.line);
     switch (e.kind) {
       case Expr::Literal:
         return Value::of(e.value);
@@ -1673,7 +1881,8 @@ class Renderer {
         const json& d = data(v, e.line);
         if (!is_num(d)) fail(e.line, "bad operand for unary " + e.name + ": " + py_repr(d));
         if (e.name == "+") return v;
-        return is_int(d) ? Value::of(-d.get<int64_t>()) : Value::of(-d.get<double>());
+        return is_int(d) ? Value::of(negated(d.get<int64_t>(), e.line))
+                         : Value::of(-d.get<double>());
       }
       case Expr::Binary:
         return binary_op(e);
@@ -1684,6 +1893,13 @@ class Renderer {
         return e.args[2] ? eval(*e.args[2]) : Value::undefined("");
     }
     fail(e.line, "unknown expression");
+  }
+
+  // An integer argument, or an error naming `what`.
+  static int64_t integer(const Value& v, int line, const std::string& what) {
+    const json& d = data(v, line);
+    if (!is_int(d)) fail(line, what + " must be an integer, got " + py_repr(d));
+    return d.get<int64_t>();
   }
 
   // A value as data, or an error for an undefined one (naming it).
@@ -1727,7 +1943,8 @@ class Renderer {
       m.self = std::make_shared<Value>(obj);
       return m;
     }
-    if (d.is_array() && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0])))
+    if (d.is_array() && !name.empty() && name.size() <= 18 &&
+        name.find_first_not_of("0123456789") == std::string::npos)
       return item(obj, Value::of(std::stoll(name)), line);
     return Value::undefined(name);
   }
@@ -1806,6 +2023,7 @@ class Renderer {
       if (callee.macro == nullptr) fail(e.line, "loop() needs a loop declared recursive");
       if (args.size() != 1 || !kw.empty()) fail(e.line, "loop() takes the items to loop over");
       std::string text;
+      const Nest nest(calls_, kMaxCallDepth, e.line, "recursive loops");
       loop_over(*callee.macro, args[0], callee.data.at("depth").get<int64_t>() + 1, text);
       return Value::of(text);
     }
@@ -1855,6 +2073,7 @@ class Renderer {
       scope["varargs"].tuple = true;
     }
     if (m.kwargs) scope["kwargs"] = Value::of(std::move(named));
+    const Nest nest(calls_, kMaxCallDepth, line, "macro calls");
     scopes_.push_back(std::move(scope));
     std::string out;
     run(m.body, out);
@@ -1902,6 +2121,8 @@ class Renderer {
         } else {
           if (automatic > 0) fail(line, "cannot switch from automatic field numbering to manual");
           numbered = true;
+          if (field.size() > 9 || field.find_first_not_of("0123456789") != std::string::npos)
+            fail(line, "format: the field '{" + field + "}' is not an index it has");
           index = static_cast<size_t>(std::stoul(field));
         }
         if (index >= args.size())
@@ -1927,10 +2148,21 @@ class Renderer {
         a.push_back(d.get<int64_t>());
       }
       const int64_t start = a.size() > 1 ? a[0] : 0, stop = a.size() > 1 ? a[1] : a[0],
-                    step = a.size() > 2 ? a[2] : 1;
-      if (step == 0) fail(line, "range's step cannot be zero");
+                    by_step = a.size() > 2 ? a[2] : 1;
+      if (by_step == 0) fail(line, "range's step cannot be zero");
+      // Its length as Python counts it (in 128 bits: no overflow), at most
+      // kMaxRange as in the sandbox transformers runs templates in.
+      const __int128 span = by_step > 0 ? __int128{stop} - start : __int128{start} - stop;
+      const __int128 by = by_step > 0 ? __int128{by_step} : -__int128{by_step};
+      const __int128 count = span <= 0 ? 0 : (span + by - 1) / by;
+      if (count > kMaxRange) {
+        fail(line, "range() of more than " + std::to_string(kMaxRange) +
+                       " items (the limit of the sandbox chat templates run in)");
+      }
+      step(line, static_cast<int64_t>(count));
       json out = json::array();
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
+      for (int64_t k = 0; k < static_cast<int64_t>(count); ++k)
+        out.push_back(static_cast<int64_t>(start + __int128{k} * by_step));
       return Value::of(std::move(out));
     }
     if (name == "namespace" || name == "dict") {
@@ -1972,7 +2204,10 @@ class Renderer {
     }
     if (d.is_string() && name == "format") return Value::of(str_format(d, args, kw, line));
     if (!kw.empty()) fail(line, name + "() takes no keyword arguments");
-    auto a = [&](size_t i) -> const json& { return data(args.at(i), line); };
+    auto a = [&](size_t i) -> const json& {
+      if (i >= args.size()) fail(line, name + "() needs more arguments");
+      return data(args[i], line);
+    };
     auto string_arg = [&](size_t i) -> std::string {
       const json& v = a(i);
       if (!v.is_string()) fail(line, name + "() takes a string, got " + py_repr(v));
@@ -2007,7 +2242,7 @@ class Renderer {
     if (name == "split" || name == "rsplit") {
       const json sep = args.empty() ? json(nullptr) : a(0);
       if (!sep.is_null() && !sep.is_string()) fail(line, name + "() takes a string separator");
-      const int64_t maxsplit = args.size() > 1 ? a(1).get<int64_t>() : -1;
+      const int64_t maxsplit = args.size() > 1 ? integer(args[1], line, "maxsplit") : -1;
       if (name == "rsplit" && maxsplit >= 0) fail(line, "rsplit with a maximum is not supported");
       return Value::of(split(s, sep, maxsplit));
     }
@@ -2033,7 +2268,7 @@ class Renderer {
     if (name == "title") return Value::of(title(s));
     if (name == "capitalize") return Value::of(capitalize(s));
     if (name == "replace") {
-      const int64_t count = args.size() > 2 ? a(2).get<int64_t>() : -1;
+      const int64_t count = args.size() > 2 ? integer(args[2], line, "replace's count") : -1;
       return Value::of(replace_all(s, string_arg(0), string_arg(1), count));
     }
     if (name == "find") {
@@ -2052,7 +2287,8 @@ class Renderer {
     if (name == "join") {
       std::string out;
       bool first = true;
-      for (const Value& v : items_of(args.at(0), line)) {
+      if (args.empty()) fail(line, "join() needs the items to join");
+      for (const Value& v : items_of(args[0], line)) {
         out += (first ? "" : s) + str(v);
         first = false;
       }
@@ -2098,8 +2334,11 @@ class Renderer {
     if (name == "odd" || name == "even" || name == "divisibleby") {
       const json& x = data(v, line);
       if (!is_int(x)) fail(line, "the test '" + name + "' takes an integer");
-      const int64_t by = name == "divisibleby" ? data(args.at(0), line).get<int64_t>() : 2;
-      const int64_t r = ((x.get<int64_t>() % by) + by) % by;
+      if (name == "divisibleby" && args.empty()) fail(line, "divisibleby needs a number");
+      const int64_t by = name == "divisibleby" ? integer(args[0], line, "divisibleby's number") : 2;
+      if (by == 0) fail(line, "division by zero");
+      // (By -1 too: INT64_MIN % -1 would overflow.)
+      const int64_t r = by == -1 ? 0 : ((x.get<int64_t>() % by) + by) % by;
       return name == "odd" ? r == 1 : r == 0;
     }
     if (args.empty()) fail(line, "unknown test '" + name + "'");
@@ -2196,8 +2435,11 @@ class Renderer {
     if (op == "*" && ((x.is_string() && is_int(y)) || (is_int(x) && y.is_string()))) {
       const std::string& s =
           x.is_string() ? x.get_ref<const std::string&>() : y.get_ref<const std::string&>();
+      const int64_t times = (is_int(y) ? y : x).get<int64_t>();
+      if (times > 0 && s.size() > kMaxText / static_cast<uint64_t>(times))
+        fail(e.line, "a string repeated " + std::to_string(times) + " times is too long");
       std::string out;
-      for (int64_t i = 0; i < (is_int(y) ? y : x).get<int64_t>(); ++i) out += s;
+      for (int64_t i = 0; i < times; ++i) out += s;
       return Value::of(out);
     }
     if (!is_num(x) || !is_num(y) || x.is_boolean() || y.is_boolean()) {
@@ -2206,10 +2448,9 @@ class Renderer {
     const bool ints = is_int(x) && is_int(y);
     if (ints && op != "/" && op != "**") {
       const int64_t i = x.get<int64_t>(), j = y.get<int64_t>();
-      if (op == "+") return Value::of(i + j);
-      if (op == "-") return Value::of(i - j);
-      if (op == "*") return Value::of(i * j);
+      if (op == "+" || op == "-" || op == "*") return Value::of(int_op(op[0], i, j, e.line));
       if (j == 0) fail(e.line, "division by zero");
+      if (j == -1) return Value::of(op == "//" ? negated(i, e.line) : int64_t{0});
       const int64_t q = i / j - ((i % j != 0) && ((i < 0) != (j < 0)) ? 1 : 0);  // floor
       if (op == "//") return Value::of(q);
       if (op == "%") return Value::of(i - q * j);
@@ -2220,7 +2461,7 @@ class Renderer {
     if (op == "*") return Value::of(i * j);
     if (op == "**") {
       if (ints && y.get<int64_t>() >= 0)
-        return Value::of(static_cast<int64_t>(std::llround(std::pow(i, j))));
+        return Value::of(int_pow(x.get<int64_t>(), y.get<int64_t>(), e.line));
       return Value::of(std::pow(i, j));
     }
     if (j == 0) fail(e.line, "division by zero");
@@ -2230,6 +2471,9 @@ class Renderer {
   }
 
   Value filter(const Expr& e) {
+    // (Counted here too: map's filters run without eval.)
+    const Nest nest(depth_, kMaxRenderDepth, e.line, "expressions, blocks and macro calls");
+    step(e.line);
     const std::string& name = e.name;
     const Value v = eval(*e.args[0]);
     const std::vector<Value> args = args_of(e, 1);
@@ -2305,7 +2549,8 @@ class Renderer {
       // the left when the width is odd.
       const std::string text = str(v);
       const int64_t width =
-          data(arg(args, kw, 0, "width", Value::of(int64_t{80})), line).get<int64_t>();
+          integer(arg(args, kw, 0, "width", Value::of(int64_t{80})), line, "center's width");
+      if (width > static_cast<int64_t>(kMaxText)) fail(line, "center's width is too large");
       const auto length = static_cast<int64_t>(code_points(text).size());
       if (width <= length) return Value::of(text);
       const int64_t margin = width - length, left = margin / 2 + (margin & width & 1);
@@ -2333,26 +2578,33 @@ class Renderer {
     if (name == "title") return Value::of(title(str(v)));
     if (name == "replace") {
       const Value count = arg(args, kw, 2, "count");
-      return Value::of(replace_all(str(v), str(args.at(0)), str(args.at(1)),
-                                   count.defined() ? data(count, line).get<int64_t>() : -1));
+      if (args.size() < 2) fail(line, "replace needs the old and the new text");
+      return Value::of(replace_all(str(v), str(args[0]), str(args[1]),
+                                   count.defined() ? integer(count, line, "replace's count") : -1));
     }
     if (name == "tojson") {
       const Value indent = arg(args, kw, 99, "indent");
       const Value ascii = arg(args, kw, 99, "ensure_ascii", Value::of(false));
       if (truthy(ascii)) fail(line, "tojson(ensure_ascii=true) is not supported");
-      const int ind = indent.defined() && indent.is_data() && !indent.data.is_null()
-                          ? static_cast<int>(indent.data.get<int64_t>())
-                          : -1;
-      return Value::of(to_json(data(v, line), ind, truthy(arg(args, kw, 99, "sort_keys"))));
+      // (As Python's json.dumps: a negative indent is none, newlines only.)
+      const int64_t ind = indent.defined() && indent.is_data() && !indent.data.is_null()
+                              ? std::max<int64_t>(0, integer(indent, line, "tojson's indent"))
+                              : -1;
+      if (ind > static_cast<int64_t>(kMaxText)) fail(line, "tojson's indent is too large");
+      return Value::of(
+          to_json(data(v, line), static_cast<int>(ind), truthy(arg(args, kw, 99, "sort_keys"))));
     }
     if (name == "indent") {
       const Value w = arg(args, kw, 0, "width", Value::of(int64_t{4}));
       const bool first = truthy(arg(args, kw, 1, "first", Value::of(false)));
       const bool blank = truthy(arg(args, kw, 2, "blank", Value::of(false)));
+      const int64_t spaces =
+          w.is_data() && w.data.is_string() ? 0 : integer(w, line, "indent's width");
+      if (spaces > static_cast<int64_t>(kMaxText)) fail(line, "indent's width is too large");
       const std::string pad =
           w.is_data() && w.data.is_string()
               ? w.data.get<std::string>()
-              : std::string(static_cast<size_t>(data(w, line).get<int64_t>()), ' ');
+              : std::string(static_cast<size_t>(std::max<int64_t>(0, spaces)), ' ');
       const std::string s = str(v);
       std::string out;
       size_t i = 0;
@@ -2378,7 +2630,8 @@ class Renderer {
           return arg(args, kw, 0, "default", Value::of(int64_t{0}));
         }
       }
-      if (is_num(d)) return Value::of(static_cast<int64_t>(num(d)));
+      if (is_int(d)) return Value::of(d.get<int64_t>());
+      if (is_num(d)) return Value::of(float_to_int(num(d), line, "int"));
       return arg(args, kw, 0, "default", Value::of(int64_t{0}));
     }
     if (name == "float") {
@@ -2392,12 +2645,15 @@ class Renderer {
     }
     if (name == "abs") {
       const json& d = data(v, line);
-      if (is_int(d)) return Value::of(std::abs(d.get<int64_t>()));
+      if (is_int(d)) {
+        const int64_t i = d.get<int64_t>();
+        return Value::of(i < 0 ? negated(i, line) : i);
+      }
       return Value::of(std::fabs(num(d)));
     }
     if (name == "round") {
       const int64_t p =
-          data(arg(args, kw, 0, "precision", Value::of(int64_t{0})), line).get<int64_t>();
+          integer(arg(args, kw, 0, "precision", Value::of(int64_t{0})), line, "round's precision");
       const double f = std::pow(10.0, static_cast<double>(p));
       return Value::of(std::round(num(data(v, line)) * f) / f);
     }
@@ -2448,6 +2704,9 @@ class Renderer {
       const Value count = arg(args, kw, 0, name == "batch" ? "linecount" : "slices");
       if (!count.defined() || !is_int(data(count, line)) || data(count, line).get<int64_t>() < 1)
         fail(line, "the filter '" + name + "' needs a count of at least 1");
+      if (data(count, line).get<int64_t>() > static_cast<int64_t>(kMaxItems))
+        fail(line,
+             "the filter '" + name + "' takes a count of at most " + std::to_string(kMaxItems));
       const auto n = static_cast<size_t>(data(count, line).get<int64_t>());
       const Value fill = arg(args, kw, 1, "fill_with");
       const bool filled = fill.defined() && !(fill.is_data() && fill.data.is_null());
@@ -2490,8 +2749,11 @@ class Renderer {
         const Value y = attr.defined() ? attribute(x, str(attr), line) : x;
         const json& a = data(total, line);
         const json& b = data(y, line);
-        total = is_int(a) && is_int(b) ? Value::of(a.get<int64_t>() + b.get<int64_t>())
-                                       : Value::of(num(a) + num(b));
+        if (!is_num(a) || !is_num(b))
+          fail(line, "sum: unsupported operands " + py_repr(a) + " and " + py_repr(b));
+        total = is_int(a) && is_int(b)
+                    ? Value::of(int_op('+', a.get<int64_t>(), b.get<int64_t>(), line))
+                    : Value::of(num(a) + num(b));
       }
       return total;
     }
@@ -2549,7 +2811,8 @@ class Renderer {
       const size_t t = attr ? 1 : 0;  // where the test's name is
       json out = json::array();
       for (const Value& x : items) {
-        const Value subject = attr ? attribute(x, str(args.at(0)), line) : x;
+        if (attr && args.empty()) fail(line, name + " needs an attribute's name");
+        const Value subject = attr ? attribute(x, str(args[0]), line) : x;
         const bool r =
             args.size() > t
                 ? test(str(args[t]), subject,
@@ -2567,6 +2830,9 @@ class Renderer {
   std::vector<std::map<std::string, Value>> scopes_;
   std::vector<std::pair<size_t, size_t>>* spans_ = nullptr;
   const std::string* top_ = nullptr;
+  int depth_ = 0;      // expressions and statements in progress
+  int calls_ = 0;      // macro calls and loop(...) in progress
+  int64_t steps_ = 0;  // expressions and statements run
 };
 
 }  // namespace
@@ -2597,7 +2863,13 @@ std::string Template::render(const json& context,
                              std::vector<std::pair<size_t, size_t>>* generation) const {
   Renderer r(context, generation);
   std::string out;
-  r.run_top(program_->body, out);
+  try {
+    r.run_top(program_->body, out);
+  } catch (const nlohmann::json::exception& e) {
+    // (A value of a type an operation does not take, where no check above
+    // named it.)
+    throw ValueError(std::string("chat template: ") + e.what());
+  }
   return out;
 }
 

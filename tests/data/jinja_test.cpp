@@ -142,5 +142,90 @@ TEST(Jinja, ErrorsNameWhatIsWrongAndItsLine) {
   expect_error([] { render("{{ x }}", ordered_json::array()); }, {"must be a JSON object"});
 }
 
+// A chat template comes with a downloaded model: whatever it holds ends in
+// an error naming what it passed, never in a crash, a hang or all of memory
+// (tests/fuzz/ runs such templates under the sanitizers). Integers are
+// 64-bit where Python's grow; range() is the sandbox's (100000 items).
+TEST(Jinja, WhatATemplateCannotDoIsAnErrorNotACrash) {
+  EXPECT_EQ(render("{{ 9223372036854775806 + 1 }} {{ 2 ** 62 }} {{ 3 ** 3 }} {{ 2 ** -1 }}"),
+            "9223372036854775807 4611686018427387904 27 0.5");
+  EXPECT_EQ(render("{{ -7 // -1 }} {{ -7 % -1 }} {{ (-9223372036854775807 - 1) % -1 }}"), "7 0 0");
+  EXPECT_EQ(render("{{ [1, 2, 3, 4, 5][::9223372036854775807] }} "
+                   "{{ [1, 2, 3, 4, 5][::-9223372036854775807 - 1] }} {{ [1, 2, 3][::-2] }}"),
+            "[1] [5] [3, 1]");
+  EXPECT_EQ(render("{{ range(100000) | length }} {{ range(5, -6, -3) | list }}"),
+            "100000 [5, 2, -1, -4]");
+  for (const char* overflow :
+       {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+        "{{ 3037000500 * 3037000500 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+        "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) | abs }}",
+        "{{ 2 ** 63 }}", "{{ [9223372036854775807, 1] | sum }}"}) {
+    expect_error([&] { render(overflow); }, {"does not fit in 64 bits"});
+  }
+  expect_error([] { Template("{{ 99999999999999999999 }}"); },
+               {"line 1", "the integer 99999999999999999999 does not fit in 64 bits"});
+  expect_error([] { render("{{ 1e300 | int }}"); }, {"does not fit in a 64-bit integer"});
+  expect_error([] { render("{% for i in range(10 ** 12) %}{% endfor %}"); },
+               {"range() of more than 100000 items"});
+  expect_error([] { render("{{ 5 is divisibleby 0 }}"); }, {"division by zero"});
+  expect_error([] { render("{{ 'a' | center('wide') }}"); },
+               {"center's width must be an integer, got 'wide'"});
+  expect_error([] { render("{{ 'a' | center(10 ** 12) }}"); }, {"center's width is too large"});
+  expect_error([] { render("{{ 'ab' * 10 ** 12 }}"); },
+               {"repeated 1000000000000 times is too long"});
+  expect_error([] { render("{{ '%99999999999d' % 1 }}"); }, {"width or precision is too large"});
+  // Nesting: the parser's, an expression's tree, blocks, macro calls, data.
+  const auto nested = [](const std::string& open, const std::string& middle,
+                         const std::string& close, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += open;
+    s += middle;
+    for (int i = 0; i < n; ++i) s += close;
+    return s;
+  };
+  EXPECT_EQ(render("{{ " + nested("(", "1", ")", 200) + " }}"), "1");
+  expect_error([&] { Template("{{ " + nested("(", "1", ")", 300) + " }}"); },
+               {"expressions nest more than 256 levels deep"});
+  std::string sum = "1";
+  for (int i = 0; i < 400; ++i) sum += " + 1";
+  EXPECT_EQ(render("{{ " + sum + " }}"), "401");
+  for (int i = 0; i < 200; ++i) sum += " + 1";
+  expect_error([&] { Template("{{ " + sum + " }}"); },
+               {"an expression nests more than 512 operations deep"});
+  expect_error([&] { Template(nested("{% if true %}", "x", "{% endif %}", 300)); },
+               {"blocks nest more than 256 levels deep"});
+  expect_error([] { render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"); },
+               {"macro calls nest more than 100 levels deep"});
+  EXPECT_EQ(render("{% macro f(n) %}{{ n }}{% if n < 50 %}{{ f(n + 1) }}{% endif %}{% endmacro %}"
+                   "{{ f(0) | length }}"),
+            "92");  // 0..9 (10 digits) and 10..50 (41 x 2)
+  expect_error([] { render("{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}"); },
+               {"recursive loops nest more than 100 levels deep"});
+  expect_error(
+      [] {
+        render(
+            "{% set ns = namespace(x=[]) %}{% for i in range(1000) %}"
+            "{% set ns.x = [ns.x] %}{% endfor %}");
+      },
+      {"nests lists and dicts more than 256 levels deep"});
+  // Work and size: the steps a render takes, the text it makes.
+  expect_error(
+      [] {
+        render(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+            "{% endfor %}");
+      },
+      {"the template runs more than 2000000 expressions and statements"});
+  expect_error(
+      [] {
+        render(
+            "{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
+            "{% set ns.s = ns.s ~ ns.s %}{% endfor %}");
+      },
+      {"more than the 16777216 a template may make"});
+  expect_error([] { render("{{ [[1]] | tojson(indent=10000000) }}"); },
+               {"tojson's text would be longer than"});
+}
+
 }  // namespace
 }  // namespace triad::data::jinja
