@@ -12,8 +12,11 @@ import io
 import json
 import os
 import pathlib
+import gzip
 import re
+import shutil
 import struct
+import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -148,6 +151,33 @@ def indexed_dataset_seeds():
     write("indexed_dataset", "empty", index(8, [], [], [0]))
 
 
+def text_input_seeds():
+    text = "The quick brown fox.\nSecond line, caf\u00e9 \u2581 \U0001f600\n\n".encode()
+    write("text_input", "plain", text)
+    write("text_input", "gzip", gzip.compress(text))
+    write("text_input", "gzip_members", gzip.compress(text[:10]) + gzip.compress(text[10:]))
+    if shutil.which("zstd"):
+        zst = subprocess.run(["zstd", "-q", "-c"], input=text, stdout=subprocess.PIPE,
+                             check=True).stdout
+        write("text_input", "zstd", zst)
+
+
+def choice_questions_seeds():
+    fixtures = ROOT / "tests" / "data" / "fixtures"
+    for name in ["choice_questions", "mmlu_questions", "winogrande_questions",
+                 "short_choice_questions"]:
+        write("choice_questions", name, (fixtures / f"{name}.jsonl").read_bytes())
+
+
+def encode_seeds():
+    write("encode", "english", "Hello, world! It's 2024: the <|endoftext|> token.\n\tTabs  and   spaces")
+    write("encode", "multilingual",
+          "caf\u00e9 na\u00efve \u4f60\u597d\u4e16\u754c \u0645\u0631\u062d\u0628\u0627 "
+          "\U0001f600\U0001f44d\u200d e\u0301 \u2581x")
+    write("encode", "bytes", bytes([0xff, 0xfe, 0x41, 0xc3, 0x28, 0xe2, 0x82, 0x0a, 0xf0, 0x9f]))
+    write("encode", "code", "def f(x):\n    return x**2  # square\n\r\n\n\n  \n")
+
+
 def main():
     safetensors_seeds()
     torch_seeds()
@@ -156,6 +186,9 @@ def main():
     jinja_seeds()
     train_config_seeds()
     indexed_dataset_seeds()
+    text_input_seeds()
+    choice_questions_seeds()
+    encode_seeds()
     for folder in sorted(CORPUS.iterdir()):
         print(f"{folder.name}: {len(list(folder.iterdir()))} files")
 

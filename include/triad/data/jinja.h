@@ -33,7 +33,10 @@
 //     inside a list or dict is written as a list.
 // Anything else is a ValueError that names it and the line it is on, as
 // are errors while rendering (an undefined name's attribute, a
-// raise_exception call, a type that does not fit an operator).
+// raise_exception call, a type that does not fit an operator). A template
+// comes with a downloaded model, so it runs within limits (jinja.cpp:
+// 64-bit integers, the sandbox's range() of 100000 items, nesting, steps
+// and sizes): past one, a ValueError names it, never a crash or a hang.
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
