@@ -30,6 +30,9 @@ void read_json_objects(std::istream& in, const std::string& where, int64_t limit
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
       throw ValueError(at + " does not parse at byte " + std::to_string(e.byte));
+    } catch (const nlohmann::json::exception& e) {
+      // (A number too large for a double: out_of_range, not parse_error.)
+      throw ValueError(at + " does not parse: " + e.what());
     }
     if (!j.is_object()) throw ValueError(at + " is not a JSON object");
     read(j, at);

@@ -572,6 +572,9 @@ Json parse_json_line(const std::string& line, const std::string& where) {
     const size_t colon = why.find(": ");
     if (colon != std::string::npos) why = why.substr(colon + 2);
     throw ValueError(where + " does not parse at byte " + std::to_string(e.byte) + ": " + why);
+  } catch (const nlohmann::json::exception& e) {
+    // (A number too large for a double: out_of_range, not parse_error.)
+    throw ValueError(where + " does not parse: " + e.what());
   }
   if (!j.is_object()) throw ValueError(where + " is not an object");
   return j;

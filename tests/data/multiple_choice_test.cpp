@@ -224,6 +224,9 @@ TEST(ChoiceQuestions, NameTheLineAndWhatItLacks) {
   const std::string ok = R"({"context": "c", "choices": ["a", "b"], "answer": 0})";
   expect_error([&] { read(ok + "\n{\"context\": \"c\",\n"); }, {"q.jsonl line 2 does not parse"});
   expect_error([&] { read("[1, 2]\n"); }, {"q.jsonl line 1 is not a JSON object"});
+  // (A number past a double's range: the JSON library's out_of_range, not a
+  // parse_error, and named all the same.)
+  expect_error([&] { read("{\"answer\": 1e999}\n"); }, {"q.jsonl line 1 does not parse"});
   expect_error([&] { read(R"({"choices": ["a", "b"], "answer": 0})"); },
                {"line 1 has no string \"ctx\" or \"context\""});
   expect_error([&] { read(R"({"context": "c", "choices": "a", "answer": 0})"); },

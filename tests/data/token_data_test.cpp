@@ -254,6 +254,7 @@ TEST(Tokenizer, TextSplitsIntoDocumentsByLineParagraphOrJsonLine) {
       json_error("\n\n{\"text\": \"a\"\n", "text").rfind("JSON line 3 does not parse at byte", 0),
       0u);
   EXPECT_EQ(json_error("[1]\n", "text"), "JSON line 1 is not an object");
+  EXPECT_EQ(json_error("{\"n\": 1e999}\n", "text").rfind("JSON line 1 does not parse", 0), 0u);
   EXPECT_EQ(split_documents("{\"body\": \"b\"}", DocumentSplit::JsonLines, "body"),
             std::vector<std::string>{"b"});
   EXPECT_THROW(document_split_from_string("pages"), ValueError);
