@@ -15,6 +15,8 @@
 // seeds and every input a fuzzer found wrong), so a fixed finding stays fixed.
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "triad/core/error.h"
 
@@ -29,6 +31,12 @@ inline void run_target(TargetFn fn, const uint8_t* data, size_t size) {
     fn(data, size);
   } catch (const triad::Error&) {
   }
+}
+
+// A property what was read must have; its failure is a finding (it throws
+// what no reader throws: not a triad::Error).
+inline void require(bool holds, const char* what) {
+  if (!holds) throw std::logic_error(std::string("fuzz: the property failed: ") + what);
 }
 
 // (Replay builds.) Adds a target under `name`; returns 0.
