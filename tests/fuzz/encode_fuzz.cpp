@@ -13,10 +13,9 @@ TRIAD_FUZZ_TARGET(encode) {
   static const auto sp =
       triad::data::load_sentencepiece(TRIAD_FUZZ_FIXTURES "/sentencepiece_bpe.model");
   const std::string text = triad::fuzz::as_text(data, size);
-  for (const triad::data::Tokenizer* t :
-       {static_cast<const triad::data::Tokenizer*>(bpe.get()),
-        static_cast<const triad::data::Tokenizer*>(chat.get()),
-        static_cast<const triad::data::Tokenizer*>(sp.get())}) {
+  for (const triad::data::Tokenizer* t : {static_cast<const triad::data::Tokenizer*>(bpe.get()),
+                                          static_cast<const triad::data::Tokenizer*>(chat.get()),
+                                          static_cast<const triad::data::Tokenizer*>(sp.get())}) {
     (void)t->decode(t->encode(text));
   }
 }

@@ -45,19 +45,17 @@ int register_target(const char* name, TargetFn fn);
 }  // namespace triad::fuzz
 
 #if defined(TRIAD_LIBFUZZER)
-#define TRIAD_FUZZ_TARGET(name)                                                    \
-  static void triad_fuzz_##name(const uint8_t* data, size_t size);                 \
-  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {        \
-    ::triad::fuzz::run_target(&triad_fuzz_##name, data, size);                     \
-    return 0;                                                                      \
-  }                                                                                \
-  static void triad_fuzz_##name([[maybe_unused]] const uint8_t* data,              \
-                                [[maybe_unused]] size_t size)
+#define TRIAD_FUZZ_TARGET(name)                                             \
+  static void triad_fuzz_##name(const uint8_t* data, size_t size);          \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { \
+    ::triad::fuzz::run_target(&triad_fuzz_##name, data, size);              \
+    return 0;                                                               \
+  }                                                                         \
+  static void triad_fuzz_##name([[maybe_unused]] const uint8_t* data, [[maybe_unused]] size_t size)
 #else
-#define TRIAD_FUZZ_TARGET(name)                                                    \
-  static void triad_fuzz_##name(const uint8_t* data, size_t size);                 \
-  [[maybe_unused]] static const int triad_fuzz_registered_##name =                 \
-      ::triad::fuzz::register_target(#name, &triad_fuzz_##name);                   \
-  static void triad_fuzz_##name([[maybe_unused]] const uint8_t* data,              \
-                                [[maybe_unused]] size_t size)
+#define TRIAD_FUZZ_TARGET(name)                                    \
+  static void triad_fuzz_##name(const uint8_t* data, size_t size); \
+  [[maybe_unused]] static const int triad_fuzz_registered_##name = \
+      ::triad::fuzz::register_target(#name, &triad_fuzz_##name);   \
+  static void triad_fuzz_##name([[maybe_unused]] const uint8_t* data, [[maybe_unused]] size_t size)
 #endif
