@@ -35,8 +35,8 @@ namespace {
 // all of memory. Real templates stay far inside these (a few levels of
 // nesting, thousands of steps, kilobytes of text).
 constexpr int kMaxNesting = 256;          // parser: brackets, operators, blocks inside each other
-constexpr int kMaxExprDepth = 512;        // one expression's tree
-constexpr int kMaxRenderDepth = 1024;     // renderer: expressions and statements in progress
+constexpr int kMaxExprDepth = 128;        // one expression's tree
+constexpr int kMaxRenderDepth = 512;      // renderer: expressions and statements in progress
 constexpr int kMaxCallDepth = 100;        // renderer: macro calls (and loop(...)) in progress
 constexpr int kMaxDataDepth = 256;        // lists and dicts inside each other in a stored value
 constexpr int64_t kMaxSteps = 2'000'000;  // expressions and statements run by one render
