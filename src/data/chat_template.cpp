@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "ascii_space.h"
 #include "triad/core/error.h"
+#include "triad/io/text_file.h"
 
 namespace triad::data {
 namespace {
@@ -120,23 +119,21 @@ ModelChatFiles read_model_chat_files(const std::string& tokenizer_path, const st
                                                         : fs::path(tokenizer_path).parent_path();
   ModelChatFiles f;
   f.path = (dir / "tokenizer_config.json").string();
-  std::ifstream in(f.path);
-  if (in) {
+  if (const std::optional<std::string> text = io::read_file(f.path)) {
     try {
-      f.config = nlohmann::ordered_json::parse(in);
+      f.config = nlohmann::ordered_json::parse(*text);
     } catch (const nlohmann::json::exception& e) {
       throw IoError("'" + f.path + "' is not JSON: " + e.what());
     }
+  } else if (fs::exists(f.path)) {
+    throw IoError("cannot read '" + f.path + "'");
   }
   const auto it = f.config.find("chat_template");
   if (it == f.config.end()) {
     // Newer models keep it in a file of its own.
     const std::string file = (dir / "chat_template.jinja").string();
-    std::ifstream t(file);
-    if (t) {
-      std::ostringstream text;
-      text << t.rdbuf();
-      f.jinja = text.str();
+    if (std::optional<std::string> text = io::read_file(file)) {
+      f.jinja = std::move(*text);
       f.path = file;
     } else {
       throw IoError(flag + ": neither '" + f.path + "' holds a chat_template nor '" + file +
@@ -147,7 +144,7 @@ ModelChatFiles read_model_chat_files(const std::string& tokenizer_path, const st
   } else if (it->is_array()) {
     // Several named templates: the one named "default".
     for (const auto& t : *it) {
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") &&
+      if (t.is_object() && t.contains("name") && t["name"] == "default" && t.contains("template") &&
           t["template"].is_string()) {
         f.jinja = t["template"].get<std::string>();
       }

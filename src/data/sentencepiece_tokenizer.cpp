@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <queue>
 
 #include "protobuf_wire.h"
 #include "triad/core/error.h"
+#include "triad/io/text_file.h"
 #include "utf8.h"
 
 namespace triad::data {
@@ -511,9 +511,9 @@ std::vector<std::string> SentencePieceTokenizer::special_tokens() const {
 }
 
 std::unique_ptr<SentencePieceTokenizer> load_sentencepiece(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot open SentencePiece model '" + path + "'");
-  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::optional<std::string> bytes = io::read_file(path);
+  if (!bytes) throw IoError("cannot open SentencePiece model '" + path + "'");
+  const std::string& data = *bytes;
   if (data.empty()) throw IoError(path + ": an empty file is not a SentencePiece model");
   using protobuf::Field;
   using protobuf::Reader;

@@ -1,6 +1,7 @@
 #include "triad/data/text_input.h"
 
 #include <array>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <streambuf>
@@ -21,6 +22,10 @@ namespace {
 enum class Compression { None, Gzip, Zstd };
 
 Compression sniff(const std::string& path) {
+  // (A directory opens as a stream that reads nothing: an empty corpus.)
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw IoError("input '" + path + "' is a directory, not a file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw IoError("cannot open input '" + path + "'");
   std::array<unsigned char, 4> m{};

@@ -39,6 +39,9 @@ uint64_t check_token_shard(const std::string& path, const void* bytes, uint64_t 
 }
 
 std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_size) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw IoError("token shard '" + path + "': a directory, not a shard");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw IoError("token shard '" + path + "': cannot open");
   const auto size = static_cast<uint64_t>(in.tellg());
@@ -48,7 +51,7 @@ std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_si
   if (!in) throw IoError("token shard '" + path + "': read failed");
   const uint64_t count = check_token_shard(path, bytes.data(), size);
   std::vector<uint16_t> tokens(count);
-  std::memcpy(tokens.data(), bytes.data() + kShardHeaderBytes, 2 * count);
+  if (count > 0) std::memcpy(tokens.data(), bytes.data() + kShardHeaderBytes, 2 * count);
   if (vocab_size > 0) {
     for (uint64_t i = 0; i < count; ++i) {
       if (tokens[i] >= vocab_size) {

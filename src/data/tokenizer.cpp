@@ -15,6 +15,7 @@
 
 #include "added_tokens.h"
 #include "triad/core/error.h"
+#include "triad/io/text_file.h"
 #include "unicode_classes.h"
 #include "utf8.h"
 
@@ -502,11 +503,11 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
 namespace {
 
 std::map<std::string, int32_t> read_gpt2_vocab(const std::string& path) {
-  std::ifstream vin(path);
-  if (!vin) throw IoError("tokenizer: cannot open vocab '" + path + "'");
+  const std::optional<std::string> text = io::read_file(path);
+  if (!text) throw IoError("tokenizer: cannot open vocab '" + path + "'");
   nlohmann::json vocab;
   try {
-    vocab = nlohmann::json::parse(vin);
+    vocab = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
     throw IoError("tokenizer: vocab '" + path + "' is not valid JSON: " + e.what());
   }
@@ -525,8 +526,9 @@ std::map<std::string, int32_t> read_gpt2_vocab(const std::string& path) {
 }
 
 std::vector<std::pair<std::string, std::string>> read_gpt2_merges(const std::string& path) {
-  std::ifstream min(path);
-  if (!min) throw IoError("tokenizer: cannot open merges '" + path + "'");
+  const std::optional<std::string> text = io::read_file(path);
+  if (!text) throw IoError("tokenizer: cannot open merges '" + path + "'");
+  std::istringstream min(*text);
   std::vector<std::pair<std::string, std::string>> out;
   std::string line;
   int line_no = 0;

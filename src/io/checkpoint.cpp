@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "triad/core/checksum.h"
 #include "triad/core/error.h"
 #include "triad/io/safetensors.h"
+#include "triad/io/text_file.h"
 
 namespace triad::io {
 namespace fs = std::filesystem;
@@ -121,7 +123,9 @@ CheckpointInfo read_marked_checkpoint(const fs::path& marker) {
   std::string name;
   std::getline(in, name);
   const fs::path step_dir = marker.parent_path() / name;
-  if (name.rfind("step_", 0) != 0 || !fs::exists(step_dir / "manifest.json")) {
+  if (name.size() <= 5 || name.rfind("step_", 0) != 0 ||
+      name.find_first_not_of("0123456789", 5) != std::string::npos ||
+      !fs::exists(step_dir / "manifest.json")) {
     throw IoError("checkpoint: '" + marker.string() + "' points to '" + name +
                   "', which has no manifest");
   }
@@ -244,7 +248,10 @@ std::vector<int64_t> checkpoint_steps(const std::string& dir) {
       const std::string n = e.path().filename().string();
       if (e.is_directory() && n.size() > 5 && n.rfind("step_", 0) == 0 &&
           n.find_first_not_of("0123456789", 5) == std::string::npos) {
-        steps.push_back(std::stoll(n.substr(5)));
+        // (A number past int64 names no step Triad writes: not one.)
+        int64_t step = 0;
+        const auto [end, ec] = std::from_chars(n.data() + 5, n.data() + n.size(), step);
+        if (ec == std::errc() && end == n.data() + n.size()) steps.push_back(step);
       }
     }
   });
@@ -332,16 +339,19 @@ CheckpointInfo read_checkpoint(const std::string& step_dir) {
     throw IoError("checkpoint '" + step_dir +
                   "' has no manifest.json (not a committed checkpoint)");
   }
+  const std::optional<std::string> text = read_file(manifest_path.string());
+  if (!text) throw IoError("checkpoint: cannot read manifest '" + manifest_path.string() + "'");
   nlohmann::json m;
   try {
-    std::ifstream mi(manifest_path);
-    m = nlohmann::json::parse(mi);
+    m = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
     throw IoError("checkpoint: manifest '" + manifest_path.string() +
                   "' is not valid JSON: " + e.what());
   }
-  if (m.value("format", "") != "triad-checkpoint-1") {
-    throw IoError("checkpoint: manifest '" + manifest_path.string() + "' has an unknown format");
+  if (!m.is_object() || !m.contains("format") || m.at("format") != "triad-checkpoint-1") {
+    throw IoError("checkpoint: manifest '" + manifest_path.string() +
+                  "' has an unknown format (expected an object with format "
+                  "\"triad-checkpoint-1\")");
   }
   CheckpointInfo info;
   info.step_dir = step_dir;

@@ -15,6 +15,7 @@
 #include "triad/io/hf_export.h"
 #include "triad/io/peft_adapter.h"
 #include "triad/io/safetensors.h"
+#include "triad/io/text_file.h"
 #include "triad/io/torch_checkpoint.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
@@ -956,9 +957,9 @@ std::array<int64_t, 2> quantization_block_beside(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   std::array<int64_t, 2> block{128, 128};
-  std::ifstream in(dir / "config.json");
-  if (!in) return block;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const std::optional<std::string> text = read_file((dir / "config.json").string());
+  if (!text) return block;
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (!j.is_object() || !j.contains("quantization_config")) return block;
   const nlohmann::json& q = j.at("quantization_config");
   if (!q.is_object() || !q.contains("weight_block_size")) return block;
@@ -1096,11 +1097,11 @@ class WeightFiles {
   // A sharded checkpoint: the index's weight_map names each tensor's file.
   void read_index(const std::string& index) {
     namespace fs = std::filesystem;
-    std::ifstream in(index);
-    if (!in) throw IoError("weights index '" + index + "' cannot be read");
+    const std::optional<std::string> text = read_file(index);
+    if (!text) throw IoError("weights index '" + index + "' cannot be read");
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(in);
+      j = nlohmann::json::parse(*text);
     } catch (const nlohmann::json::exception& e) {
       throw IoError("weights index '" + index + "' is not valid JSON: " + e.what());
     }
@@ -1213,8 +1214,9 @@ std::string hf_model_type_beside(const std::string& path) {
   const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   const fs::path file = dir / "config.json";
   if (!fs::exists(file)) return "";
-  std::ifstream in(file);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const std::optional<std::string> text = read_file(file);
+  if (!text) return "";
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (!j.is_object() || !j.contains("model_type") || !j.at("model_type").is_string()) return "";
   return j.at("model_type").get<std::string>();
 }
@@ -1227,9 +1229,9 @@ std::string hf_model_type_beside(const std::string& path) {
 int64_t hf_prediction_layers_beside(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
-  std::ifstream in(dir / "config.json");
-  if (!in) return 0;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const std::optional<std::string> text = read_file((dir / "config.json").string());
+  if (!text) return 0;
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (!j.is_object()) return 0;
   for (const char* key : {"num_nextn_predict_layers", "num_mtp_modules"}) {
     if (j.contains(key) && j.at(key).is_number_integer())

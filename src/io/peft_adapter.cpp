@@ -13,6 +13,7 @@
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_export.h"
 #include "triad/io/safetensors.h"
+#include "triad/io/text_file.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/linalg.h"
 #include "triad/ops/shape_ops.h"
@@ -319,13 +320,17 @@ void PeftDeltas::apply(std::map<std::string, Tensor>& tensors,
     if (it == modules.end()) continue;
     const std::string& module = it->first;
     const auto& [a, b] = it->second;
-    Tensor delta = affine(matmul(cast(b, DType::F32), cast(a, DType::F32)), scale);
-    if (fan_in_fan_out) delta = transpose(delta, 0, 1);
-    if (delta.shape() != t.shape()) {
+    // (The shape checked first: B A of an adapter for another model may be
+    // far larger than the weight.)
+    const Shape changed =
+        fan_in_fan_out ? Shape{a.size(1), b.size(0)} : Shape{b.size(0), a.size(1)};
+    if (changed != t.shape()) {
       throw IoError("PEFT adapter '" + dir + "': module '" + module + "' changes a weight of " +
-                    shape_str(delta.shape()) + " (B A), but the base model's '" + name + "' is " +
+                    shape_str(changed) + " (B A), but the base model's '" + name + "' is " +
                     shape_str(t.shape()) + ": is the adapter for another model?");
     }
+    Tensor delta = affine(matmul(cast(b, DType::F32), cast(a, DType::F32)), scale);
+    if (fan_in_fan_out) delta = transpose(delta, 0, 1);
     t = add(cast(t, DType::F32), delta).detach();
     merged.insert(module);
   }
@@ -335,38 +340,54 @@ PeftDeltas read_peft_adapter(const std::string& dir) {
   PeftDeltas d;
   d.dir = dir;
   const std::string config_path = dir + "/adapter_config.json";
-  std::ifstream in(config_path);
-  if (!in) throw IoError("PEFT adapter: cannot read '" + config_path + "'");
+  const std::optional<std::string> file = read_file(config_path);
+  if (!file) throw IoError("PEFT adapter: cannot read '" + config_path + "'");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(*file);
   } catch (const nlohmann::json::exception& e) {
     throw IoError("PEFT adapter: '" + config_path + "' is not JSON: " + e.what());
   }
   const auto refuse = [&](const std::string& key, const std::string& why) {
     throw IoError("PEFT adapter '" + config_path + "': " + key + " " + why);
   };
-  const std::string type = j.value("peft_type", "");
+  if (!j.is_object()) refuse("the file (" + j.dump().substr(0, 40) + ")", "is not a JSON object");
+  // Typed reads: a key of another type is refused by name, not read as
+  // something else.
+  const auto text = [&](const char* key, const std::string& otherwise) {
+    if (!j.contains(key) || j.at(key).is_null()) return otherwise;
+    if (!j.at(key).is_string())
+      refuse(std::string(key) + " (" + j.at(key).dump() + ")", "must be a string");
+    return j.at(key).get<std::string>();
+  };
+  const auto flag = [&](const char* key) {
+    if (!j.contains(key) || j.at(key).is_null()) return false;
+    if (!j.at(key).is_boolean())
+      refuse(std::string(key) + " (" + j.at(key).dump() + ")", "must be true or false");
+    return j.at(key).get<bool>();
+  };
+  const std::string type = text("peft_type", "");
   if (type != "LORA") refuse("peft_type '" + type + "'", "is not LORA, the one Triad merges");
-  if (j.value("use_dora", false)) refuse("use_dora", "is true: DoRA's magnitudes are not merged");
+  if (flag("use_dora")) refuse("use_dora", "is true: DoRA's magnitudes are not merged");
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
-    if (j.contains(key) && !j[key].is_null() && !j[key].empty())
+    if (j.contains(key) && !j.at(key).is_null() && !j.at(key).empty())
       refuse(key, "sets ranks or scales per module, which Triad does not read");
   }
-  if (j.contains("modules_to_save") && !j["modules_to_save"].is_null() &&
-      !j["modules_to_save"].empty())
+  if (j.contains("modules_to_save") && !j.at("modules_to_save").is_null() &&
+      !j.at("modules_to_save").empty())
     refuse("modules_to_save", "holds whole modules, which Triad does not read");
-  if (j.value("bias", std::string("none")) != "none")
-    refuse("bias '" + j.value("bias", std::string()) + "'", "trains biases; only 'none' is read");
-  if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<int64_t>() <= 0)
+  if (const std::string bias = text("bias", "none"); bias != "none")
+    refuse("bias '" + bias + "'", "trains biases; only 'none' is read");
+  // (A number past int64 reads negative.)
+  if (!j.contains("r") || !j.at("r").is_number_integer() || j.at("r").get<int64_t>() <= 0)
     refuse("r", "must be a positive integer");
-  const auto r = j["r"].get<int64_t>();
-  const double alpha = j.contains("lora_alpha") && j["lora_alpha"].is_number()
-                           ? j["lora_alpha"].get<double>()
+  const auto r = j.at("r").get<int64_t>();
+  const double alpha = j.contains("lora_alpha") && j.at("lora_alpha").is_number()
+                           ? j.at("lora_alpha").get<double>()
                            : static_cast<double>(r);
-  d.scale = j.value("use_rslora", false) ? alpha / std::sqrt(static_cast<double>(r))
-                                         : alpha / static_cast<double>(r);
-  d.fan_in_fan_out = j.value("fan_in_fan_out", false);
+  d.scale = flag("use_rslora") ? alpha / std::sqrt(static_cast<double>(r))
+                               : alpha / static_cast<double>(r);
+  d.fan_in_fan_out = flag("fan_in_fan_out");
   const std::string weights = dir + "/adapter_model.safetensors";
   if (!std::filesystem::exists(weights)) {
     throw IoError("PEFT adapter: '" + weights +
@@ -392,10 +413,11 @@ PeftDeltas read_peft_adapter(const std::string& dir) {
     auto b = b_of.find(module);
     if (b == b_of.end())
       throw IoError("PEFT adapter '" + weights + "': module '" + module + "' has no lora_B");
-    if (a.dim() != 2 || b->second.dim() != 2 || a.size(0) != b->second.size(1)) {
+    if (a.dim() != 2 || b->second.dim() != 2 || a.size(0) != r || b->second.size(1) != r) {
       throw IoError("PEFT adapter '" + weights + "': module '" + module + "' has lora_A " +
                     shape_str(a.shape()) + " and lora_B " + shape_str(b->second.shape()) +
-                    " (expected (r, in) and (out, r))");
+                    " (expected (r, in) and (out, r), r = " + std::to_string(r) +
+                    " as adapter_config.json says)");
     }
     d.modules[module] = {a, b->second};
     b_of.erase(b);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -1403,7 +1404,14 @@ int64_t Trainer::metadata_int(const io::CheckpointInfo& info,
   auto it = metadata.find(key);
   if (it == metadata.end())
     throw IoError("checkpoint '" + info.step_dir + "': missing metadata '" + key + "'");
-  return std::stoll(it->second);
+  const std::string& text = it->second;
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    throw IoError("checkpoint '" + info.step_dir + "': metadata '" + key + "' is '" + text +
+                  "', expected an integer");
+  }
+  return value;
 }
 
 int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
@@ -1414,7 +1422,11 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
     const std::string written =
         precision == info.layout.end() ? std::string("unknown") : precision->second;
     if (it != metadata.end()) {
-      scaler_->load_state(nlohmann::json::parse(it->second));
+      try {
+        scaler_->load_state(nlohmann::json::parse(it->second));
+      } catch (const nlohmann::json::exception& e) {
+        throw IoError("checkpoint '" + info.step_dir + "': loss_scaler: " + e.what());
+      }
     } else if (written == "fp16") {
       throw IoError("checkpoint '" + info.step_dir +
                     "' was written by an fp16 run but holds no loss-scaler state");

@@ -135,6 +135,15 @@ TEST(ChatTemplates, AutoFindsTheModelsOwnTemplate) {
         R"({"chat_template": [{"name": "tool_use", "template": "<|im_start|>"},
                               {"name": "default", "template": "<|start_header_id|>"}]})");
   EXPECT_EQ(chat_template_of_model(dir.path().string()), ChatTemplate::Llama3);
+  // An entry whose name is no string is no "default" (was the JSON
+  // library's type_error escaping).
+  write("tokenizer_config.json",
+        R"({"chat_template": [{"name": 3, "template": "<|im_start|>"},
+                              {"name": "default", "template": "<start_of_turn>"}]})");
+  EXPECT_EQ(chat_template_of_model(dir.path().string()), ChatTemplate::Gemma);
+  write("tokenizer_config.json", R"({"chat_template": [{"name": ["default"], "template": "x"}]})");
+  expect_error([&] { chat_template_of_model(dir.path().string()); },
+               {"has an empty or unreadable chat_template"});
   // No chat_template in the config: chat_template.jinja.
   write("tokenizer_config.json", R"({"eos_token": "</s>"})");
   expect_error([&] { chat_template_of_model(dir.path().string()); },

@@ -41,6 +41,11 @@ TEST(TokenShard, RoundTripAndValidation) {
   std::vector<uint16_t> tokens{1, 2, 3, 65535};
   write_token_shard(p, tokens);
   EXPECT_EQ(read_token_shard(p), tokens);
+  // (An empty shard's copy passed memcpy a null pointer: UBSan's finding,
+  // tests/fuzz/corpus/token_shard/seed-empty.)
+  write_token_shard(p, {});
+  EXPECT_TRUE(read_token_shard(p, 50257).empty());
+  write_token_shard(p, tokens);
   expect_shard_error(p, 1000, "token 65535 at position 3");
   triad::testing::write_bytes(p, shard_bytes(123, 1, 2, 2));
   expect_shard_error(p, 0, "magic 123");

@@ -41,4 +41,24 @@ std::string write_input(const std::string& name, const uint8_t* data, size_t siz
   return path;
 }
 
+std::string write_input(const std::string& name, const std::string& bytes) {
+  return write_input(name, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+}
+
+std::vector<std::string> split_input(const uint8_t* data, size_t size, size_t parts) {
+  const std::string text = as_text(data, size);
+  const std::string separator = kPartSeparator;
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (out.size() + 1 < parts) {
+    const size_t at = text.find(separator, begin);
+    if (at == std::string::npos) break;
+    out.push_back(text.substr(begin, at - begin));
+    begin = at + separator.size();
+  }
+  out.push_back(begin <= text.size() ? text.substr(begin) : std::string());
+  out.resize(parts);
+  return out;
+}
+
 }  // namespace triad::fuzz

@@ -154,8 +154,9 @@ def indexed_dataset_seeds():
 def text_input_seeds():
     text = "The quick brown fox.\nSecond line, caf\u00e9 \u2581 \U0001f600\n\n".encode()
     write("text_input", "plain", text)
-    write("text_input", "gzip", gzip.compress(text))
-    write("text_input", "gzip_members", gzip.compress(text[:10]) + gzip.compress(text[10:]))
+    write("text_input", "gzip", gzip.compress(text, mtime=0))
+    write("text_input", "gzip_members",
+          gzip.compress(text[:10], mtime=0) + gzip.compress(text[10:], mtime=0))
     if shutil.which("zstd"):
         zst = subprocess.run(["zstd", "-q", "-c"], input=text, stdout=subprocess.PIPE,
                              check=True).stdout
@@ -178,6 +179,123 @@ def encode_seeds():
     write("encode", "code", "def f(x):\n    return x**2  # square\n\r\n\n\n  \n")
 
 
+# A target reading several files takes them joined by this line
+# (tests/fuzz/fuzz_input.h, kPartSeparator).
+SEPARATOR = b"\n--8<--\n"
+
+
+def parts(*files):
+    return SEPARATOR.join(f.encode() if isinstance(f, str) else f for f in files)
+
+
+def gpt2_bpe_seeds():
+    # GPT-2's byte alphabet (every byte a token of its own) and a few merges.
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    extra, alphabet = 0, []
+    for b in range(256):
+        if b in printable:
+            alphabet.append(chr(b))
+        else:
+            alphabet.append(chr(256 + extra))
+            extra += 1
+    merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("l", "l"), ("o", "\u0120")]
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    for left, right in merges:
+        vocab.setdefault(left + right, len(vocab))
+    vocab["<|endoftext|>"] = len(vocab)
+    text = "#version: 0.2\n" + "".join(f"{l} {r}\n" for l, r in merges)
+    write("gpt2_bpe", "alphabet", parts(json.dumps(vocab), text))
+    write("gpt2_bpe", "small", parts(json.dumps({"a": 0, "b": 1, "ab": 2}), "a b\n"))
+
+
+def token_shard_seeds():
+    def shard(tokens, count=None):
+        header = struct.pack("<3i", 20240520, 1, len(tokens) if count is None else count)
+        return header + bytes(1024 - 12) + struct.pack(f"<{len(tokens)}H", *tokens)
+    write("token_shard", "gpt2", shard([50256, 15496, 11, 995, 0, 50256]))
+    write("token_shard", "past_vocab", shard([1, 65535, 50257]))
+    write("token_shard", "empty", shard([]))
+
+
+def model_chat_template_seeds():
+    fixtures = ROOT / "tests" / "data" / "fixtures"
+    config = json.loads((fixtures / "chat_model" / "tokenizer_config.json").read_text())
+    write("model_chat_template", "chatml", json.dumps(config))
+    write("model_chat_template", "named", json.dumps({
+        "bos_token": {"content": "<s>", "special": True}, "eos_token": "</s>",
+        "chat_template": [{"name": "tool_use", "template": "{{ tools }}"},
+                          {"name": "default", "template": config["chat_template"]}]}))
+    write("model_chat_template", "llama3", json.dumps({
+        "bos_token": "<|begin_of_text|>", "chat_template":
+        "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>"
+        "\n\n{{ m.content | trim }}<|eot_id|>{% endfor %}"}))
+
+
+def sft_documents_seeds():
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "And?"},
+            {"role": "assistant", "content": "Bye <|im_end|>"}]
+    lines = [{"messages": chat, "tools": [{"type": "function", "function": {"name": "f"}}]},
+             {"prompt": "Two plus two?", "response": " Four."},
+             {"messages": chat[1:3]}]
+    write("sft_documents", "mixed", "".join(json.dumps(line) + "\n" for line in lines))
+    write("sft_documents", "pairs", '{"prompt": "a", "response": "b"}\n\n{"prompt": "", "response": ""}\n')
+
+
+def peft_adapter_seeds():
+    def f32(rows, cols):
+        return ("F32", [rows, cols], struct.pack(f"<{rows * cols}f", *[0.5 + i for i in range(rows * cols)]))
+    config = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "bias": "none", "fan_in_fan_out": True,
+              "target_modules": ["c_attn"], "task_type": "CAUSAL_LM"}
+    weights = safetensors_file({
+        "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight": f32(2, 4),
+        "base_model.model.transformer.h.0.attn.c_attn.lora_B.weight": f32(6, 2),
+        "base_model.model.h.1.mlp.c_fc.lora_A.weight": f32(2, 3),
+        "base_model.model.h.1.mlp.c_fc.lora_B.weight": f32(5, 2)}, metadata={"format": "pt"})
+    write("peft_adapter", "gpt2", parts(json.dumps(config), weights))
+    llama = dict(config, fan_in_fan_out=False, use_rslora=True, target_modules=["q_proj"])
+    write("peft_adapter", "llama", parts(json.dumps(llama), safetensors_file({
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight":
+            ("BF16", [2, 2], struct.pack("<4H", 0x3F80, 0xBF80, 0x4000, 0)),
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": f32(3, 2)})))
+
+
+def checkpoint_seeds():
+    def fnv1a64(data):
+        h = 0xcbf29ce484222325
+        for b in data:
+            h = ((h ^ b) * 0x100000001b3) % (1 << 64)
+        return h
+    rank = safetensors_file({"model.wte": ("F32", [2, 3], struct.pack("<6f", *range(6))),
+                             "optim.step": ("I64", [], struct.pack("<q", 5))},
+                            metadata={"next_step": "5", "applied_steps": "5"})
+    manifest = {"format": "triad-checkpoint-1", "step": 5, "config": "model: {}\n",
+                "layout": {"tensor_parallel": "1", "pipeline_parallel": "1"},
+                "checksums": {"rank_0.safetensors": str(fnv1a64(rank))}}
+    write("checkpoint", "fnv1a", parts(json.dumps(manifest), "step_5\n", rank))
+    words = dict(manifest, checksum="words64", val_loss=2.5)
+    write("checkpoint", "words64", parts(json.dumps(words), "step_5", rank))
+
+
+def checkpoint_metadata_seeds():
+    placement = {"tp_rank": 1, "tp_size": 2, "pp_rank": 0, "dp_rank": 0, "params": {
+        "wte": {"split": True, "dim": 0, "groups": 1, "padded": 0, "shape": [8, 4]},
+        "h.0.attn.c_attn.weight": {"split": True, "dim": 0, "groups": 3, "padded": 0,
+                                   "shape": [12, 4], "blocks": [4, 4, 4]},
+        "ln_f.weight": {"split": False, "dim": -1, "groups": 1, "padded": 0, "shape": [4]}},
+        "zero_segments": [["wte", 0, 16], ["ln_f.weight", 0, 4, True]]}
+    write("checkpoint_metadata", "placement", json.dumps(placement))
+    write("checkpoint_metadata", "spike_window",
+          json.dumps({"losses": [3.5, 3.25, 3.0], "grad_norms": [1.0, 0.5, 0.75]}))
+    write("checkpoint_metadata", "loss_scaler",
+          json.dumps({"scale": 65536.0, "clean_streak": 3, "skipped_steps": 1, "hysteresis_left": 2}))
+    write("checkpoint_metadata", "attention_choices", json.dumps([
+        {"dtype": "bf16", "deterministic": True, "batch": 4, "seq_len": 1024, "d_model": 768,
+         "n_head": 12, "kernel": "cudnn", "triad_ms": 1.5, "cudnn_ms": 1.25},
+        {"dtype": "fp16", "deterministic": False, "batch": 1, "seq_len": 7, "d_model": 64,
+         "n_head": 2, "kernel": "triad", "forward_only": True}]))
+
+
 def main():
     safetensors_seeds()
     torch_seeds()
@@ -189,6 +307,13 @@ def main():
     text_input_seeds()
     choice_questions_seeds()
     encode_seeds()
+    gpt2_bpe_seeds()
+    token_shard_seeds()
+    model_chat_template_seeds()
+    sft_documents_seeds()
+    peft_adapter_seeds()
+    checkpoint_seeds()
+    checkpoint_metadata_seeds()
     for folder in sorted(CORPUS.iterdir()):
         print(f"{folder.name}: {len(list(folder.iterdir()))} files")
 

@@ -7,14 +7,25 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "support/temp_dir.h"
+#include "triad/data/chat_template.h"
 #include "triad/data/indexed_dataset.h"
+#include "triad/data/sentencepiece.h"
+#include "triad/data/text_input.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
+#include "triad/data/tokenizer.h"
+#include "triad/io/checkpoint.h"
+#include "triad/io/hf_config.h"
+#include "triad/io/peft_adapter.h"
 #include "triad/io/safetensors.h"
+#include "triad/io/text_file.h"
 #include "triad/ops.h"
+#include "triad/train/config.h"
 
 namespace triad {
 namespace {
@@ -180,6 +191,42 @@ TEST(DamagedFiles, IndexedDatasetsLoadOrRaiseForEveryIndexByteAndLength) {
   write_bytes(prefix + ".idx", idx, idx.size());
   for (size_t n = 0; n < bin.size(); n += 5) {
     check(prefix + ".bin", bin, n, "bin cut to " + std::to_string(n));
+  }
+}
+
+// A directory where a file belongs (a path typed wrong, a name taken by a
+// folder) is named as what cannot be read. Reading one through a stream
+// reads nothing, or throws the standard library's ios_failure from inside
+// the JSON parser; sized by seeking, it is 2^63 bytes long.
+TEST(DamagedFiles, ADirectoryWhereAFileBelongsIsAnError) {
+  TempDir dir;
+  const std::string folder = dir.file("folder");
+  for (const char* name : {"folder", "adapter/adapter_config.json", "model/tokenizer_config.json",
+                           "ckpt/step_2/manifest.json"}) {
+    std::filesystem::create_directories(dir.file(name));
+  }
+  std::ofstream(dir.file("ckpt/latest")) << "step_2\n";
+  const std::vector<std::pair<std::string, std::function<void()>>> readers = {
+      {"token shard", [&] { data::read_token_shard(folder); }},
+      {"GPT-2 vocab.json", [&] { data::make_tokenizer(folder, folder, ""); }},
+      {"SentencePiece model", [&] { data::load_sentencepiece(folder); }},
+      {"tokenizer.json", [&] { data::load_hf_tokenizer(folder); }},
+      {"tokenizer_config.json", [&] { data::ModelChatTemplate::load(dir.file("model"), {}); }},
+      {"text input", [&] { data::open_text_input(folder); }},
+      {"safetensors", [&] { io::load_safetensors(folder); }},
+      {"config.json", [&] { io::load_hf_config(dir.file("folder/config.json")); }},
+      {"adapter_config.json", [&] { io::read_peft_adapter(dir.file("adapter")); }},
+      {"manifest.json", [&] { io::find_latest_checkpoint(dir.file("ckpt")); }},
+      {"training config", [&] { train::load_config(folder); }},
+      {"text file", [&] { io::read_text_file(folder, "cluster file"); }},
+  };
+  for (const auto& [what, read] : readers) EXPECT_EQ(outcome(read), "error") << what;
+  try {
+    io::read_text_file(folder, "cluster file");
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open cluster file '" + folder + "' (a directory)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

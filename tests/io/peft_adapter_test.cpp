@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <tuple>
@@ -462,6 +463,28 @@ TEST(PeftAdapter, AdaptersThatCannotBeMergedAreNamed) {
   expect_error([&] { read_peft_adapter(dir.file("adapter")); }, {"rank_pattern"});
   edit([](nlohmann::json& j) { j["rank_pattern"] = nlohmann::json::object(); });
   expect_error([&] { read_peft_adapter(dir.file("missing")); }, {"cannot read", "missing"});
+  // Keys of another type are named (the JSON library's type_error escaped),
+  // and so is a module whose rank is not r.
+  edit([](nlohmann::json& j) { j["peft_type"] = 3; });
+  expect_error([&] { read_peft_adapter(dir.file("adapter")); }, {"peft_type (3) must be a string"});
+  edit([](nlohmann::json& j) {
+    j["peft_type"] = "LORA";
+    j["use_rslora"] = "no";
+  });
+  expect_error([&] { read_peft_adapter(dir.file("adapter")); },
+               {"use_rslora (\"no\") must be true or false"});
+  edit([](nlohmann::json& j) {
+    j["use_rslora"] = false;
+    j["r"] = j["r"].get<int>() + 1;
+  });
+  expect_error([&] { read_peft_adapter(dir.file("adapter")); },
+               {"has lora_A [" + std::to_string(c.lora.rank) + ", ",
+                "r = " + std::to_string(c.lora.rank + 1) + " as adapter_config.json says"});
+  edit([](nlohmann::json& j) { j["r"] = j["r"].get<int>() - 1; });
+  EXPECT_NO_THROW(read_peft_adapter(dir.file("adapter")));
+  std::filesystem::create_directories(dir.file("listed"));
+  std::ofstream(dir.file("listed/adapter_config.json")) << "[\"LORA\"]";
+  expect_error([&] { read_peft_adapter(dir.file("listed")); }, {"is not a JSON object"});
   // For a model of three layers where the base has two: block 2's modules
   // match nothing in the file.
   nn::GptConfig deeper = c;

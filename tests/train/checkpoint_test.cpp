@@ -640,6 +640,67 @@ TEST(Checkpoint, IncompleteWritesAreNeverPickedAndCorruptionIsNamed) {
   }
 }
 
+// What a checkpoint directory holds that Triad did not write is named, not
+// misread: a manifest of another form (the JSON library's type_error
+// escaped), a marker naming no step_<N>, a step number past int64 (the
+// directory is no checkpoint: std::stoll's out_of_range escaped), and rank
+// metadata that is no number (std::stoll's invalid_argument escaped).
+TEST(Checkpoint, WhatTriadDidNotWriteIsNamed) {
+  TempDir dir;
+  {
+    Trainer t(config(dir, 4, 2, "never"));
+    t.run();
+  }
+  const std::string ckpt = dir.file("ckpt");
+  std::filesystem::create_directories(dir.file("ckpt/step_99999999999999999999"));
+  EXPECT_EQ(io::checkpoint_steps(ckpt), (std::vector<int64_t>{4, 2}));
+  std::ofstream(dir.file("ckpt/latest"), std::ios::trunc) << "step_4/../step_2\n";
+  try {
+    io::find_latest_checkpoint(ckpt);
+    FAIL() << "expected the marker refused";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("points to 'step_4/../step_2'"), std::string::npos)
+        << e.what();
+  }
+  point_latest_to(dir, 4);
+  const std::string manifest = dir.file("ckpt/step_2/manifest.json");
+  std::ifstream in(manifest);
+  const nlohmann::json kept = nlohmann::json::parse(in);
+  in.close();
+  for (const std::string text : {"[1, 2]", R"({"format": 1})", "7"}) {
+    std::ofstream(manifest, std::ios::trunc) << text;
+    try {
+      io::read_checkpoint(dir.file("ckpt/step_2"));
+      FAIL() << "expected " << text << " refused";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("unknown format"), std::string::npos) << e.what();
+    }
+  }
+  std::ofstream(manifest, std::ios::trunc) << kept.dump();
+  EXPECT_EQ(io::read_checkpoint(dir.file("ckpt/step_2")).step, 2);
+  // Rank 0's next_step rewritten (its checksum with it): the resume names it.
+  const std::string file = dir.file("ckpt/step_4/rank_0.safetensors");
+  io::Safetensors rank = io::load_safetensors(file);
+  rank.metadata.at("next_step") = "4x";
+  io::save_safetensors(file, rank.tensors, rank.metadata);
+  const std::string manifest4 = dir.file("ckpt/step_4/manifest.json");
+  std::ifstream in4(manifest4);
+  nlohmann::json m = nlohmann::json::parse(in4);
+  in4.close();
+  m["checksums"]["rank_0.safetensors"] =
+      std::to_string(io::file_checksum(file, m.value("checksum", io::kChecksumFnv1a64)));
+  std::ofstream(manifest4, std::ios::trunc) << m.dump();
+  Trainer t(config(dir, 6, 0, "auto"));
+  try {
+    t.run();
+    FAIL() << "expected the metadata refused";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("metadata 'next_step' is '4x', expected an integer"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // words64: any one flipped bit, anywhere (the four lanes, the zero-padded
 // tail), and one more zero byte change it; fnv1a64 is still computed for
 // older manifests; an unknown kind is named.
