@@ -13,7 +13,9 @@ Device device_from_string(const std::string& text) {
   if (text == "cuda") return Device::cuda(0);
   if (text.rfind("cuda:", 0) == 0) {
     const std::string idx = text.substr(5);
-    if (!idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos) {
+    // (At most 9 digits: an int's, std::stoi's out_of_range otherwise.)
+    if (!idx.empty() && idx.size() <= 9 &&
+        idx.find_first_not_of("0123456789") == std::string::npos) {
       return Device::cuda(std::stoi(idx));
     }
   }

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -2054,7 +2055,9 @@ int64_t parse_byte_size(const std::string& text) {
                                                       {"tib", 1099511627776.0}};
   auto it = units.find(unit);
   if (it == units.end()) throw bad();
-  const double bytes = std::stod(m[1].str()) * it->second;
+  // (Digits past a double's range: std::stod's out_of_range.)
+  const double number = std::strtod(m[1].str().c_str(), nullptr);
+  const double bytes = number * it->second;
   if (!(bytes >= 1.0) || bytes > 9.0e18) throw bad();
   return static_cast<int64_t>(bytes);
 }

@@ -1,6 +1,7 @@
 #include "triad/nn/gpt.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -1339,7 +1340,10 @@ int64_t expert_bias_layer(const GptConfig& cfg, const std::string& name) {
     const std::string digits =
         head.substr(prefix.size(), head.size() - prefix.size() - suffix.size());
     if (digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-    return std::stoll(digits);
+    int64_t n = -1;
+    // (Digits past int64 name no layer: std::stoll's out_of_range.)
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    return ec == std::errc() && end == digits.data() + digits.size() ? n : -1;
   };
   if (const int64_t n = index("h.", ""); n >= 0) return n;
   if (const int64_t k = index("mtp.", ".block"); k >= 0) return cfg.n_layer + k;

@@ -46,6 +46,7 @@ TEST(Tensor, DtypeNamesParse) {
   EXPECT_THROW(dtype_from_name("f8"), ValueError);
   EXPECT_EQ(device_from_string("cuda:3"), Device::cuda(3));
   EXPECT_THROW(device_from_string("tpu"), ValueError);
+  EXPECT_THROW(device_from_string("cuda:99999999999"), ValueError);  // (past an int)
 }
 
 // f32 <-> bf16/f16 casts of views (a transpose: strided elements; a narrowed

@@ -174,6 +174,7 @@ TEST(MultiTokenPrediction, ParametersAreNamedAndCounted) {
     EXPECT_EQ(expert_bias_layer(cfg, "h.1.mlp.expert_bias"), 1);
     EXPECT_EQ(expert_bias_layer(cfg, "mtp.1.block.mlp.expert_bias"), cfg.n_layer + 1);
     EXPECT_EQ(expert_bias_layer(cfg, "mtp.x.block.mlp.expert_bias"), -1);
+    EXPECT_EQ(expert_bias_layer(cfg, "h.99999999999999999999.mlp.expert_bias"), -1);
     EXPECT_EQ(expert_bias_layer(cfg, "h.1.mlp.router.weight"), -1);
     // Muon takes the modules' matrices as it takes the blocks'.
     EXPECT_TRUE(is_hidden_matrix("mtp.0.eh_proj.weight", {16, 32}));
