@@ -52,6 +52,12 @@ std::string step_name(int64_t step) {
   return "step_" + std::to_string(step);
 }
 
+// Whether `name` is a step directory's: step_ and digits alone.
+bool is_step_name(const std::string& name) {
+  return name.size() > 5 && name.rfind("step_", 0) == 0 &&
+         name.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
 void write_text_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -123,9 +129,7 @@ CheckpointInfo read_marked_checkpoint(const fs::path& marker) {
   std::string name;
   std::getline(in, name);
   const fs::path step_dir = marker.parent_path() / name;
-  if (name.size() <= 5 || name.rfind("step_", 0) != 0 ||
-      name.find_first_not_of("0123456789", 5) != std::string::npos ||
-      !fs::exists(step_dir / "manifest.json")) {
+  if (!is_step_name(name) || !fs::exists(step_dir / "manifest.json")) {
     throw IoError("checkpoint: '" + marker.string() + "' points to '" + name +
                   "', which has no manifest");
   }
@@ -139,8 +143,7 @@ bool is_marker_file(const std::string& path) {
   std::ifstream in(path);
   std::string name;
   std::getline(in, name);
-  return name.size() > 5 && name.rfind("step_", 0) == 0 &&
-         name.find_first_not_of("0123456789", 5) == std::string::npos;
+  return is_step_name(name);
 }
 
 }  // namespace
@@ -246,8 +249,7 @@ std::vector<int64_t> checkpoint_steps(const std::string& dir) {
   fs_op("list '" + dir + "'", [&] {
     for (const auto& e : fs::directory_iterator(dir)) {
       const std::string n = e.path().filename().string();
-      if (e.is_directory() && n.size() > 5 && n.rfind("step_", 0) == 0 &&
-          n.find_first_not_of("0123456789", 5) == std::string::npos) {
+      if (e.is_directory() && is_step_name(n)) {
         // (A number past int64 names no step Triad writes: not one.)
         int64_t step = 0;
         const auto [end, ec] = std::from_chars(n.data() + 5, n.data() + n.size(), step);
