@@ -279,28 +279,35 @@ std::string ModelChatTemplate::text(const nlohmann::ordered_json& messages, bool
   return program_->render(context, generation);
 }
 
-void ModelChatTemplate::cut(const std::string& text, bool scored, SegmentedDocument& doc) const {
-  size_t plain = 0;  // where the text not yet put starts
+std::vector<std::pair<size_t, size_t>> ModelChatTemplate::special_places(
+    const std::string& text) const {
+  std::vector<std::pair<size_t, size_t>> places;
   for (size_t i = 0; i < text.size();) {
     const std::string* hit = nullptr;
-    if (!starts_[static_cast<unsigned char>(text[i])]) {
-      ++i;
-      continue;
-    }
-    for (const std::string& s : special_) {
-      if (text.compare(i, s.size(), s) == 0) {
-        hit = &s;
-        break;
+    if (starts_[static_cast<unsigned char>(text[i])]) {
+      for (const std::string& s : special_) {
+        if (text.compare(i, s.size(), s) == 0) {
+          hit = &s;
+          break;
+        }
       }
     }
     if (!hit) {
       ++i;
       continue;
     }
-    put(doc, text.substr(plain, i - plain), scored);
-    doc.push_back({*hit, scored, true});
+    places.emplace_back(i, i + hit->size());
     i += hit->size();
-    plain = i;
+  }
+  return places;
+}
+
+void ModelChatTemplate::cut(const std::string& text, bool scored, SegmentedDocument& doc) const {
+  size_t plain = 0;  // where the text not yet put starts
+  for (const auto& [b, e] : special_places(text)) {
+    put(doc, text.substr(plain, b - plain), scored);
+    doc.push_back({text.substr(b, e - b), scored, true});
+    plain = e;
   }
   put(doc, text.substr(plain), scored);
 }
@@ -344,12 +351,32 @@ std::optional<std::pair<size_t, size_t>> answer_span(const std::string& before,
 
 }  // namespace
 
-SegmentedDocument ModelChatTemplate::pieces(
-    const std::string& text, const std::vector<std::pair<size_t, size_t>>& scored) const {
+SegmentedDocument ModelChatTemplate::pieces(const std::string& text,
+                                            std::vector<std::pair<size_t, size_t>> scored) const {
+  // As transformers' assistant mask scores every token a span touches: a
+  // part that starts or ends inside a special token scores it whole (the
+  // text is cut where the whole text's special tokens are, never inside
+  // one), and parts that overlap or nest score their union.
+  const auto places = special_places(text);
+  auto around = [&](size_t at) {  // the special token `at` falls strictly inside, if any
+    auto it =
+        std::upper_bound(places.begin(), places.end(), at,
+                         [](size_t a, const std::pair<size_t, size_t>& p) { return a < p.first; });
+    if (it == places.begin()) return places.end();
+    --it;
+    return it->first < at && at < it->second ? it : places.end();
+  };
+  for (auto& [b, e] : scored) {
+    if (const auto it = around(b); it != places.end()) b = it->first;
+    if (const auto it = around(e); it != places.end()) e = it->second;
+  }
+  std::sort(scored.begin(), scored.end());
   SegmentedDocument doc;
   size_t at = 0;
-  for (const auto& [b, e] : scored) {
-    if (b < at) continue;  // (nested or overlapping blocks: the first wins)
+  for (size_t i = 0; i < scored.size();) {
+    const size_t b = scored[i].first;
+    size_t e = scored[i].second;
+    for (++i; i < scored.size() && scored[i].first <= e; ++i) e = std::max(e, scored[i].second);
     cut(text.substr(at, b - at), false, doc);
     cut(text.substr(b, e - b), true, doc);
     at = e;

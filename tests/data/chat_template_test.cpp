@@ -263,6 +263,22 @@ TEST(ModelChatTemplate, GenerationBlocksOrTurnByTurn) {
                {"message 0 is not an object with a string \"role\""});
 }
 
+// A {% generation %} block that starts or ends inside a special token
+// scores the token whole, never cutting it into text (transformers' mask
+// takes every token a span touches), and blocks that nest or overlap score
+// their union.
+TEST(ModelChatTemplate, GenerationBlocksScoreWholeSpecialTokens) {
+  const ModelChatTemplate cutting(
+      "<|im_start|>user\nq<|im{% generation %}_end|>a{% endgeneration %}"
+      "{% generation %}{% generation %}b{% endgeneration %}c<|im_{% endgeneration %}end|>d",
+      nlohmann::ordered_json::object(), markers());
+  std::string pieces;
+  for (const auto& p : cutting.render(as_json({{"user", "q"}}))) {
+    pieces += std::string(p.scored ? "+" : "-") + (p.special ? "[" + p.text + "]" : p.text) + " ";
+  }
+  EXPECT_EQ(pieces, "-[<|im_start|>] -user\nq +[<|im_end|>] +abc +[<|im_end|>] -d ");
+}
+
 // A document per answer: the conversation up to it as the program writes
 // one that ends there, that answer alone scored. A program that writes
 // earlier turns differently (thinking kept for the latest answer only, as

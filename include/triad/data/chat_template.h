@@ -131,11 +131,13 @@ class ModelChatTemplate {
   std::string text(const nlohmann::ordered_json& messages, bool generation_prompt,
                    std::vector<std::pair<size_t, size_t>>* generation,
                    const nlohmann::ordered_json& extra) const;
+  // Where `text` holds special tokens (begin, end), read left to right,
+  // the longest first at each place.
+  std::vector<std::pair<size_t, size_t>> special_places(const std::string& text) const;
   void cut(const std::string& text, bool scored, SegmentedDocument& doc) const;
-  // `text` cut into pieces, the byte ranges `scored` scored (in order; one
-  // overlapping an earlier one is skipped).
+  // `text` cut into pieces, what the byte ranges `scored` touch scored.
   SegmentedDocument pieces(const std::string& text,
-                           const std::vector<std::pair<size_t, size_t>>& scored) const;
+                           std::vector<std::pair<size_t, size_t>> scored) const;
 
   std::shared_ptr<const jinja::Template> program_;
   nlohmann::ordered_json variables_;
