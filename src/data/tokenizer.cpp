@@ -363,7 +363,12 @@ BpeTokenizer::BpeTokenizer(std::map<std::string, int32_t> vocab,
   }
   for (const auto& [token, id] : encoder_) {
     if (id < 0) throw ValueError("tokenizer: '" + token + "' has a negative id");
-    decoder_[id] = token;
+    const auto [at, fresh] = decoder_.emplace(id, token);
+    if (!fresh) {
+      // (Decoding would give one of them for the other's id.)
+      throw ValueError("tokenizer: '" + token + "' and '" + at->second + "' share the id " +
+                       std::to_string(id));
+    }
     vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{id} + 1);
   }
   for (const auto& [content, id] : settings_.added_tokens) {

@@ -322,6 +322,10 @@ TEST(HfTokenizer, WhatTriadDoesNotBuildIsNamed) {
   j = good;
   j["added_tokens"][0]["id"] = 65;  // "A"'s id
   expect(j, "added token '<|endoftext|>' takes id 65, the vocabulary's 'A'");
+  // Two tokens with one id (decoding it would give one for the other).
+  j = good;
+  j["model"]["vocab"]["!"] = 65;
+  expect(j, "tokenizer: 'A' and '!' share the id 65");
   j = good;
   j["pre_tokenizer"] = {{"type", "Metaspace"}};  // the SentencePiece kind, a byte-level decoder
   expect(j, "'decoder' ({\"type\":\"ByteLevel\"}): with a SentencePiece-style model only");
@@ -583,6 +587,9 @@ TEST(HfMetaspaceTokenizer, WhatTriadDoesNotBuildIsNamed) {
   j = metaspace_json(true);
   j["added_tokens"][1]["normalized"] = true;
   expect(j, "'added_tokens[1].normalized' (true): an added token matched in normalised text");
+  j = metaspace_json(true);
+  j["model"]["vocab"]["c"] = j["model"]["vocab"]["b"];
+  expect(j, "share the id 261");
   j = metaspace_json(true);
   j["model"]["unk_token"] = "<oov>";
   expect(j, "'model.unk_token' ('<oov>') is not in the vocabulary");
