@@ -6,7 +6,11 @@ namespace triad {
 
 int64_t numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape) {
+    if (__builtin_mul_overflow(n, s, &n)) {
+      throw ShapeError("shape " + shape_str(shape) + " holds more elements than an int64 counts");
+    }
+  }
   return n;
 }
 

@@ -1,5 +1,7 @@
 #include "triad/core/tensor.h"
 
+#include <cstdint>
+
 #include "triad/backend/backend.h"
 
 namespace triad {
@@ -76,7 +78,12 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
     if (s < 0) throw ShapeError("empty: negative dimension in shape " + shape_str(shape));
   }
   auto impl = std::make_shared<TensorImpl>();
-  const size_t nbytes = static_cast<size_t>(numel(shape)) * dtype_size(dtype);
+  const auto n = static_cast<size_t>(numel(shape));
+  if (n > SIZE_MAX / dtype_size(dtype)) {
+    throw ShapeError("empty: a tensor of shape " + shape_str(shape) + " in " + dtype_name(dtype) +
+                     " holds more bytes than memory can address");
+  }
+  const size_t nbytes = n * dtype_size(dtype);
   impl->storage =
       std::make_shared<Storage>(nbytes, backend_for(device.type).allocator(device.index));
   impl->shape = shape;

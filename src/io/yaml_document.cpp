@@ -18,9 +18,17 @@ void reject_repeated_keys(const YAML::Node& node, const std::string& path,
   if (!node.IsMap()) return;
   std::map<std::string, YAML::Mark> first;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
-    const std::string at = path.empty() ? key : path + "." + key;
     const YAML::Mark mark = it->first.Mark();
+    if (!it->first.IsScalar()) {
+      // (A list, a mapping or nothing as a key: no Triad file has one.)
+      YAML::Emitter shown;
+      shown << YAML::Flow << it->first;
+      throw ConfigError(source + ": " + (path.empty() ? "" : path + ": ") +
+                        "a key must be a plain name, got '" + shown.c_str() + "' (line " +
+                        std::to_string(mark.line + 1) + ")");
+    }
+    const std::string key = it->first.Scalar();
+    const std::string at = path.empty() ? key : path + "." + key;
     const auto [seen, fresh] = first.emplace(key, mark);
     if (!fresh) {
       const YAML::Mark& a = seen->second;

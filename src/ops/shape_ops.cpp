@@ -40,8 +40,9 @@ Shape resolve_shape(Shape shape, int64_t n, const Shape& from) {
       infer = static_cast<int64_t>(i);
     } else if (shape[i] < 0) {
       throw ShapeError("reshape: invalid size in " + shape_str(shape));
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      throw ShapeError("reshape: " + shape_str(shape) +
+                       " holds more elements than an int64 counts");
     }
   }
   if (infer >= 0) {

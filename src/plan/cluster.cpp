@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <climits>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -24,6 +25,26 @@ double number(const YAML::Node& n, const std::string& key) {
   std::stringstream ss;
   ss << n;
   throw ConfigError(key + ": expected a number, got '" + ss.str() + "'");
+}
+
+// A whole number in [1, 2^31): GPU and SM counts.
+int count(const YAML::Node& n, const std::string& key) {
+  const double v = number(n, key);
+  if (!(v >= 1 && v <= INT_MAX) || v != std::floor(v)) {
+    std::stringstream ss;
+    ss << n;
+    throw ConfigError(key + " (" + ss.str() + ") must be a positive integer");
+  }
+  return static_cast<int>(v);
+}
+
+std::string text(const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) {
+    std::stringstream ss;
+    ss << n;
+    throw ConfigError(key + ": expected a name, got '" + ss.str() + "'");
+  }
+  return n.Scalar();
 }
 
 void positive(double v, const std::string& key) {
@@ -69,19 +90,13 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
   const YAML::Node root = io::load_yaml(yaml_text, source);
   ClusterSpec c;
   const std::map<std::string, Setter> gpu{
-      {"name", [&](auto& v, auto&) { c.gpu_name = v.Scalar(); }},
+      {"name", [&](auto& v, auto& k) { c.gpu_name = text(v, k); }},
       {"peak_tflops",
        [&](auto& v, auto& k) {
          c.peak_flops = number(v, k) * 1e12;
          positive(c.peak_flops, k);
        }},
-      {"sm_count",
-       [&](auto& v, auto& k) {
-         const double n = number(v, k);
-         if (n < 1 || n != static_cast<int>(n))
-           throw ConfigError(k + " must be a positive integer");
-         c.sm_count = static_cast<int>(n);
-       }},
+      {"sm_count", [&](auto& v, auto& k) { c.sm_count = count(v, k); }},
       {"memory_gib",
        [&](auto& v, auto& k) {
          c.memory_bytes = number(v, k) * (1ull << 30);
@@ -142,14 +157,8 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
        }},
   };
   const std::map<std::string, Setter> top{
-      {"name", [&](auto& v, auto&) { c.name = v.Scalar(); }},
-      {"gpus_per_node",
-       [&](auto& v, auto& k) {
-         const double g = number(v, k);
-         if (g < 1 || g != static_cast<int>(g))
-           throw ConfigError(k + " must be a positive integer");
-         c.gpus_per_node = static_cast<int>(g);
-       }},
+      {"name", [&](auto& v, auto& k) { c.name = text(v, k); }},
+      {"gpus_per_node", [&](auto& v, auto& k) { c.gpus_per_node = count(v, k); }},
       {"gpu",
        [&](auto& v, auto&) {
          apply(v, "gpu", gpu, {"peak_tflops", "memory_gib", "memory_bandwidth_gbs"});

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "support/expect_error.h"
 #include "triad/autograd/engine.h"
 #include "triad/backend/backend.h"
 #include "triad/core/half.h"
@@ -221,6 +222,21 @@ TEST(Tensor, BadShapesAreClearErrors) {
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("[2, 3]"), std::string::npos) << e.what();
   }
+  // Sizes past what int64 counts or memory addresses (a config's or a
+  // file's dimensions multiplied) are named, never wrapped around.
+  EXPECT_EQ(numel({int64_t{1} << 31, int64_t{1} << 31}), int64_t{1} << 62);
+  triad::testing::expect_error(
+      [] {
+        numel({int64_t{1} << 32, int64_t{1} << 31});
+      },
+      {"shape [4294967296, 2147483648] holds more elements"});
+  triad::testing::expect_error([] { empty({int64_t{1} << 62}, DType::F32); },
+                               {"[4611686018427387904] in f32 holds more bytes"});
+  triad::testing::expect_error(
+      [] {
+        reshape(zeros({2}), {int64_t{1} << 40, 1 << 30, 4, -1});
+      },
+      {"holds more elements"});
 }
 
 // Strided copies keep every bit: 64-bit integers above 2^53 (which a round

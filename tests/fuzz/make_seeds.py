@@ -296,6 +296,22 @@ def checkpoint_metadata_seeds():
          "n_head": 2, "kernel": "triad", "forward_only": True}]))
 
 
+def planner_seeds():
+    configs = ROOT / "configs"
+    for cluster, model, run in [("hgx_h200", "falcon_7b", "16 64"),
+                                ("dgx_a100_selene", "mixtral_8x7b", "32 128"),
+                                ("dgx_h100", "deepseek_v3", "64 256")]:
+        if not (configs / "models" / f"{model}.yaml").exists():
+            continue
+        write("planner", f"{cluster}-{model}", parts(
+            (configs / "clusters" / f"{cluster}.yaml").read_text(),
+            (configs / "models" / f"{model}.yaml").read_text(), run))
+    write("planner", "tiny", parts(
+        "gpus_per_node: 4\ngpu: {peak_tflops: 100, memory_gib: 16, memory_bandwidth_gbs: 900}\n"
+        "intra_node: {bandwidth_gbs: 100}\ninter_node: {bandwidth_gbs: 25, latency_us: 5}\n",
+        "n_layer: 4\nn_head: 4\nd_model: 256\nvocab_size: 1000\nseq_len: 512\n", "8 32"))
+
+
 def main():
     safetensors_seeds()
     torch_seeds()
@@ -314,6 +330,7 @@ def main():
     peft_adapter_seeds()
     checkpoint_seeds()
     checkpoint_metadata_seeds()
+    planner_seeds()
     for folder in sorted(CORPUS.iterdir()):
         print(f"{folder.name}: {len(list(folder.iterdir()))} files")
 

@@ -1525,6 +1525,22 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   expect_error(ok + "efficiency: {gemm: 1.5}\n", "efficiency.gemm (1.500000) must be in (0, 1]");
   expect_error("gpus_per_node: 8\n", "missing required key 'gpu'");
   expect_error(ok + "efficiency: {gemm: fast}\n", "efficiency.gemm: expected a number, got 'fast'");
+  // Counts are whole numbers an int holds; names are names; keys are plain
+  // names (a list as a key once escaped as yaml-cpp's own exception).
+  expect_error(
+      "gpus_per_node: 1e300\ngpu: {peak_tflops: 1, memory_gib: 8, memory_bandwidth_gbs: 1}\n"
+      "intra_node: {bandwidth_gbs: 300}\ninter_node: {bandwidth_gbs: 200}\n",
+      "gpus_per_node (1e300) must be a positive integer");
+  expect_error(
+      "gpus_per_node: 8\ngpu: {peak_tflops: 1, memory_gib: 8, memory_bandwidth_gbs: 1, "
+      "sm_count: 2.5}\nintra_node: {bandwidth_gbs: 300}\ninter_node: {bandwidth_gbs: 200}\n",
+      "gpu.sm_count (2.5) must be a positive integer");
+  expect_error(ok + "name: [a, b]\n", "name: expected a name, got '[a, b]'");
+  expect_error(ok + "[a]: 1\n", "a key must be a plain name, got '[a]' (line 5)");
+  expect_error(
+      "gpus_per_node: 8\ngpu: {peak_tflops: 1, memory_gib: 8, memory_bandwidth_gbs: 1}\n"
+      "intra_node: {bandwidth_gbs: 300, {x: 1}: 2}\ninter_node: {bandwidth_gbs: 200}\n",
+      "intra_node: a key must be a plain name, got '{x: 1}'");
   EXPECT_DOUBLE_EQ(
       parse_cluster(ok + "efficiency: {attention: 0.5}\n").flash_attention_efficiency(), 0.5);
   expect_error(ok + "efficiency: {attention: 2}\n", "efficiency.attention");

@@ -181,7 +181,7 @@ data: {train: data/x.bin}
 // naming where, at the top level and inside sections.
 TEST(Config, AKeyThatIsNoNameIsAnError) {
   expect_config_error(std::string(kValid) + "? [a, b]\n: 1\n", {},
-                      "the config: a key must be a plain name");
+                      "<config>: a key must be a plain name, got '[a, b]' (line 5)");
   expect_config_error(kValid, {"model.moe={[x]: 1}"}, "model.moe: a key must be a plain name");
   expect_config_error(kValid, {"train.lr_scale={{a: b}: 2}"},
                       "train.lr_scale: a key must be a plain name");

@@ -8,6 +8,7 @@ namespace triad {
 
 using Shape = std::vector<int64_t>;
 
+// The number of elements; a ShapeError when it overflows int64.
 int64_t numel(const Shape& shape);
 // Row-major strides of a contiguous tensor of this shape.
 Shape contiguous_strides(const Shape& shape);
