@@ -298,9 +298,9 @@ def checkpoint_metadata_seeds():
 
 def planner_seeds():
     configs = ROOT / "configs"
-    for cluster, model, run in [("hgx_h200", "falcon_7b", "16 64"),
-                                ("dgx_a100_selene", "mixtral_8x7b", "32 128"),
-                                ("dgx_h100", "deepseek_v3", "64 256")]:
+    for cluster, model, run in [("hgx_h200", "falcon_7b", "16 32"),
+                                ("dgx_a100_selene", "mixtral_8x7b", "8 16"),
+                                ("dgx_h100", "gpt2_350m", "4 16")]:
         if not (configs / "models" / f"{model}.yaml").exists():
             continue
         write("planner", f"{cluster}-{model}", parts(

@@ -23,7 +23,7 @@ TRIAD_FUZZ_TARGET(planner) {
   int gpus = 8, batch = 32;
   std::istringstream(parts[2]) >> gpus >> batch;
   // (Small searches: a fuzzer's input is run in milliseconds.)
-  if (gpus < 1 || gpus > 64 || batch < 1 || batch > 512 || model.n_layer > 256) return;
+  if (gpus < 1 || gpus > 16 || batch < 1 || batch > 128 || model.n_layer > 128) return;
   triad::plan::SearchSpace space;
   space.top = 3;
   triad::plan::SearchStats stats;
