@@ -79,11 +79,14 @@ RankPlacement placement_from_json(const std::string& text) {
       if (q.contains("units")) param.spec.units = q.at("units").get<std::vector<int64_t>>();
       const int64_t rank = static_cast<int64_t>(param.full_shape.size());
       int64_t block_sum = 0;
-      for (int64_t b : param.spec.blocks) block_sum += b > 0 ? b : -1;
-      const bool blocks_fit = param.spec.blocks.empty() ||
-                              (static_cast<int>(param.spec.blocks.size()) == param.spec.groups &&
-                               param.spec.split && param.spec.dim >= 0 && param.spec.dim < rank &&
-                               block_sum == param.full_shape[param.spec.dim]);
+      bool sum_fits = true;  // (no block is empty, and the sum counts)
+      for (int64_t b : param.spec.blocks)
+        sum_fits = sum_fits && b > 0 && !__builtin_add_overflow(block_sum, b, &block_sum);
+      const bool blocks_fit =
+          param.spec.blocks.empty() ||
+          (sum_fits && (static_cast<int>(param.spec.blocks.size()) == param.spec.groups &&
+                        param.spec.split && param.spec.dim >= 0 && param.spec.dim < rank &&
+                        block_sum == param.full_shape[param.spec.dim]));
       if (param.spec.groups < 1 || !blocks_fit ||
           (param.spec.split && (param.spec.dim < 0 || param.spec.dim >= rank))) {
         throw ValueError("parameter '" + name + "': split dim " + std::to_string(param.spec.dim) +

@@ -1226,6 +1226,23 @@ TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
       "params": {"x": {"split": true, "dim": 2, "groups": 1, "padded": 0, "shape": [4, 4]}},
       "zero_segments": []})"),
                ValueError);
+  // Numbers of a damaged file: blocks whose sum passes int64 (a signed
+  // overflow before), and more groups than rows (a list of 2^31 groups).
+  triad::testing::expect_error(
+      [] {
+        placement_from_json(R"({"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "dp_rank": 0,
+      "params": {"x": {"split": true, "dim": 0, "groups": 2, "padded": 0, "shape": [4, 4],
+                       "blocks": [9000000000000000000, 9000000000000000000]}},
+      "zero_segments": []})");
+      },
+      {"parameter 'x': split dim 0 in groups of 2 does not fit its shape [4, 4]"});
+  triad::testing::expect_error(
+      [] {
+        placement_from_json(R"({"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "dp_rank": 0,
+      "params": {"x": {"split": true, "dim": 0, "groups": 2147483647, "padded": 0,
+                       "shape": [4, 4]}}, "zero_segments": []})");
+      },
+      {"parameter 'x': shard: dim 0 of [4, 4] (padded to 4) cannot be cut into 2147483647 groups"});
 }
 
 TEST(Checkpoint, AnotherLayoutNeedsPlacementsAndNamesWhatIsMissing) {

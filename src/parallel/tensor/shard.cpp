@@ -42,13 +42,19 @@ bool ShardSpec::shares_blocks(int size) const {
 }
 
 void ShardSpec::check_cut(int64_t n, int size, const Shape& full) const {
+  if (blocks.empty() && groups > std::max<int64_t>(n, 1)) {
+    // (More groups than rows: no cut, and no list of them to make.)
+    throw ShapeError("shard: dim " + std::to_string(dim) + " of " + shape_str(full) +
+                     " (padded to " + std::to_string(n) + ") cannot be cut into " +
+                     std::to_string(groups) + " groups");
+  }
   const std::vector<int64_t> sizes = block_sizes(n);
   int64_t total = 0;
   // (Whole pieces are given block by block, along dim 0.)
   bool fits = units.empty() || (units.size() == blocks.size() && dim == 0);
   for (size_t j = 0; j < sizes.size(); ++j) {
     const int64_t b = sizes[j], u = unit_of(units, j);
-    total += b;
+    fits = fits && !__builtin_add_overflow(total, b, &total);
     if (u <= 0) {
       fits = fits && b % size == 0;
     } else {
