@@ -107,6 +107,14 @@ RankPlacement placement_from_json(const std::string& text) {
     for (const auto& s : j.at("zero_segments")) {
       p.zero_segments.push_back({s.at(0).get<std::string>(), s.at(1).get<int64_t>(),
                                  s.at(2).get<int64_t>(), s.size() > 3 && s.at(3).get<bool>()});
+      const auto& z = p.zero_segments.back();
+      int64_t end = 0;
+      if (z.param_offset < 0 || z.length < 0 ||
+          __builtin_add_overflow(z.param_offset, z.length, &end)) {
+        throw ValueError("the optimizer piece of '" + z.name + "' at " +
+                         std::to_string(z.param_offset) + ", +" + std::to_string(z.length) +
+                         " is no range of elements");
+      }
     }
     return p;
   } catch (const nlohmann::json::exception& e) {

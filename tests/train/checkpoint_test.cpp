@@ -1243,6 +1243,12 @@ TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
                        "shape": [4, 4]}}, "zero_segments": []})");
       },
       {"parameter 'x': shard: dim 0 of [4, 4] (padded to 4) cannot be cut into 2147483647 groups"});
+  triad::testing::expect_error(
+      [] {
+        placement_from_json(R"({"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "dp_rank": 0,
+      "params": {}, "zero_segments": [["x", 9000000000000000000, 9000000000000000000]]})");
+      },
+      {"the optimizer piece of 'x' at 9000000000000000000, +9000000000000000000 is no range"});
 }
 
 TEST(Checkpoint, AnotherLayoutNeedsPlacementsAndNamesWhatIsMissing) {
