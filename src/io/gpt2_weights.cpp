@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -147,11 +148,14 @@ DecoderTensors split_decoder(const std::map<std::string, Tensor>& tensors,
     } else if (name.rfind(blocks, 0) == 0) {
       const std::string rest = name.substr(blocks.size());
       const size_t dot = rest.find('.');
+      // The layer's number as transformers writes it: digits, no sign, no
+      // leading zero ("3x" or "03" is no layer 3 of this model).
+      const std::string digits = rest.substr(0, dot);
       int64_t layer = -1;
-      try {
-        layer = std::stoll(rest.substr(0, dot));
-      } catch (const std::exception&) {
-      }
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), layer);
+      if (ec != std::errc() || end != digits.data() + digits.size() ||
+          digits != std::to_string(layer))
+        layer = -1;
       if (dot == std::string::npos || layer < 0)
         throw IoError("Hugging Face " + family + " weights: tensor '" + name +
                       "' has no layer number");

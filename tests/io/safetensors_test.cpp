@@ -634,6 +634,15 @@ TEST(HfLlamaWeights, LoadIntoTheSameModelAndMismatchesAreNamed) {
   EXPECT_THROW(hf_llama_to_triad({{"model.embed_tokens.weight", sd.at("wte.weight")},
                                   {"model.layers.x.mlp.up_proj.weight", sd.at("wte.weight")}}),
                IoError);
+  // A layer's number is digits as transformers writes them: "1x", "01" or
+  // "+1" name no layer (std::stoll once read them all as layer 1).
+  for (const char* layer : {"1x", "01", "+1", " 1"}) {
+    auto renamed = hf;
+    const std::string name = std::string("model.layers.") + layer + ".mlp.up_proj.weight";
+    renamed[name] = renamed.at("model.layers.1.mlp.up_proj.weight");
+    renamed.erase("model.layers.1.mlp.up_proj.weight");
+    expect_error(renamed, "tensor '" + name + "' has no layer number");
+  }
 }
 
 }  // namespace
