@@ -312,6 +312,50 @@ def planner_seeds():
         "n_layer: 4\nn_head: 4\nd_model: 256\nvocab_size: 1000\nseq_len: 512\n", "8 32"))
 
 
+def hf_weights_seeds():
+    # Tiny models in Hugging Face's names: config.json, then model.safetensors.
+    import random
+    rng = random.Random(0)
+
+    def f32(*shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return ("F32", list(shape), struct.pack(f"<{n}f", *(rng.uniform(-0.1, 0.1) for _ in range(n))))
+
+    h, v, f = 8, 16, 16
+    llama = {"model.embed_tokens.weight": f32(v, h), "model.norm.weight": f32(h),
+             "lm_head.weight": f32(v, h)}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        llama.update({p + "input_layernorm.weight": f32(h),
+                      p + "post_attention_layernorm.weight": f32(h),
+                      p + "self_attn.q_proj.weight": f32(h, h),
+                      p + "self_attn.k_proj.weight": f32(4, h),
+                      p + "self_attn.v_proj.weight": f32(4, h),
+                      p + "self_attn.o_proj.weight": f32(h, h),
+                      p + "mlp.gate_proj.weight": f32(f, h), p + "mlp.up_proj.weight": f32(f, h),
+                      p + "mlp.down_proj.weight": f32(h, f)})
+    write("hf_weights", "llama", parts(json.dumps({
+        "model_type": "llama", "hidden_size": h, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": f,
+        "vocab_size": v, "max_position_embeddings": 32, "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False}), safetensors_file(llama)))
+    gpt2 = {"wte.weight": f32(v, h), "wpe.weight": f32(32, h), "ln_f.weight": f32(h),
+            "ln_f.bias": f32(h)}
+    for i in range(2):
+        p = f"h.{i}."
+        gpt2.update({p + "ln_1.weight": f32(h), p + "ln_1.bias": f32(h),
+                     p + "ln_2.weight": f32(h), p + "ln_2.bias": f32(h),
+                     p + "attn.c_attn.weight": f32(h, 3 * h), p + "attn.c_attn.bias": f32(3 * h),
+                     p + "attn.c_proj.weight": f32(h, h), p + "attn.c_proj.bias": f32(h),
+                     p + "mlp.c_fc.weight": f32(h, 4 * h), p + "mlp.c_fc.bias": f32(4 * h),
+                     p + "mlp.c_proj.weight": f32(4 * h, h), p + "mlp.c_proj.bias": f32(h)})
+    write("hf_weights", "gpt2", parts(json.dumps({
+        "model_type": "gpt2", "n_embd": h, "n_layer": 2, "n_head": 2, "n_positions": 32,
+        "vocab_size": v, "layer_norm_epsilon": 1e-5}), safetensors_file(gpt2)))
+
+
 def main():
     safetensors_seeds()
     torch_seeds()
@@ -331,6 +375,7 @@ def main():
     checkpoint_seeds()
     checkpoint_metadata_seeds()
     planner_seeds()
+    hf_weights_seeds()
     for folder in sorted(CORPUS.iterdir()):
         print(f"{folder.name}: {len(list(folder.iterdir()))} files")
 
