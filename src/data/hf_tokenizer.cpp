@@ -11,6 +11,7 @@
 
 #include "triad/core/error.h"
 #include "triad/data/tokenizer.h"
+#include "triad/io/json_integer.h"
 #include "triad/io/text_file.h"
 #include "utf8.h"
 
@@ -354,6 +355,8 @@ std::unique_ptr<Tokenizer> read_hf_tokenizer(const Reader& r, const Json& root,
         !a.contains("content") || !a.at("content").is_string()) {
       r.bad(key, "needs an integer id and a string content");
     }
+    if (const auto id = io::json_integer(a.at("id")); !id || *id < 0 || *id > INT32_MAX)
+      r.bad(key + ".id", "(" + a.at("id").dump() + ") must be an id in [0, 2^31)");
     for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
       if (a.value(flag, false))
         r.unsupported(key + "." + flag, true,

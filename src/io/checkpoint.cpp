@@ -17,6 +17,7 @@
 #include "data/mapped_file.h"
 #include "triad/core/checksum.h"
 #include "triad/core/error.h"
+#include "triad/io/json_integer.h"
 #include "triad/io/safetensors.h"
 #include "triad/io/text_file.h"
 
@@ -358,7 +359,8 @@ CheckpointInfo read_checkpoint(const std::string& step_dir) {
   CheckpointInfo info;
   info.step_dir = step_dir;
   try {
-    info.step = m.at("step").get<int64_t>();
+    info.step = json_int<IoError>(m.at("step"),
+                                  "checkpoint: manifest '" + manifest_path.string() + "': step");
     info.layout = m.at("layout").get<std::map<std::string, std::string>>();
     info.config = m.value("config", std::string());
     if (m.contains("val_loss")) info.val_loss = m.at("val_loss").get<double>();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "triad/core/error.h"
+#include "triad/io/json_integer.h"
 
 namespace triad::optim {
 namespace {
@@ -76,8 +77,10 @@ void DynamicLossScaler::load_state(const nlohmann::json& s) {
     return s.at(name);
   };
   const double scale = field("scale").get<double>();
-  const int64_t streak = field("clean_streak").get<int64_t>();
-  const int64_t skipped = field("skipped_steps").get<int64_t>();
+  const int64_t streak =
+      io::json_int<IoError>(field("clean_streak"), "loss scaler state: clean_streak");
+  const int64_t skipped =
+      io::json_int<IoError>(field("skipped_steps"), "loss scaler state: skipped_steps");
   if (!(scale >= options_.min_scale && scale <= options_.max_scale))
     throw IoError("loss scaler state: scale " + num(scale) + " is outside [" +
                   num(options_.min_scale) + ", " + num(options_.max_scale) + "]");
@@ -87,7 +90,7 @@ void DynamicLossScaler::load_state(const nlohmann::json& s) {
                   std::to_string(skipped) + " >= 0");
   int64_t left = options_.hysteresis;
   if (s.contains("hysteresis_left")) {
-    left = field("hysteresis_left").get<int64_t>();
+    left = io::json_int<IoError>(field("hysteresis_left"), "loss scaler state: hysteresis_left");
     if (left < 1)
       throw IoError("loss scaler state: hysteresis_left " + std::to_string(left) + " must be >= 1");
     left = std::min(left, options_.hysteresis);

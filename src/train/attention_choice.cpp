@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.h"
+#include "triad/io/json_integer.h"
 #include "triad/ops/creation.h"
 
 namespace triad::train {
@@ -48,10 +49,10 @@ std::vector<cuda::AttentionChoice> attention_choices_from_json(const nlohmann::j
       cuda::AttentionChoice c;
       c.dtype = dtype_from_name(e.at("dtype").get<std::string>());
       c.deterministic = e.at("deterministic").get<bool>();
-      c.batch = e.at("batch").get<int64_t>();
-      c.seq_len = e.at("seq_len").get<int64_t>();
-      c.d_model = e.at("d_model").get<int64_t>();
-      c.n_head = e.at("n_head").get<int64_t>();
+      c.batch = io::json_int<IoError>(e.at("batch"), "batch");
+      c.seq_len = io::json_int<IoError>(e.at("seq_len"), "seq_len");
+      c.d_model = io::json_int<IoError>(e.at("d_model"), "d_model");
+      c.n_head = io::json_int<IoError>(e.at("n_head"), "n_head");
       c.forward_only = e.value("forward_only", false);
       const std::string kernel = e.at("kernel").get<std::string>();
       if (kernel != "cudnn" && kernel != "triad") {

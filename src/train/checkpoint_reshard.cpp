@@ -11,6 +11,7 @@
 
 #include "triad/autograd/grad_mode.h"
 #include "triad/io/gpt2_weights.h"
+#include "triad/io/json_integer.h"
 #include "triad/ops.h"
 
 namespace triad::train {
@@ -61,22 +62,31 @@ RankPlacement placement_from_json(const std::string& text) {
   try {
     const auto j = nlohmann::json::parse(text);
     RankPlacement p;
-    p.tp_rank = j.at("tp_rank").get<int>();
-    p.tp_size = j.at("tp_size").get<int>();
-    p.pp_rank = j.at("pp_rank").get<int>();
-    p.dp_rank = j.at("dp_rank").get<int>();
+    auto rank = [&](const char* key) {  // (ranks and sizes an int holds)
+      const int64_t v = io::json_int(j.at(key), key);
+      if (v < 0 || v > INT32_MAX) throw ValueError(std::string(key) + " " + std::to_string(v));
+      return static_cast<int>(v);
+    };
+    p.tp_rank = rank("tp_rank");
+    p.tp_size = rank("tp_size");
+    p.pp_rank = rank("pp_rank");
+    p.dp_rank = rank("dp_rank");
     if (p.tp_size < 1 || p.tp_rank < 0 || p.tp_rank >= p.tp_size) {
       throw ValueError("tp rank " + std::to_string(p.tp_rank) + " of " + std::to_string(p.tp_size));
     }
     for (const auto& [name, q] : j.at("params").items()) {
       RankPlacement::Param param;
       param.spec.split = q.at("split").get<bool>();
-      param.spec.dim = q.at("dim").get<int64_t>();
-      param.spec.groups = q.at("groups").get<int>();
-      param.spec.padded = q.at("padded").get<int64_t>();
-      param.full_shape = q.at("shape").get<Shape>();
-      if (q.contains("blocks")) param.spec.blocks = q.at("blocks").get<std::vector<int64_t>>();
-      if (q.contains("units")) param.spec.units = q.at("units").get<std::vector<int64_t>>();
+      const std::string at = "parameter '" + name + "': ";
+      param.spec.dim = io::json_int(q.at("dim"), at + "dim");
+      const int64_t groups = io::json_int(q.at("groups"), at + "groups");
+      param.spec.groups = static_cast<int>(std::clamp<int64_t>(groups, -1, INT32_MAX));
+      param.spec.padded = io::json_int(q.at("padded"), at + "padded");
+      param.full_shape = io::json_ints(q.at("shape"), at + "shape");
+      for (int64_t d : param.full_shape)
+        if (d < 0) throw ValueError(at + "shape " + shape_str(param.full_shape));
+      if (q.contains("blocks")) param.spec.blocks = io::json_ints(q.at("blocks"), at + "blocks");
+      if (q.contains("units")) param.spec.units = io::json_ints(q.at("units"), at + "units");
       const int64_t rank = static_cast<int64_t>(param.full_shape.size());
       int64_t block_sum = 0;
       bool sum_fits = true;  // (no block is empty, and the sum counts)
@@ -105,8 +115,10 @@ RankPlacement placement_from_json(const std::string& text) {
       p.params.emplace(name, std::move(param));
     }
     for (const auto& s : j.at("zero_segments")) {
-      p.zero_segments.push_back({s.at(0).get<std::string>(), s.at(1).get<int64_t>(),
-                                 s.at(2).get<int64_t>(), s.size() > 3 && s.at(3).get<bool>()});
+      p.zero_segments.push_back({s.at(0).get<std::string>(),
+                                 io::json_int(s.at(1), "an optimizer piece's offset"),
+                                 io::json_int(s.at(2), "an optimizer piece's length"),
+                                 s.size() > 3 && s.at(3).get<bool>()});
       const auto& z = p.zero_segments.back();
       int64_t end = 0;
       if (z.param_offset < 0 || z.length < 0 ||

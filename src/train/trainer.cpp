@@ -36,6 +36,7 @@
 #include "triad/dist/nccl.h"
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
+#include "triad/io/json_integer.h"
 #include "triad/io/peft_adapter.h"
 #include "triad/nn/documents.h"
 #include "triad/nn/moe.h"
@@ -1464,8 +1465,9 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
       const nlohmann::json j = nlohmann::json::parse(stop->second);
       val_best_ =
           j.at("best").is_null() ? std::nullopt : std::optional<double>(j.at("best").get<double>());
-      val_best_step_ = j.at("best_step").get<int64_t>();
-      val_stale_ = j.at("stale").get<int64_t>();
+      const std::string at = "checkpoint '" + info.step_dir + "': early_stop: ";
+      val_best_step_ = io::json_int<IoError>(j.at("best_step"), at + "best_step");
+      val_stale_ = io::json_int<IoError>(j.at("stale"), at + "stale");
     } catch (const nlohmann::json::exception& e) {
       throw IoError("checkpoint '" + info.step_dir + "': early_stop: " + e.what());
     }

@@ -322,6 +322,10 @@ TEST(HfTokenizer, WhatTriadDoesNotBuildIsNamed) {
   j = good;
   j["added_tokens"][0]["id"] = 65;  // "A"'s id
   expect(j, "added token '<|endoftext|>' takes id 65, the vocabulary's 'A'");
+  // An id past an int32 (once cut to its low 32 bits: 2^32 + 65 read as 65).
+  j = good;
+  j["added_tokens"][0]["id"] = (int64_t{1} << 32) + 65;
+  expect(j, "'added_tokens[0].id' (4294967361) must be an id in [0, 2^31)");
   // Two tokens with one id (decoding it would give one for the other).
   j = good;
   j["model"]["vocab"]["!"] = 65;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "support/expect_error.h"
 #include "triad/core/error.h"
 #include "triad/ops.h"
 #include "triad/optim/clip.h"
@@ -121,6 +122,18 @@ TEST(DynamicLossScaler, StateRoundTripsAndBadStateIsRejected) {
   EXPECT_THROW(b.load_state({{"scale", 8.0}}), IoError);
   EXPECT_THROW(b.load_state({{"scale", 0.5}, {"clean_streak", 0}, {"skipped_steps", 0}}), IoError);
   EXPECT_THROW(b.load_state({{"scale", 8.0}, {"clean_streak", 5}, {"skipped_steps", 0}}), IoError);
+  // Counts are integers: 1.5 once read as 1, and 1e300 (found by fuzzing)
+  // was undefined behaviour.
+  triad::testing::expect_error(
+      [&] {
+        b.load_state({{"scale", 8.0}, {"clean_streak", 1.5}, {"skipped_steps", 0}});
+      },
+      {"loss scaler state: clean_streak is 1.5, expected an integer"});
+  triad::testing::expect_error(
+      [&] {
+        b.load_state({{"scale", 8.0}, {"clean_streak", 1}, {"skipped_steps", 1e300}});
+      },
+      {"skipped_steps is 1e+300, expected an integer"});
   EXPECT_EQ(b.scale(), a.scale());  // a rejected state changes nothing
 }
 

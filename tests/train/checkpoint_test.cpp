@@ -1249,6 +1249,20 @@ TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
       "params": {}, "zero_segments": [["x", 9000000000000000000, 9000000000000000000]]})");
       },
       {"the optimizer piece of 'x' at 9000000000000000000, +9000000000000000000 is no range"});
+  // Integers are integers: a float once read truncated (1e300: undefined).
+  triad::testing::expect_error(
+      [] {
+        placement_from_json(R"({"tp_rank": 0, "tp_size": 1e300, "pp_rank": 0, "dp_rank": 0,
+                               "params": {}, "zero_segments": []})");
+      },
+      {"tp_size is 1e+300, expected an integer"});
+  triad::testing::expect_error(
+      [] {
+        placement_from_json(R"({"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "dp_rank": 0,
+      "params": {"x": {"split": false, "dim": 0, "groups": 1, "padded": 0, "shape": [4.5, 4]}},
+      "zero_segments": []})");
+      },
+      {"parameter 'x': shape[0] is 4.5, expected an integer"});
 }
 
 TEST(Checkpoint, AnotherLayoutNeedsPlacementsAndNamesWhatIsMissing) {

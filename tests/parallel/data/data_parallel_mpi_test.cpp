@@ -112,6 +112,9 @@ TEST(AttentionChoice, DecisionsRoundTripThroughCheckpointJson) {
   }
   bad[0].erase("kernel");
   EXPECT_THROW(attention_choices_from_json(bad), IoError);
+  bad = attention_choices_to_json({c});
+  bad[0]["seq_len"] = 1024.5;  // (read as 1024 once)
+  EXPECT_THROW(attention_choices_from_json(bad), IoError);
 }
 
 // The model.safetensors a run writes is the model it trained, on layouts
