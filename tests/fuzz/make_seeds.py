@@ -351,6 +351,41 @@ def hf_weights_seeds():
                      p + "attn.c_proj.weight": f32(h, h), p + "attn.c_proj.bias": f32(h),
                      p + "mlp.c_fc.weight": f32(h, 4 * h), p + "mlp.c_fc.bias": f32(4 * h),
                      p + "mlp.c_proj.weight": f32(4 * h, h), p + "mlp.c_proj.bias": f32(h)})
+    neox = {"gpt_neox.embed_in.weight": f32(v, h), "gpt_neox.final_layer_norm.weight": f32(h),
+            "gpt_neox.final_layer_norm.bias": f32(h), "embed_out.weight": f32(v, h)}
+    for i in range(2):
+        p = f"gpt_neox.layers.{i}."
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            neox.update({p + norm + ".weight": f32(h), p + norm + ".bias": f32(h)})
+        neox.update({p + "attention.query_key_value.weight": f32(3 * h, h),
+                     p + "attention.query_key_value.bias": f32(3 * h),
+                     p + "attention.dense.weight": f32(h, h), p + "attention.dense.bias": f32(h),
+                     p + "mlp.dense_h_to_4h.weight": f32(4 * h, h),
+                     p + "mlp.dense_h_to_4h.bias": f32(4 * h),
+                     p + "mlp.dense_4h_to_h.weight": f32(h, 4 * h),
+                     p + "mlp.dense_4h_to_h.bias": f32(h)})
+    write("hf_weights", "gpt_neox", parts(json.dumps({
+        "model_type": "gpt_neox", "hidden_size": h, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "intermediate_size": 4 * h, "vocab_size": v,
+        "max_position_embeddings": 32, "rotary_pct": 0.5, "use_parallel_residual": True,
+        "layer_norm_eps": 1e-5, "tie_word_embeddings": False}), safetensors_file(neox)))
+    phi = {"model.embed_tokens.weight": f32(v, h), "model.final_layernorm.weight": f32(h),
+           "model.final_layernorm.bias": f32(h), "lm_head.weight": f32(v, h),
+           "lm_head.bias": f32(v)}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        phi.update({p + "input_layernorm.weight": f32(h), p + "input_layernorm.bias": f32(h),
+                    p + "mlp.fc1.weight": f32(4 * h, h), p + "mlp.fc1.bias": f32(4 * h),
+                    p + "mlp.fc2.weight": f32(h, 4 * h), p + "mlp.fc2.bias": f32(h),
+                    p + "self_attn.dense.weight": f32(h, h), p + "self_attn.dense.bias": f32(h)})
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            phi.update({p + f"self_attn.{proj}.weight": f32(h, h),
+                        p + f"self_attn.{proj}.bias": f32(h)})
+    write("hf_weights", "phi", parts(json.dumps({
+        "model_type": "phi", "hidden_size": h, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "intermediate_size": 4 * h, "vocab_size": v,
+        "max_position_embeddings": 32, "partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5,
+        "hidden_act": "gelu_new", "tie_word_embeddings": False}), safetensors_file(phi)))
     write("hf_weights", "gpt2", parts(json.dumps({
         "model_type": "gpt2", "n_embd": h, "n_layer": 2, "n_head": 2, "n_positions": 32,
         "vocab_size": v, "layer_norm_epsilon": 1e-5}), safetensors_file(gpt2)))
