@@ -252,6 +252,9 @@ int64_t expert_capacity(double factor, int64_t tokens, int64_t experts, int64_t 
   }
   if (factor == 0) return 0;
   const double share = factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts);
+  // No expert takes more than every assignment: a larger factor (1e300 is
+  // finite; its capacity no int64 holds) drops nothing either.
+  if (share >= static_cast<double>(tokens * top_k)) return std::max<int64_t>(1, tokens * top_k);
   // (A share that is an integer up to rounding stays that integer.)
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(share - 1e-9)));
 }

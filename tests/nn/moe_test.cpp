@@ -165,6 +165,10 @@ TEST(ExpertCapacity, IsTheFactorTimesABalancedShareRoundedUp) {
   EXPECT_EQ(expert_capacity(1.1, 10, 4, 2), 6);  // 5.5 up
   EXPECT_EQ(expert_capacity(0.1, 8, 4, 1), 1);   // at least 1
   EXPECT_EQ(expert_capacity(0.0, 8, 4, 2), 0);   // dropless
+  // Past every assignment (8 tokens x 2): no more is needed, and a factor
+  // of 1e300 is no capacity an int64 holds.
+  EXPECT_EQ(expert_capacity(4.0, 8, 4, 2), 16);
+  EXPECT_EQ(expert_capacity(1e300, 8, 4, 2), 16);
   expect_refused<ValueError>([] { (void)(expert_capacity(-1.0, 8, 4, 2)); }, "factor -1");
 }
 
