@@ -1004,8 +1004,14 @@ int64_t steps_for_epochs(const TrainSection& train, int64_t sequences) {
   if (sequences <= 0) {
     throw ValueError("steps_for_epochs: " + std::to_string(sequences) + " training sequences");
   }
-  const auto wanted =
-      static_cast<int64_t>(std::ceil(train.epochs * static_cast<double>(sequences) - 1e-9));
+  const double passes = std::ceil(train.epochs * static_cast<double>(sequences) - 1e-9);
+  if (!(passes < 0x1p62)) {  // (1e300 is finite; no int64 holds its sequences)
+    std::ostringstream e;
+    e << "train.epochs (" << train.epochs << ") over " << sequences
+      << " training sequences is more sequences than a run counts";
+    throw ConfigError(e.str());
+  }
+  const auto wanted = static_cast<int64_t>(passes);
   const BatchSizeRamp ramp = train.batch_ramp();
   int64_t steps = 0, consumed = 0;
   // Through the ramp step by step, then the target-sized rest at once.

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include "support/expect_error.h"
+
 namespace triad::train {
 namespace {
 
@@ -217,6 +219,10 @@ data: {train: data/x.bin}
   c.train.epochs = 1;
   c.train.rampup_batch_size = {4, 4, 64};
   EXPECT_EQ(steps_for_epochs(c.train, 100), 13);
+  // Passes no run counts (1e300 is finite; its cast to int64 was undefined).
+  c.train.epochs = 1e300;
+  triad::testing::expect_error([&] { steps_for_epochs(c.train, 100); },
+                               {"train.epochs (1e+300) over 100 training sequences is more"});
   // A config in steps is left as it is.
   Config s = parse_config(kValid);
   resolve_epochs(s, 1000);
