@@ -22,6 +22,15 @@ BatchSizeRamp::BatchSizeRamp(int64_t start, int64_t increment, int64_t samples, 
     throw ConfigError(values + ": train.global_batch_size - start (" + std::to_string(target) +
                       " - " + std::to_string(start) + ") must be a multiple of the increment");
   }
+  // (Every size is checked against the layout, one by one: a ramp of
+  // billions of sizes, such as a global batch given with extra zeros, would
+  // list them all before a step.)
+  constexpr int64_t kMostSizes = int64_t{1} << 20;
+  if ((target - start) / increment >= kMostSizes) {
+    throw ConfigError(values + ": " + std::to_string((target - start) / increment) +
+                      " increases to train.global_batch_size (" + std::to_string(target) +
+                      "); at most " + std::to_string(kMostSizes - 1) + " are supported");
+  }
   per_increment_ = static_cast<double>(samples) / static_cast<double>((target - start) / increment);
 }
 

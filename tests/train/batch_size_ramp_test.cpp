@@ -52,6 +52,12 @@ TEST(BatchSizeRamp, ImpossibleRampsNameTheirValues) {
             std::string::npos);
   EXPECT_NE(error(2, 4, 10, 8).find("(8 - 2) must be a multiple of the increment"),
             std::string::npos);
+  // A ramp of ten billion sizes (a global batch with extra zeros) is named,
+  // not listed (80 GB) size by size.
+  EXPECT_NE(error(1, 1, 10, 10000000001)
+                .find("10000000000 increases to train.global_batch_size (10000000001); at most "
+                      "1048575 are supported"),
+            std::string::npos);
 }
 
 }  // namespace
