@@ -115,7 +115,7 @@ ModelChatFiles read_model_chat_files(const std::string& tokenizer_path, const st
                      " reads the model's tokenizer_config.json: give "
                      "--tokenizer (the model directory, or a tokenizer file inside it)");
   }
-  const fs::path dir = fs::is_directory(tokenizer_path) ? fs::path(tokenizer_path)
+  const fs::path dir = io::is_directory(tokenizer_path) ? fs::path(tokenizer_path)
                                                         : fs::path(tokenizer_path).parent_path();
   ModelChatFiles f;
   f.path = (dir / "tokenizer_config.json").string();
@@ -125,7 +125,7 @@ ModelChatFiles read_model_chat_files(const std::string& tokenizer_path, const st
     } catch (const nlohmann::json::exception& e) {
       throw IoError("'" + f.path + "' is not JSON: " + e.what());
     }
-  } else if (fs::exists(f.path)) {
+  } else if (io::path_exists(f.path)) {
     throw IoError("cannot read '" + f.path + "'");
   }
   const auto it = f.config.find("chat_template");

@@ -397,7 +397,7 @@ std::unique_ptr<Tokenizer> read_hf_tokenizer(const Reader& r, const Json& root,
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
   namespace fs = std::filesystem;
   const std::string file =
-      fs::is_directory(path) ? (fs::path(path) / "tokenizer.json").string() : path;
+      io::is_directory(path) ? (fs::path(path) / "tokenizer.json").string() : path;
   std::string text;
   try {
     text = io::read_text_file(file, "Hugging Face tokenizer");

@@ -130,7 +130,7 @@ CheckpointInfo read_marked_checkpoint(const fs::path& marker) {
   std::string name;
   std::getline(in, name);
   const fs::path step_dir = marker.parent_path() / name;
-  if (!is_step_name(name) || !fs::exists(step_dir / "manifest.json")) {
+  if (!is_step_name(name) || !io::path_exists(step_dir / "manifest.json")) {
     throw IoError("checkpoint: '" + marker.string() + "' points to '" + name +
                   "', which has no manifest");
   }
@@ -165,7 +165,7 @@ std::optional<int64_t> commit_checkpoint(const std::string& dir, int64_t step, i
   nlohmann::json files = nlohmann::json::object();
   for (int r = 0; r < world_size; ++r) {
     const std::string f = checkpoint_rank_file(staging, r);
-    if (!fs::exists(f))
+    if (!io::path_exists(f))
       throw IoError("checkpoint: rank " + std::to_string(r) + " did not write '" + f + "'");
     // The rank's own checksum of its file; a file without one (written
     // some other way) is hashed here.
@@ -276,7 +276,7 @@ std::vector<CheckpointInfo> recent_checkpoints(const std::string& path, int64_t 
   for (const int64_t step : checkpoint_steps(dir)) {
     if (step > last.step) continue;
     const fs::path step_dir = fs::path(dir) / step_name(step);
-    if (!fs::exists(step_dir / "manifest.json")) continue;  // (an unfinished write)
+    if (!io::path_exists(step_dir / "manifest.json")) continue;  // (an unfinished write)
     kept.push_back(step);
     if (static_cast<int64_t>(out.size()) < count) out.push_back(read_checkpoint(step_dir.string()));
   }
@@ -309,13 +309,13 @@ void check_checkpoint_dir_writable(const std::string& dir, int rank) {
 
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir) {
   const fs::path marker = fs::path(dir) / "latest";
-  if (!fs::exists(marker)) return std::nullopt;
+  if (!io::path_exists(marker)) return std::nullopt;
   return read_marked_checkpoint(marker);
 }
 
 CheckpointInfo open_checkpoint(const std::string& path) {
-  if (fs::exists(fs::path(path) / "manifest.json")) return read_checkpoint(path);
-  if (fs::exists(fs::path(path) / "latest")) return *find_latest_checkpoint(path);
+  if (io::path_exists(fs::path(path) / "manifest.json")) return read_checkpoint(path);
+  if (io::path_exists(fs::path(path) / "latest")) return *find_latest_checkpoint(path);
   if (is_marker_file(path)) return read_marked_checkpoint(path);
   throw IoError("checkpoint '" + path +
                 "': neither a checkpoint (a step_<N> directory with manifest.json), a "
@@ -338,7 +338,7 @@ CheckpointInfo read_checkpoint(const std::string& step_dir) {
     throw IoError("checkpoint '" + step_dir +
                   "' is a staging directory, a checkpoint whose writing never finished");
   }
-  if (!fs::exists(manifest_path)) {
+  if (!io::path_exists(manifest_path)) {
     throw IoError("checkpoint '" + step_dir +
                   "' has no manifest.json (not a committed checkpoint)");
   }

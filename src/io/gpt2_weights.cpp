@@ -959,7 +959,7 @@ class WeightFile {
 // when it names none).
 std::array<int64_t, 2> quantization_block_beside(const std::string& path) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  const fs::path dir = io::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   std::array<int64_t, 2> block{128, 128};
   const std::optional<std::string> text = read_file((dir / "config.json").string());
   if (!text) return block;
@@ -1033,14 +1033,14 @@ class WeightFiles {
       : path_(path), block_(quantization_block_beside(path)) {
     namespace fs = std::filesystem;
     std::string index = path;
-    if (fs::is_directory(path)) {
+    if (io::is_directory(path)) {
       const fs::path dir(path);
       // Safetensors first; a directory with only torch.save's files (older
       // checkpoints) is read from those.
       index.clear();
       for (const char* name : {"model.safetensors.index.json", "model.safetensors",
                                "pytorch_model.bin.index.json", "pytorch_model.bin"}) {
-        if (index.empty() && fs::exists(dir / name)) index = (dir / name).string();
+        if (index.empty() && io::path_exists(dir / name)) index = (dir / name).string();
       }
       if (index.empty()) {
         throw IoError("weights '" + path +
@@ -1215,9 +1215,9 @@ namespace {
 // file `path`), "" when there is none or it names none.
 std::string hf_model_type_beside(const std::string& path) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  const fs::path dir = io::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   const fs::path file = dir / "config.json";
-  if (!fs::exists(file)) return "";
+  if (!io::path_exists(file)) return "";
   const std::optional<std::string> text = read_file(file);
   if (!text) return "";
   const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
@@ -1232,7 +1232,7 @@ std::string hf_model_type_beside(const std::string& path) {
 // key.
 int64_t hf_prediction_layers_beside(const std::string& path) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  const fs::path dir = io::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   const std::optional<std::string> text = read_file((dir / "config.json").string());
   if (!text) return 0;
   const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);

@@ -1361,16 +1361,16 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
 nn::GptConfig load_hf_config(const std::string& path) {
   namespace fs = std::filesystem;
   const std::string file =
-      fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
+      io::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
   return gpt_config_from_hf(read_text_file(file, "Hugging Face config"), file);
 }
 
 HfGenerationConfig load_hf_generation_config(const std::string& path) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  const fs::path dir = io::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   const std::string file = (dir / "generation_config.json").string();
   HfGenerationConfig out;
-  if (!fs::exists(file)) return out;
+  if (!io::path_exists(file)) return out;
   out.file = file;
   Json j;
   try {

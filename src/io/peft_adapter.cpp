@@ -389,7 +389,7 @@ PeftDeltas read_peft_adapter(const std::string& dir) {
                                : alpha / static_cast<double>(r);
   d.fan_in_fan_out = flag("fan_in_fan_out");
   const std::string weights = dir + "/adapter_model.safetensors";
-  if (!std::filesystem::exists(weights)) {
+  if (!io::path_exists(weights)) {
     throw IoError("PEFT adapter: '" + weights +
                   "' does not exist (adapter_model.bin is not read: save with "
                   "safe_serialization)");

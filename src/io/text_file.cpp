@@ -32,4 +32,14 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   return std::move(*text);
 }
 
+bool is_directory(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
+bool path_exists(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
 }  // namespace triad::io

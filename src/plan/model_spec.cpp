@@ -307,7 +307,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
 nn::GptConfig load_model_spec(const std::string& path) {
   namespace fs = std::filesystem;
   const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
-  if (json || fs::is_directory(path)) return io::load_hf_config(path);
+  if (json || io::is_directory(path)) return io::load_hf_config(path);
   return parse_model_spec(io::read_text_file(path, "model file"), path);
 }
 

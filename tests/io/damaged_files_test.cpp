@@ -20,11 +20,13 @@
 #include "triad/data/token_shard.h"
 #include "triad/data/tokenizer.h"
 #include "triad/io/checkpoint.h"
+#include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_config.h"
 #include "triad/io/peft_adapter.h"
 #include "triad/io/safetensors.h"
 #include "triad/io/text_file.h"
 #include "triad/ops.h"
+#include "triad/plan/model_spec.h"
 #include "triad/train/config.h"
 
 namespace triad {
@@ -228,6 +230,31 @@ TEST(DamagedFiles, ADirectoryWhereAFileBelongsIsAnError) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A name the system refuses (longer than a name may be) is a path the
+// reader cannot open, and says so: std::filesystem's checks threw
+// filesystem_error (found by fuzzing a config's model.hf_config).
+TEST(DamagedFiles, ANameTheSystemRefusesIsAnError) {
+  const std::string name = "/tmp/" + std::string(5000, 'a');
+  const std::vector<std::pair<std::string, std::function<void()>>> readers = {
+      {"config.json", [&] { io::load_hf_config(name); }},
+      {"model.hf_config",
+       [&] {
+         train::parse_config("model: {hf_config: " + name +
+                             "}\ntrain: {steps: 1, global_batch_size: 1, micro_batch_size: 1}\n"
+                             "data: {train: x.bin}\n");
+       }},
+      {"model file", [&] { plan::load_model_spec(name); }},
+      {"tokenizer.json", [&] { data::load_hf_tokenizer(name); }},
+      {"--chat-template auto", [&] { data::chat_template_of_model(name); }},
+      {"tokenizer_config.json", [&] { data::ModelChatTemplate::load(name, {}); }},
+      {"weights", [&] { io::load_gpt2_state_dict(name, {}); }},
+      {"adapter", [&] { io::read_peft_adapter(name); }},
+  };
+  for (const auto& [what, read] : readers) EXPECT_EQ(outcome(read), "error") << what;
+  // (No checkpoint there: none to resume from.)
+  EXPECT_EQ(outcome([&] { EXPECT_FALSE(io::find_latest_checkpoint(name)); }), "ok");
 }
 
 }  // namespace

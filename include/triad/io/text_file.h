@@ -1,5 +1,6 @@
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -16,5 +17,12 @@ std::optional<std::string> read_file(const std::string& path);
 // "cannot open <what> '<path>'" (saying when it is a directory) when it
 // cannot be read.
 std::string read_text_file(const std::string& path, const std::string& what);
+
+// Whether `path` is a directory, or names anything at all, without
+// throwing: std::filesystem's own throw filesystem_error where the system
+// refuses the name (too long, no permission on the way), which is neither
+// here; the reader then names the path when it cannot open it.
+bool is_directory(const std::filesystem::path& path);
+bool path_exists(const std::filesystem::path& path);
 
 }  // namespace triad::io
