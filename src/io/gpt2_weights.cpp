@@ -1115,8 +1115,16 @@ class WeightFiles {
     for (const auto& [name, file] : j["weight_map"].items()) {
       if (!file.is_string())
         throw IoError("weights index '" + index + "': the file of '" + name + "' is not a string");
-      where_[name] = file.get<std::string>();
-      names.insert(file.get<std::string>());
+      const std::string f = file.get<std::string>();
+      // Shards lie beside their index: a name that leaves the directory
+      // (a path, "..", an absolute name) or is cut short by a NUL would read
+      // a file the checkpoint does not hold.
+      if (f.empty() || f == "." || f == ".." ||
+          f.find_first_of(std::string("/\\\0", 3)) != std::string::npos)
+        throw IoError("weights index '" + index + "': the file of '" + name + "' is '" + f +
+                      "', expected the name of a file beside the index");
+      where_[name] = f;
+      names.insert(f);
     }
     const fs::path dir = fs::path(index).parent_path();
     for (const std::string& f : names)

@@ -386,6 +386,17 @@ def hf_weights_seeds():
         "num_attention_heads": 2, "intermediate_size": 4 * h, "vocab_size": v,
         "max_position_embeddings": 32, "partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5,
         "hidden_act": "gelu_new", "tie_word_embeddings": False}), safetensors_file(phi)))
+    # The LLaMA model again, sharded: layer 1 in the second shard.
+    first = {k: t for k, t in llama.items() if ".layers.1." not in k}
+    second = {k: t for k, t in llama.items() if ".layers.1." in k}
+    weight_map = {k: "model-00001-of-00002.safetensors" for k in first}
+    weight_map.update({k: "model-00002-of-00002.safetensors" for k in second})
+    write("hf_weights", "llama_sharded", parts(json.dumps({
+        "model_type": "llama", "hidden_size": h, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": f,
+        "vocab_size": v, "max_position_embeddings": 32, "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False}), safetensors_file(first),
+        json.dumps({"metadata": {}, "weight_map": weight_map}), safetensors_file(second)))
     write("hf_weights", "gpt2", parts(json.dumps({
         "model_type": "gpt2", "n_embd": h, "n_layer": 2, "n_head": 2, "n_positions": 32,
         "vocab_size": v, "layer_norm_epsilon": 1e-5}), safetensors_file(gpt2)))

@@ -562,6 +562,31 @@ TEST(HfLlamaWeights, LoadIntoTheSameModelAndMismatchesAreNamed) {
               (std::vector<std::set<int64_t>>{{-1}, {0}, {1}}));
     EXPECT_EQ(to_double_vector(parts.at("h.1.mlp.c_fc.weight")),
               to_double_vector(sd.at("h.1.mlp.c_fc.weight")));
+    // Shards named outside the index's directory: a path, "..", an absolute
+    // name (each would open a file the checkpoint does not hold).
+    std::filesystem::copy_file(shards + "/model-00002-of-00002.safetensors",
+                               dir.file("model-00002-of-00002.safetensors"));
+    for (const std::string& f :
+         {std::string("../model-00002-of-00002.safetensors"),
+          dir.file("model-00002-of-00002.safetensors"), std::string(".."), std::string("")}) {
+      std::string outside = map;
+      const std::string second_name = "model-00002-of-00002.safetensors";
+      for (size_t at = outside.find(second_name); at != std::string::npos;
+           at = outside.find(second_name, at + f.size()))
+        outside.replace(at, second_name.size(), f);
+      std::ofstream(shards + "/model.safetensors.index.json")
+          << "{\"weight_map\": {" << outside << "}}";
+      nn::Gpt m(cfg, 98);
+      try {
+        load_gpt2_safetensors(m, shards);
+        FAIL() << "no error for '" << f << "'";
+      } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("is '" + f +
+                                             "', expected the name of a file beside the index"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
     // The index naming a tensor its shard lacks.
     std::ofstream(shards + "/model.safetensors.index.json")
         << "{\"weight_map\": {" << map
