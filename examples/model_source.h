@@ -6,7 +6,6 @@
 // weights.
 
 #include <CLI/CLI.hpp>
-#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -16,6 +15,7 @@
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/peft_adapter.h"
+#include "triad/io/text_file.h"
 #include "triad/nn/gpt.h"
 #include "triad/train/checkpoint_reshard.h"
 #include "triad/train/config.h"
@@ -64,7 +64,7 @@ class ModelSource {
       if (config_path_.empty()) config_path_ = run_dir_ + "/config.yaml";
       if (weights_.empty() && checkpoint_.empty()) {
         weights_ = run_dir_ + (ema_ ? "/model_ema.safetensors" : "/model.safetensors");
-        if (ema_ && !std::filesystem::exists(weights_)) {
+        if (ema_ && !io::path_exists(weights_)) {
           throw ValueError("--ema: run '" + run_dir_ +
                            "' has no model_ema.safetensors (it trained without train.ema_decay)");
         }

@@ -86,6 +86,15 @@ refused("averaging a run" "--average 2 averages checkpoints: give --checkpoint"
         --run ${WORK}/run --average 2 --output ${WORK}/never)
 refused("--ema with a weights file" "--ema reads a run's averaged weights: give --run or --checkpoint, not --weights"
         --config ${WORK}/run/config.yaml --weights ${WORK}/run/model.safetensors --ema --output ${WORK}/never)
+# A run that kept no average, and one whose name the system refuses (too
+# long a name: the check for the average must not throw filesystem_error).
+file(MAKE_DIRECTORY ${WORK}/plain_run)
+file(COPY ${WORK}/run/config.yaml ${WORK}/run/model.safetensors DESTINATION ${WORK}/plain_run)
+refused("--ema with a run that kept no average" "run '[^']*plain_run' has no model_ema.safetensors"
+        --run ${WORK}/plain_run --ema --output ${WORK}/never)
+string(REPEAT "r" 300 long_name)
+refused("--ema with a run named past the system's limit" "has no model_ema.safetensors"
+        --run ${WORK}/${long_name} --ema --output ${WORK}/never)
 if(EXISTS ${WORK}/never)
   message(FATAL_ERROR "a refused export wrote ${WORK}/never")
 endif()
