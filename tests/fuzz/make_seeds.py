@@ -170,6 +170,15 @@ def choice_questions_seeds():
         write("choice_questions", name, (fixtures / f"{name}.jsonl").read_bytes())
 
 
+def last_word_texts_seeds():
+    fixtures = ROOT / "tests" / "data" / "fixtures"
+    write("last_word_texts", "lambada", (fixtures / "lambada_texts.jsonl").read_bytes())
+    write("last_word_texts", "unicode", "\n".join(json.dumps({"text": t}, ensure_ascii=a) for t, a in [
+        ("caf\u00e9 au lait  \tna\u00efve", False),
+        ("e\u0301 then \u4f60\u597d \U0001f600", True),
+        ("one two", False)]) + "\n")
+
+
 def encode_seeds():
     write("encode", "english", "Hello, world! It's 2024: the <|endoftext|> token.\n\tTabs  and   spaces")
     write("encode", "multilingual",
@@ -412,6 +421,7 @@ def main():
     indexed_dataset_seeds()
     text_input_seeds()
     choice_questions_seeds()
+    last_word_texts_seeds()
     encode_seeds()
     gpt2_bpe_seeds()
     token_shard_seeds()
