@@ -382,9 +382,14 @@ PeftDeltas read_peft_adapter(const std::string& dir) {
   if (!j.contains("r") || !j.at("r").is_number_integer() || j.at("r").get<int64_t>() <= 0)
     refuse("r", "must be a positive integer");
   const auto r = j.at("r").get<int64_t>();
-  const double alpha = j.contains("lora_alpha") && j.at("lora_alpha").is_number()
-                           ? j.at("lora_alpha").get<double>()
-                           : static_cast<double>(r);
+  // Absent, lora_alpha is PEFT's LoraConfig default (8), as PEFT reads the
+  // file; of another type it is refused rather than replaced.
+  double alpha = 8.0;
+  if (j.contains("lora_alpha") && !j.at("lora_alpha").is_null()) {
+    if (!j.at("lora_alpha").is_number())
+      refuse("lora_alpha (" + j.at("lora_alpha").dump() + ")", "must be a number");
+    alpha = j.at("lora_alpha").get<double>();
+  }
   d.scale = flag("use_rslora") ? alpha / std::sqrt(static_cast<double>(r))
                                : alpha / static_cast<double>(r);
   d.fan_in_fan_out = flag("fan_in_fan_out");

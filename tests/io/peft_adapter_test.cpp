@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -473,6 +474,21 @@ TEST(PeftAdapter, AdaptersThatCannotBeMergedAreNamed) {
   });
   expect_error([&] { read_peft_adapter(dir.file("adapter")); },
                {"use_rslora (\"no\") must be true or false"});
+  // lora_alpha of another type is named; absent, it is PEFT's default of 8
+  // (the file says 2 x the rank: without it the scale is 8 / r).
+  edit([](nlohmann::json& j) {
+    j["use_rslora"] = false;
+    j["lora_alpha"] = "16";
+  });
+  expect_error([&] { read_peft_adapter(dir.file("adapter")); },
+               {"lora_alpha (\"16\") must be a number"});
+  edit([](nlohmann::json& j) { j.erase("lora_alpha"); });
+  EXPECT_DOUBLE_EQ(read_peft_adapter(dir.file("adapter")).scale, 8.0 / c.lora.rank);
+  edit([](nlohmann::json& j) {
+    j["lora_alpha"] = nullptr;
+    j["use_rslora"] = true;
+  });
+  EXPECT_DOUBLE_EQ(read_peft_adapter(dir.file("adapter")).scale, 8.0 / std::sqrt(c.lora.rank));
   edit([](nlohmann::json& j) {
     j["use_rslora"] = false;
     j["r"] = j["r"].get<int>() + 1;

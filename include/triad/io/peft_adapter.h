@@ -70,8 +70,9 @@ struct PeftDeltas {
 // with an IoError naming the key: another peft_type than LORA, DoRA
 // (use_dora), per-module ranks or scales (rank_pattern, alpha_pattern),
 // modules saved whole (modules_to_save), trained biases (bias other than
-// "none"), adapters on embeddings; and a module missing its A or B, or
-// whose A and B do not share the rank.
+// "none"), adapters on embeddings, a lora_alpha that is not a number; and
+// a module missing its A or B, or whose A and B do not share the rank.
+// Without lora_alpha the scale is PEFT's default alpha, 8, over r.
 PeftDeltas read_peft_adapter(const std::string& dir);
 
 // Writes dir/adapter_model.safetensors (in `dtype`, else as given) and
