@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "triad/io/hf_export.h"
@@ -1120,7 +1121,7 @@ class WeightFiles {
       // (a path, "..", an absolute name) or is cut short by a NUL would read
       // a file the checkpoint does not hold.
       if (f.empty() || f == "." || f == ".." ||
-          f.find_first_of(std::string("/\\\0", 3)) != std::string::npos)
+          f.find_first_of(std::string_view("/\\\0", 3)) != std::string::npos)
         throw IoError("weights index '" + index + "': the file of '" + name + "' is '" + f +
                       "', expected the name of a file beside the index");
       where_[name] = f;

@@ -536,13 +536,19 @@ TEST(HfLlamaWeights, LoadIntoTheSameModelAndMismatchesAreNamed) {
   // through the index or its directory.
   {
     std::map<std::string, Tensor> first, second;
-    std::string map;
-    for (const auto& [name, t] : hf) {
-      const bool a = name.find("layers.1.") == std::string::npos;
-      (a ? first : second)[name] = t;
-      map += std::string(map.empty() ? "" : ", ") + "\"" + name + "\": \"" +
-             (a ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors") + "\"";
-    }
+    // The weight_map's entries, layer 1 in the shard named `second_file`.
+    const auto weight_map = [&](const std::string& second_file) {
+      std::string map;
+      for (const auto& [name, t] : hf) {
+        const bool a = name.find("layers.1.") == std::string::npos;
+        map += std::string(map.empty() ? "" : ", ") + "\"" + name + "\": \"" +
+               (a ? "model-00001-of-00002.safetensors" : second_file) + "\"";
+      }
+      return map;
+    };
+    const std::string map = weight_map("model-00002-of-00002.safetensors");
+    for (const auto& [name, t] : hf)
+      (name.find("layers.1.") == std::string::npos ? first : second)[name] = t;
     const std::string shards = dir.file("sharded");
     std::filesystem::create_directories(shards);
     save_safetensors(shards + "/model-00001-of-00002.safetensors", first);
@@ -569,13 +575,8 @@ TEST(HfLlamaWeights, LoadIntoTheSameModelAndMismatchesAreNamed) {
     for (const std::string& f :
          {std::string("../model-00002-of-00002.safetensors"),
           dir.file("model-00002-of-00002.safetensors"), std::string(".."), std::string("")}) {
-      std::string outside = map;
-      const std::string second_name = "model-00002-of-00002.safetensors";
-      for (size_t at = outside.find(second_name); at != std::string::npos;
-           at = outside.find(second_name, at + f.size()))
-        outside.replace(at, second_name.size(), f);
       std::ofstream(shards + "/model.safetensors.index.json")
-          << "{\"weight_map\": {" << outside << "}}";
+          << "{\"weight_map\": {" << weight_map(f) << "}}";
       nn::Gpt m(cfg, 98);
       try {
         load_gpt2_safetensors(m, shards);
