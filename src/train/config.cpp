@@ -957,7 +957,9 @@ void validate(const Config& c, bool min_lr_given) {
   } else if (c.model.n_layer % (static_cast<int64_t>(p.pp) * p.vpp) != 0) {
     throw ConfigError("model.n_layer (" + std::to_string(c.model.n_layer) +
                       ") must be divisible by parallel.pp * parallel.vpp (" + std::to_string(p.pp) +
-                      " * " + std::to_string(p.vpp) + " = " + std::to_string(p.pp * p.vpp) + ")");
+                      " * " + std::to_string(p.vpp) + " = " + std::to_string(p.pp * p.vpp) +
+                      "), or parallel.stage_layers must say how to split it (auto, or a list of "
+                      "layers per stage)");
   }
   if (p.schedule == "zb-v") {
     if (p.vpp != 2) {

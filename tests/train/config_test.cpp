@@ -924,7 +924,8 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       "parallel.pp (3) must not exceed model.n_layer (2)");
   expect_config_error(
       kValid, {"model.n_layer=6", "parallel.pp=4"},
-      "model.n_layer (6) must be divisible by parallel.pp * parallel.vpp (4 * 1 = 4)");
+      "model.n_layer (6) must be divisible by parallel.pp * parallel.vpp (4 * 1 = 4), or "
+      "parallel.stage_layers must say how to split it (auto, or a list of layers per stage)");
   expect_config_error(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.vpp=2"},
                       "parallel.vpp (2) > 1 goes with parallel.schedule 'interleaved'");
   expect_config_error(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.schedule=interleaved"},
