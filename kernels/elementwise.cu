@@ -313,22 +313,29 @@ __global__ void glu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows
   }
 }
 
-// Element i's draw is word (offset + i) % 4 of Philox counter (offset + i)
-// / 4 (the CPU's rule): a thread takes one counter, so one Philox block
-// serves up to four elements instead of one (ten rounds of it per element
-// made dropout bound by integer arithmetic, not memory).
+// Element i's draw d is word d % 4 of Philox counter d / 4 (the CPU's
+// rule), d = offset + i within a row of `len` elements, the rows
+// `row_stride` draws apart. A thread takes one counter of a row, so one
+// Philox block serves up to four elements instead of one (ten rounds of it
+// per element made dropout bound by integer arithmetic, not memory); a row
+// spans at most len / 4 + 2 counters (one row: the whole tensor).
 template <class T>
-__global__ void dropout_kernel(const T* x, T* y, int64_t n, float threshold, compute_t<T> scale,
-                               uint64_t seed, uint64_t rng_stream, uint64_t offset) {
+__global__ void dropout_kernel(const T* x, T* y, int64_t rows, int64_t len, float threshold,
+                               compute_t<T> scale, uint64_t seed, uint64_t rng_stream,
+                               uint64_t offset, uint64_t row_stride) {
   using C = compute_t<T>;
-  const uint64_t first = offset / 4, end = (offset + static_cast<uint64_t>(n) + 3) / 4;
-  for (uint64_t q = first + blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; q < end;
-       q += uint64_t(gridDim.x) * blockDim.x) {
+  const uint64_t n = static_cast<uint64_t>(len), per_row = n / 4 + 2;
+  const uint64_t total = static_cast<uint64_t>(rows) * per_row;
+  for (uint64_t t = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; t < total;
+       t += uint64_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = t / per_row, start = offset + r * row_stride;
+    const uint64_t q = start / 4 + (t - r * per_row);
+    if (q >= (start + n + 3) / 4) continue;
     const philox::Words w = philox::block(seed, rng_stream, q);
     for (int k = 0; k < 4; ++k) {
       const uint64_t g = q * 4 + k;
-      if (g < offset || g >= offset + static_cast<uint64_t>(n)) continue;
-      const int64_t i = static_cast<int64_t>(g - offset);
+      if (g < start || g >= start + n) continue;
+      const int64_t i = static_cast<int64_t>(r * n + (g - start));
       const bool keep = philox::unit_float(w.w[k]) >= threshold;
       store(y, i, keep ? load(x, i) * scale : C(0));
     }
@@ -827,23 +834,30 @@ void glu_backward(const void* x, const void* dy, void* dx, ScalarType type, int6
   check_launch(gelu ? "geglu_backward" : "swiglu_backward");
 }
 
-Status check_dropout(double p) {
+Status check_dropout(double p, int64_t n, const philox::Counters& at) {
   if (!(p >= 0.0 && p < 1.0)) {
     return Status::fail("probability " + std::to_string(p) + " must be in [0, 1)");
+  }
+  if (n < 0) return Status::fail("element count " + std::to_string(n) + " < 0");
+  if (at.row_length > 0 && static_cast<uint64_t>(n) % at.row_length != 0) {
+    return Status::fail("rows of " + std::to_string(at.row_length) + " draws do not divide " +
+                        std::to_string(n) + " elements");
   }
   return Status::fine();
 }
 
 void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint64_t seed,
-             uint64_t rng_stream, uint64_t offset, cudaStream_t stream) {
-  require(check_dropout(p), "dropout");
+             uint64_t rng_stream, const philox::Counters& at, cudaStream_t stream) {
+  require(check_dropout(p, n, at), "dropout");
   if (n == 0) return;
+  const int64_t len = at.row_length > 0 ? static_cast<int64_t>(at.row_length) : n;
+  const int64_t rows = n / len;
   auto launch = [&](auto t) {
     using T = decltype(t);
     using C = compute_t<T>;
-    dropout_kernel<T><<<grid_for(n / 4 + 2, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), n, static_cast<float>(p),
-        static_cast<C>(1.0 / (1.0 - p)), seed, rng_stream, offset);
+    dropout_kernel<T><<<grid_for(rows * (len / 4 + 2), kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), rows, len, static_cast<float>(p),
+        static_cast<C>(1.0 / (1.0 - p)), seed, rng_stream, at.offset, at.row_stride);
   };
   if (type == ScalarType::F64) {
     launch(double{});

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common.h"
+#include "triad/core/philox.h"
 
 namespace triad::kernels {
 
@@ -45,11 +46,11 @@ void glu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64_t 
                  cudaStream_t stream);
 void glu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t rows, int64_t F,
                   bool gelu, cudaStream_t stream);
-// y = x * keep / (1 - p), keep = philox::uniform(seed, rng_stream, offset + i) >= p: the
-// CPU backend's mask, bit for bit.
+// y = x * keep / (1 - p), keep = philox::uniform(seed, rng_stream, at.at(i)) >= p: the
+// CPU backend's mask, bit for bit. at.row_length (0: one row) must divide n.
 void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint64_t seed,
-             uint64_t rng_stream, uint64_t offset, cudaStream_t stream);
-Status check_dropout(double p);
+             uint64_t rng_stream, const philox::Counters& at, cudaStream_t stream);
+Status check_dropout(double p, int64_t n = 0, const philox::Counters& at = {});
 // x viewed as (outer, n, inner) reduced over n into out (outer, inner);
 // for Max, indices (i64, may be null for Sum) receive the arg-max. Long
 // column sums (bias gradients) run in two deterministic stages through

@@ -126,7 +126,23 @@ int main(int argc, char** argv) {
          3 * N * 4 * C * h, 0);
   report("residual_add", time_ms([&] { be.binary(triad::BinaryOp::Add, x, dx, y); }, iters),
          3 * N * C * h, 0);
-  report("dropout", time_ms([&] { be.dropout(x, 0.1, 1, 2, 3, y); }, iters), 2 * N * C * h, 0);
+  report("dropout",
+         time_ms(
+             [&] {
+               be.dropout(x, 0.1, 1, 2, {3, 0, 0}, y);
+             },
+             iters),
+         2 * N * C * h, 0);
+  // The same as a context-parallel chunk of a longer row's masks (LoRA's
+  // adapters under parallel.cp): rows of C draws, 3C + 1 apart.
+  const auto row = static_cast<uint64_t>(C);
+  report("dropout_rows",
+         time_ms(
+             [&] {
+               be.dropout(x, 0.1, 1, 2, {3, row, 3 * row + 1}, y);
+             },
+             iters),
+         2 * N * C * h, 0);
   // SwiGLU on an 8C-wide c_fc output (F = 4C): reads 8C, writes 4C per token
   // (backward reads 8C and 4C, writes 8C).
   {
@@ -331,8 +347,11 @@ int main(int argc, char** argv) {
          N * V * h, 0);
   Tensor dl = triad::to_device(triad::full({N}, 1.0 / N, DType::F32), gpu);
   report("cross_entropy_backward",
-         time_ms([&] { be.cross_entropy_backward(logits, targets, lse_v, dl, Tensor(), -100, logits, 0.0); },
-                 iters),
+         time_ms(
+             [&] {
+               be.cross_entropy_backward(logits, targets, lse_v, dl, Tensor(), -100, logits, 0.0);
+             },
+             iters),
          2 * N * V * h, 0);
   report("embedding_forward", time_ms([&] { be.embedding_forward(wte, targets, y); }, iters),
          2 * N * C * h, 0);

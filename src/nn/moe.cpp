@@ -584,8 +584,11 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const Tensor tokens = host_index(routing.token);
   const Tensor gates = cast(embedding(g, host_index(routing.assignment)), x.dtype());  // (M, 1)
   const Tensor rows = embedding(reshape(x, {N, C}), tokens);                           // (M, C)
-  const DropoutDraw draw = ctx.draw();  // the adapters' dropout masks
-  Tensor outputs;                       // (M, C), in rows' order
+  // The adapters' dropout masks: the routed experts' rows are the tokens
+  // routed to each, which draw this rank's masks; the shared expert's are
+  // the micro-batch's tokens in order, which draw the whole sequences'.
+  const DropoutDraw draw = ctx.rank_draw();
+  Tensor outputs;  // (M, C), in rows' order
   if (placement_) {
     outputs = placement_->run(rows, routing.rows, [this, draw](int64_t i, const Tensor& x) {
       return expert_forward(experts_.at(static_cast<size_t>(i)), x, draw);
@@ -604,7 +607,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const Tensor weighted = mul(outputs, gates);
   Tensor combined = index_add_rows(weighted, tokens, N);  // (N, C)
   if (shared_) {
-    Tensor y = expert_forward(*shared_, reshape(x, {N, C}), draw);
+    Tensor y = expert_forward(*shared_, reshape(x, {N, C}), ctx.draw());
     if (shared_gate_) {
       if (!scores.shared_gate.defined() || scores.shared_gate.shape() != Shape{N, 1}) {
         throw ShapeError("MoeMlp: the shared expert's gate " +

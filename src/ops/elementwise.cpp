@@ -170,18 +170,33 @@ Tensor geglu(const Tensor& x) {
 }
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset) {
+  return dropout(x, p, seed, stream, philox::Counters{offset, 0, 0});
+}
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+               const philox::Counters& at) {
   detail::check_floating(x, "dropout", "x");
   if (!(p >= 0.0 && p < 1.0)) {
     throw ValueError("dropout: probability " + std::to_string(p) + " must be in [0, 1)");
   }
+  const uint64_t n = static_cast<uint64_t>(x.numel());
+  if (at.row_length > 0 && n % at.row_length != 0) {
+    throw ShapeError("dropout: rows of " + std::to_string(at.row_length) +
+                     " draws do not divide the " + std::to_string(n) + " elements of " +
+                     shape_str(x.shape()));
+  }
+  if (at.row_length > 0 && n > at.row_length && at.row_stride < at.row_length) {
+    throw ValueError("dropout: rows of " + std::to_string(at.row_length) + " draws " +
+                     std::to_string(at.row_stride) + " apart overlap (elements would share draws)");
+  }
   if (p == 0.0) return x;
   Tensor xc = contiguous(x);
   Tensor y = empty_like(xc);
-  backend_for(xc).dropout(xc, p, seed, stream, offset, y);
+  backend_for(xc).dropout(xc, p, seed, stream, at, y);
   record("dropout", {x}, {y}, [=](const TensorList& g) -> TensorList {
     Tensor dy = contiguous(g[0]);
     Tensor dx = empty_like(dy);
-    backend_for(dy).dropout(dy, p, seed, stream, offset, dx);
+    backend_for(dy).dropout(dy, p, seed, stream, at, dx);
     return {dx};
   });
   return y;

@@ -1257,6 +1257,32 @@ TEST(CudaKernels, DropoutMaskIsTheCpuMaskBitForBit) {
   }
 }
 
+TEST(CudaKernels, DropoutRowsOfALargerMaskAreTheCpuMaskBitForBit) {
+  // Rows of a piece of a larger tensor's draws (a context-parallel chunk):
+  // rows starting anywhere in a counter's four, shorter and longer than it,
+  // strides that are no multiple of four, and bf16 beside f32.
+  struct Case {
+    int64_t rows;
+    philox::Counters at;
+  };
+  for (const Case c : {Case{3, {5, 7, 13}}, Case{64, {1, 1, 6}}, Case{5, {2, 3, 3}},
+                       Case{17, {12345, 129, 1031}}, Case{1, {6, 2, 0}}}) {
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE("rows " + std::to_string(c.rows) + " of " + std::to_string(c.at.row_length) +
+                   " at " + std::to_string(c.at.offset) + " stride " +
+                   std::to_string(c.at.row_stride) + " " + dtype_name(dtype));
+      Tensor x = cast(randn({c.rows, static_cast<int64_t>(c.at.row_length)}, 5, 1), dtype);
+      const auto cpu = to_float_vector(dropout(x, 0.25, 11, 3, c.at));
+      const auto gpu = to_float_vector(dropout(to_device(x, kGpu), 0.25, 11, 3, c.at));
+      ASSERT_EQ(cpu.size(), gpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        ASSERT_EQ(cpu[i] == 0.0f, gpu[i] == 0.0f) << "mask differs at " << i;
+        ASSERT_NEAR(gpu[i], cpu[i], 1e-6f * std::abs(cpu[i]));
+      }
+    }
+  }
+}
+
 // The vocab-parallel cross entropy's per-row loss from its reduced
 // statistics, computed on the GPU (odd row count, sums from 1 to ~1e4).
 TEST(CudaKernels, VocabCrossEntropyLossMatchesTheCpu) {

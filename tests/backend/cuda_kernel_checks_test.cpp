@@ -25,6 +25,14 @@ std::string reason(const Status& s) {
   return s.ok ? "" : s.reason;
 }
 
+TEST(CudaKernelChecks, DropoutRowsMustDivideTheElements) {
+  EXPECT_TRUE(check_dropout(0.5, 12, {7, 4, 9}).ok);
+  EXPECT_TRUE(check_dropout(0.5, 12, {7, 0, 0}).ok);
+  EXPECT_NE(reason(check_dropout(0.5, 12, {7, 5, 9})).find("rows of 5 draws do not divide 12"),
+            std::string::npos);
+  EXPECT_NE(reason(check_dropout(1.0, 12)).find("[0, 1)"), std::string::npos);
+}
+
 TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
   EXPECT_TRUE(check_attention(ScalarType::BF16, {4, 1024, 768, 12}).ok);
   EXPECT_TRUE(check_attention(ScalarType::F32, {1, 7, 18, 2}).ok);
@@ -81,7 +89,10 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
                std::invalid_argument);
   EXPECT_THROW(softmax_forward(nullptr, nullptr, ScalarType::F32, 4, 0, nullptr),
                std::invalid_argument);
-  EXPECT_THROW(dropout(nullptr, nullptr, ScalarType::F32, 8, 1.0, 1, 2, 3, nullptr),
+  EXPECT_THROW(dropout(nullptr, nullptr, ScalarType::F32, 8, 1.0, 1, 2, {3, 0, 0}, nullptr),
+               std::invalid_argument);
+  // Rows of 3 draws do not divide 8 elements.
+  EXPECT_THROW(dropout(nullptr, nullptr, ScalarType::F32, 8, 0.5, 1, 2, {3, 3, 10}, nullptr),
                std::invalid_argument);
   EXPECT_THROW(vocab_ce_sumexp(nullptr, ScalarType::F32, nullptr, 2, 10, 10, 11, nullptr, nullptr),
                std::invalid_argument);

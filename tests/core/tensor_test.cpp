@@ -348,6 +348,26 @@ TEST(Ops, DropoutMaskDependsOnlyOnSeedStreamAndOffset) {
   EXPECT_THROW(dropout(x, 1.0, 0, 0, 0), ValueError);
 }
 
+TEST(Ops, DropoutRowsTakeALargerTensorsMask) {
+  // A (6, 10) tensor's mask; a piece of it, rows 1-4 and columns 3-7, takes
+  // its elements' draws when its rows of 5 start at 1 * 10 + 3 and lie 10
+  // apart, in the forward pass and backward.
+  const Tensor whole = dropout(ones({6, 10}), 0.5, 9, 3, 100);
+  Tensor piece = ones({4, 5});
+  piece.set_requires_grad(true);
+  const Tensor y = dropout(piece, 0.5, 9, 3, philox::Counters{100 + 13, 5, 10});
+  const Tensor expected = contiguous(narrow(narrow(whole, 0, 1, 4), 1, 3, 5));
+  EXPECT_EQ(to_double_vector(y), to_double_vector(expected));
+  autograd::backward({sum(y)});
+  EXPECT_EQ(to_double_vector(piece.grad()), to_double_vector(expected));
+  // Rows must divide the elements and may not overlap (shared draws).
+  EXPECT_THROW(dropout(piece, 0.5, 9, 3, philox::Counters{0, 3, 10}), ShapeError);
+  EXPECT_THROW(dropout(piece, 0.5, 9, 3, philox::Counters{0, 5, 4}), ValueError);
+  // One row of the whole length is the plain call.
+  EXPECT_EQ(to_double_vector(dropout(piece, 0.5, 9, 3, philox::Counters{7, 20, 0})),
+            to_double_vector(dropout(piece, 0.5, 9, 3, 7)));
+}
+
 TEST(Ops, UnsupportedDtypeNamesOpDtypeAndDevice) {
   auto expect = [](auto fn, const char* op, const char* dtype) {
     try {

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "support/expect_error.h"
 #include "triad/autograd/engine.h"
@@ -232,6 +235,50 @@ TEST(Lora, AdapterDropoutMasksTheAdaptersInputAlone) {
   EXPECT_TRUE(c.lora_dropout(1, "attn.c_proj").by_feature);
   EXPECT_FALSE(c.lora_dropout(1, "attn.c_attn").by_feature);
   EXPECT_NE(c.lora_dropout(1, "mlp.c_fc").stream, c.lora_dropout(0, "mlp.c_fc").stream);
+}
+
+// Under context parallelism a rank holds pieces of each sequence (one run,
+// or the ring's two half-chunks): its adapters draw those rows of the whole
+// sequences' masks, by row and by feature, so the chunk's outputs and
+// gradients are the whole's rows; a (rows, features) input of whole pieces
+// (a shared expert's) draws the same, and one that is not is refused.
+TEST(Lora, AContextParallelChunkDrawsItsRowsOfTheWholeMask) {
+  const int64_t in = 12, out = 5, B = 2, T = 8;
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  const auto take = [](const Tensor& t, const Runs& runs) {
+    std::vector<Tensor> parts;
+    for (const auto& [first, n] : runs) parts.push_back(narrow(t, 1, first, n));
+    return concat(parts, 1);
+  };
+  for (bool by_feature : {false, true}) {
+    SCOPED_TRACE(by_feature ? "by feature" : "by row");
+    Linear layer(in, out);
+    layer.enable_lora(3, 1.5, {0.5, 42, by_feature});
+    uint64_t k = 1;
+    for (auto& [name, t] : layer.named_parameters()) copy_(t, randn(t.shape(), 3, k++, 0.5));
+    Tensor x = randn({B, T, in}, 3, 7);
+    x.set_requires_grad(true);
+    const Tensor whole = layer.forward(x, {true, 9, 5});
+    autograd::backward({sum(mul(whole, whole))}, {});
+    for (const Runs& runs : {Runs{{2, 4}}, Runs{{0, 2}, {6, 2}}, Runs{{1, 2}, {4, 3}}}) {
+      SCOPED_TRACE("runs from " + std::to_string(runs[0].first));
+      const auto pieces = std::make_shared<SequencePieces>(SequencePieces{T, runs});
+      const DropoutDraw draw{true, 9, 5, pieces};
+      Tensor chunk = contiguous(take(x.detach(), runs));
+      chunk.set_requires_grad(true);
+      const Tensor got = layer.forward(chunk, draw);
+      const auto g = to_double_vector(got), w = to_double_vector(take(whole.detach(), runs));
+      ASSERT_EQ(g.size(), w.size());
+      for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-6) << i;
+      autograd::backward({sum(mul(got, got))}, {});
+      const auto dg = to_double_vector(chunk.grad()), dw = to_double_vector(take(x.grad(), runs));
+      for (size_t i = 0; i < dg.size(); ++i) ASSERT_NEAR(dg[i], dw[i], 1e-5) << i;
+      const int64_t held = chunk.size(1);
+      const auto flat = to_double_vector(layer.forward(reshape(chunk, {B * held, in}), draw));
+      for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(flat[i], g[i], 1e-6) << i;
+      EXPECT_THROW(layer.forward(randn({held + 1, in}, 3, 8), draw), ShapeError);
+    }
+  }
 }
 
 // A mixture of experts (model.moe) with mlp.c_fc and mlp.c_proj among the

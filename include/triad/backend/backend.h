@@ -6,6 +6,7 @@
 #include "triad/core/allocator.h"
 #include "triad/core/attention_heads.h"
 #include "triad/core/device.h"
+#include "triad/core/philox.h"
 #include "triad/core/rope_scaling.h"
 #include "triad/core/tensor.h"
 
@@ -342,10 +343,11 @@ class Backend {
                                  const Tensor& dloss, const Tensor& dlse, Tensor& dlogits,
                                  double softcap) = 0;
 
-  // y = x * keep / (1 - p), keep = philox_uniform(seed, stream, offset + i) >= p.
-  // The same call maps dy to dx in backward.
-  virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
-                       Tensor& y) = 0;
+  // y = x * keep / (1 - p), keep = philox_uniform(seed, stream, at.at(i)) >= p
+  // (at.row_length divides x's elements, or is 0). The same call maps dy to
+  // dx in backward.
+  virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+                       const philox::Counters& at, Tensor& y) = 0;
 
   // One AdamW update of param in place; m and v are its moments, of its
   // type, or bf16 beside an f32 parameter (train.moment_precision: bf16:

@@ -48,4 +48,20 @@ TRIAD_HOST_DEVICE inline float uniform(uint64_t seed, uint64_t stream, uint64_t 
   return unit_float(block(seed, stream, index >> 2).w[index & 3]);
 }
 
+// Which draws of a stream a tensor's elements take (dropout's masks): element
+// i (flat, row-major) takes draw offset + (i / row_length) * row_stride +
+// i % row_length, rows of row_length draws row_stride apart, so that a piece
+// of a larger tensor (a rank's chunk of each sequence) takes that tensor's
+// draws. row_length 0: one run, offset + i.
+struct Counters {
+  uint64_t offset = 0;
+  uint64_t row_length = 0;
+  uint64_t row_stride = 0;
+
+  TRIAD_HOST_DEVICE uint64_t at(uint64_t i) const {
+    if (row_length == 0) return offset + i;
+    return offset + (i / row_length) * row_stride + i % row_length;
+  }
+};
+
 }  // namespace triad::philox

@@ -1,18 +1,32 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "triad/nn/module.h"
 #include "triad/ops/linalg.h"
 
 namespace triad::nn {
 
+// The tokens a rank holds of each sequence under context parallelism: runs
+// (first token, count) of every row of `row_length` tokens, in the order
+// the rank holds them.
+struct SequencePieces {
+  int64_t row_length = 0;
+  std::vector<std::pair<int64_t, int64_t>> runs;
+};
+
 // Where a forward pass draws its dropout masks (nn::ForwardContext's seed
-// and call); none when not training.
+// and call); none when not training. With `pieces`, a layer's input rows
+// are those pieces of the micro-batch's sequences and `call` is the whole
+// micro-batch's, so that they draw the whole sequences' masks.
 struct DropoutDraw {
   bool training = false;
   uint64_t seed = 0;
   uint64_t call = 0;
+  std::shared_ptr<const SequencePieces> pieces = {};
 };
 
 // How LoRA's adapters drop their input out (PEFT's lora_dropout).
@@ -53,7 +67,10 @@ class LinearBase : public Module {
   // or by feature call * M * in + f * M + m, so that a shard holding
   // features [f0, f0 + in / tp) draws its slice of the unsharded layer's
   // masks (set_lora_input_shard). The second costs two transposing copies
-  // of the input.
+  // of the input. With draw.pieces, x's rows are a context-parallel rank's
+  // pieces of B sequences, and row m of the whole is b * T + t (t the
+  // token's place in its sequence of T): each piece draws its rows of the
+  // whole micro-batch's masks.
   Tensor add_lora(const Tensor& y, const Tensor& x, const DropoutDraw& draw) const;
 
   Tensor weight_;
@@ -64,6 +81,9 @@ class LinearBase : public Module {
   double lora_scale_ = 0;
   LoraDropout lora_dropout_;
   int64_t lora_in_offset_ = 0, lora_in_full_ = 0;  // full 0: the weight's own
+
+  // add_lora's dropout of x held as draw.pieces.
+  Tensor lora_dropout_pieces(const Tensor& x, const DropoutDraw& draw) const;
 };
 
 // y = x @ weight^T + bias with weight (out_features, in_features).

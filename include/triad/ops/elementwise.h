@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "triad/core/philox.h"
 #include "triad/core/tensor.h"
 
 namespace triad {
@@ -32,6 +33,12 @@ Tensor geglu(const Tensor& x);
 // Inverted dropout: keeps element i when philox_uniform(seed, stream,
 // offset + i) >= p and scales kept values by 1/(1-p). Identity when p == 0.
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset);
+// The same with element i (flat, row-major) drawing at.at(i): rows of
+// at.row_length draws, at.row_stride apart (philox::Counters), so that x may
+// be a piece of a larger tensor and take that tensor's mask. The rows must
+// divide x's elements and, when there are several, not overlap.
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+               const philox::Counters& at);
 
 // Differentiable dtype conversion; the gradient is converted back.
 Tensor cast(const Tensor& x, DType dtype);

@@ -457,8 +457,8 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
   });
 }
 
-void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
-                         Tensor& y) {
+void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+                         const philox::Counters& at, Tensor& y) {
   dispatch_float(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -467,8 +467,7 @@ void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stre
     const float threshold = static_cast<float>(p);
     const int64_t n = x.numel();
     parallel_for(n, n > 4096, [&](int64_t i) {
-      const bool keep =
-          philox_uniform(seed, stream, offset + static_cast<uint64_t>(i)) >= threshold;
+      const bool keep = philox_uniform(seed, stream, at.at(static_cast<uint64_t>(i))) >= threshold;
       py[i] = keep ? px[i] * scale : T(0);
     });
   });

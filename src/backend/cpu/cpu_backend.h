@@ -82,8 +82,8 @@ class CpuBackend final : public Backend {
                          int64_t valid, const Tensor& global_max, const Tensor& sumexp,
                          const Tensor& dloss, const Tensor& dlse, Tensor& dlogits,
                          double softcap) override;
-  void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
-               Tensor& y) override;
+  void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+               const philox::Counters& at, Tensor& y) override;
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& hp) override;
 };
 

@@ -1488,11 +1488,11 @@ void CudaBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& head
 }
 
 void CudaBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-                          uint64_t offset, Tensor& y) {
+                          const philox::Counters& at, Tensor& y) {
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "dropout", [&] {
-    k::dropout(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), p, seed, stream, offset,
+    k::dropout(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), p, seed, stream, at,
                s.stream);
   });
 }

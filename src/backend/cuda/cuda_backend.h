@@ -107,8 +107,8 @@ class CudaBackend final : public Backend {
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                              Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              const Tensor& dlosses, const Tensor& dlse, int64_t ignore_index, Tensor& dlogits,
-                              double softcap) override;
+                              const Tensor& dlosses, const Tensor& dlse, int64_t ignore_index,
+                              Tensor& dlogits, double softcap) override;
   void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                         int64_t valid, Tensor& row_max, Tensor& target_logit) override;
   void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
@@ -117,9 +117,10 @@ class CudaBackend final : public Backend {
                      Tensor& losses) override;
   void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                          int64_t valid, const Tensor& global_max, const Tensor& sumexp,
-                         const Tensor& dloss, const Tensor& dlse, Tensor& dlogits, double softcap) override;
-  void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
-               Tensor& y) override;
+                         const Tensor& dloss, const Tensor& dlse, Tensor& dlogits,
+                         double softcap) override;
+  void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+               const philox::Counters& at, Tensor& y) override;
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& hp) override;
   void adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) override;
   void sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out) override;

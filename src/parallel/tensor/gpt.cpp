@@ -997,8 +997,14 @@ nn::ForwardContext TensorParallelGpt::chunked(const Tensor& ids,
         for (int64_t t = 0; t < n; ++t) pos.push_back(first + t);
     out.positions = from_vector(pos, {B, count}, DType::I64);
   }
-  // Each rank's dropout masks its own (calls stay distinct per micro-batch).
+  // Each rank's dropout masks its own (calls stay distinct per micro-batch),
+  // but for LoRA's adapters, which draw the whole sequences' (draw()).
   out.call = whole.call * static_cast<uint64_t>(cp_->size()) + static_cast<uint64_t>(cp_->rank());
+  out.whole_call = whole.call;
+  auto pieces = std::make_shared<nn::SequencePieces>();
+  pieces->row_length = ids.size(1);
+  pieces->runs.assign(runs.begin(), runs.end());
+  out.pieces = std::move(pieces);
   return out;
 }
 
