@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""Random layouts against one process: a differential search for bugs.
+
+Each trial draws a small model with a random mix of features (position
+embedding, activation, norms, biases, grouped-query and latent attention,
+query/key norms, sliding windows, soft caps, multipliers, a mixture of
+experts, multi-token prediction, the z-loss, LoRA, Muon, bf16, dropout,
+packed documents, recomputation, the weights' average) and a random
+(tp, pp, dp, cp, ep) layout of at most --max-ranks ranks with its options
+(sequence parallelism, schedule, virtual stages, stage balancing, ZeRO-1,
+small buckets, context parallelism's exchange). Both start from the same
+weights; the layout's per-step losses and gradient norms must be one
+process's (fp32: relative --tolerance; bf16: losses within 0.5% and norms
+within 10%, as the CTest suites hold them). With --resume the layout
+trains the first half and checkpoints, and a second layout (one process
+included) resumes from there, resharding as it loads. A layout the config
+refuses is counted, with its message, as refused; any other failure, or
+losses that part, is a finding.
+
+Model dropout is drawn only where the docs promise one process's masks
+(no sequence or context parallelism: those draw each rank's own).
+
+    scripts/layout_sweep.py --trials 20 --seed 1 [--resume] [--work /tmp/sweep]
+
+The CTest suites check chosen combinations step by step
+(tests/train/parallel_end_to_end.cmake); this looks between them.
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def mpirun_prefix():
+    cmd = ["mpirun", "--oversubscribe", "-x", "OMP_NUM_THREADS=1"]
+    version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout
+    if "Open MPI" in version or "OpenRTE" in version:
+        cmd += ["--mca", "pml", "ob1"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd
+
+
+def draw_model(rng):
+    """A feature mix as --set overrides, with its head and layer counts."""
+    s = {}
+    n_head = rng.choice([4, 8])
+    s["model.n_head"] = n_head
+    s["model.d_model"] = 64
+    s["model.n_layer"] = rng.choice([4, 6, 8])
+    s["model.seq_len"] = 64
+    s["model.vocab_size"] = rng.choice([256, 300, 509])
+    llama = rng.random() < 0.6
+    if llama:
+        s["model.position_embedding"] = "rope"
+        s["model.rope_theta"] = 500
+        s["model.normalization"] = "rmsnorm"
+        s["model.linear_bias"] = "false"
+        s["model.activation"] = rng.choice(["swiglu", "geglu", "relu2", "gelu"])
+        s["model.tie_embeddings"] = rng.choice(["true", "false"])
+        s["model.n_kv_head"] = rng.choice([n_head, n_head // 2, 2, 1])
+        if rng.random() < 0.3:
+            s["model.qkv_bias"] = "true"
+        r = rng.random()
+        if r < 0.2:
+            s["model.qk_norm"] = "full"
+        elif r < 0.4:
+            s["model.qk_norm"] = "true"
+        if rng.random() < 0.25:
+            s["model.sliding_window"] = rng.choice([8, 24])
+            if rng.random() < 0.5:
+                s["model.full_attention_layers"] = "[1]"
+        if rng.random() < 0.15:
+            s["model.nope_layers"] = "[0]"
+        if rng.random() < 0.15:
+            s["model.head_dim"] = 8
+        if rng.random() < 0.2:
+            s["model.post_norms"] = "true"
+    else:
+        s["model.activation"] = rng.choice(["gelu", "gelu_erf"])
+    if rng.random() < 0.2:
+        s["model.attn_logit_softcap"] = 20
+    if rng.random() < 0.2:
+        s["model.final_logit_softcap"] = 15
+    if rng.random() < 0.2:
+        s["model.z_loss_coef"] = 0.01
+    moe = llama and rng.random() < 0.3
+    if moe:
+        top_k = rng.choice([1, 2])
+        extra = ""
+        if rng.random() < 0.4:
+            extra += ", capacity_factor: 1.25"
+        if rng.random() < 0.3:
+            extra += ", shared_ffn_hidden_size: 64"
+        if rng.random() < 0.3:
+            extra += ", score: sigmoid, expert_bias: true"
+            if rng.random() < 0.5:
+                extra += ", groups: 2, top_groups: 1"
+        s["model.moe"] = ("{experts: 4, top_k: %d, ffn_hidden_size: 96, aux_loss_coef: 0.01%s}" %
+                          (top_k, extra))
+    mtp = llama and rng.random() < 0.15
+    if mtp:
+        s["model.mtp_layers"] = 1
+    if llama and not moe and rng.random() < 0.15:
+        s["model.mla"] = ("{kv_lora_rank: 32, q_lora_rank: %d, qk_nope_head_dim: 16, "
+                          "qk_rope_head_dim: 8, v_head_dim: 16}" % rng.choice([0, 48]))
+    if rng.random() < 0.15:
+        s["model.parallel_residual"] = "true"
+    if rng.random() < 0.1:
+        s["model.clip_qkv"] = 0.5
+    if rng.random() < 0.1:
+        s["model.norm_affine"] = "false"
+    if rng.random() < 0.15:
+        s["model.residual_multiplier"] = 0.7
+        s["model.logit_scale"] = 0.5
+        s["model.embedding_multiplier"] = 3
+    if rng.random() < 0.15:
+        s["model.dropout"] = 0.1
+    if not mtp and rng.random() < 0.15:
+        s["model.lora"] = "{rank: 4, alpha: 8, dropout: %s}" % rng.choice(["0.0", "0.1"])
+    elif rng.random() < 0.2:
+        s["train.optimizer"] = "muon"
+    r = rng.random()
+    if r < 0.05:
+        s["train.precision"] = "fp16"
+    elif r < 0.15:
+        s["train.precision"] = "bf16"
+        if rng.random() < 0.5:
+            s["train.grad_precision"] = "bf16"
+    elif r < 0.25:
+        s["train.moment_precision"] = "bf16"
+    if rng.random() < 0.2:
+        s["train.ema_decay"] = 0.9
+    r = rng.random()
+    if r < 0.2:
+        s["model.recompute"] = "full"
+    elif r < 0.35:
+        s["model.recompute"] = "selective"
+    if rng.random() < 0.3:
+        s["data.eod_token"] = 10
+        s["data.reset_attention_mask"] = "true"
+        s["data.reset_position_ids"] = rng.choice(["true", "false"])
+        s["data.eod_mask_loss"] = rng.choice(["true", "false"])
+        s["train.loss_average"] = rng.choice(["tokens", "microbatches"])
+    return s, moe
+
+
+def draw_layout(rng, model, moe, max_ranks, allow_one=False):
+    """A layout as --set overrides and its rank count."""
+    n_head, n_layer = model["model.n_head"], model["model.n_layer"]
+    for _ in range(100):
+        tp = rng.choice([1, 1, 2, 4])
+        pp = rng.choice([1, 1, 2, 4])
+        cp = rng.choice([1, 1, 1, 2])
+        dp = rng.choice([1, 1, 2, 4])
+        ranks = tp * pp * cp * dp
+        if (ranks == 1 and not allow_one) or ranks > max_ranks or n_head % (tp * cp):
+            continue
+        if pp > n_layer:
+            continue
+        if n_layer % pp and rng.random() < 0.7:
+            continue
+        s = {"parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp, "parallel.cp": cp}
+        dropout = "model.dropout" in model
+        if dropout and cp > 1:
+            continue  # each context rank draws its own masks (docs/config.md)
+        if tp > 1 and not dropout and rng.random() < 0.6:
+            s["parallel.sequence_parallel"] = "true"
+        if pp > 1:
+            schedule = rng.choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"])
+            s["parallel.schedule"] = schedule
+            if schedule in ("interleaved", "zb-v"):
+                s["parallel.vpp"] = 2
+            if n_layer % (pp * s.get("parallel.vpp", 1)) or rng.random() < 0.2:
+                s["parallel.stage_layers"] = "auto"
+        if dp > 1 and rng.random() < 0.5:
+            s["parallel.zero"] = 1
+        if dp > 1 and rng.random() < 0.3:
+            s["parallel.bucket_mb"] = 0.01
+        if cp > 1:
+            s["parallel.cp_comm"] = rng.choice(["auto", "all_to_all", "all_gather", "ring"])
+        if moe and dp > 1 and rng.random() < 0.5:
+            s["parallel.ep"] = 2
+        return s, ranks
+    raise RuntimeError("no layout drawn")
+
+
+def sets(overrides):
+    out = []
+    for k, v in overrides.items():
+        out += ["--set", "%s=%s" % (k, v)]
+    return out
+
+
+def run(cmd, log):
+    with open(log, "w") as f:
+        f.write(" ".join(cmd) + "\n\n")
+        f.flush()
+        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=900)
+    return p.returncode
+
+
+def metrics(out_dir):
+    """The trained steps' rows, and the validation losses in order."""
+    rows, val = [], []
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            if "loss" in row:
+                rows.append(row)
+            if "val_loss" in row:
+                val.append(row["val_loss"])
+    return rows, val
+
+
+def config_refusal(path):
+    """The config error a failed run logged, or None for any other failure."""
+    with open(path) as f:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", f.read())
+    for line in text.splitlines():
+        m = re.search(r"\[error\] (.*)", line)
+        if m and re.match(r"(model|parallel|train|data|init|eval|log|checkpoint)\.", m.group(1)):
+            return m.group(1)
+    return None
+
+
+def last_lines(path, n=12):
+    with open(path) as f:
+        return "".join(f.readlines()[-n:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--max-ranks", type=int, default=4)
+    ap.add_argument("--tolerance", type=float, default=1e-5)
+    ap.add_argument("--resume", action="store_true",
+                    help="train the first half on one layout, resume the second on another")
+    ap.add_argument("--work", default="/tmp/triad_layout_sweep")
+    ap.add_argument("--train", default=os.path.join(ROOT, "build/examples/triad-train"))
+    ap.add_argument("--data", default=os.path.join(ROOT, "build/tests/cli/tiny.bin"))
+    a = ap.parse_args()
+    for path in (a.train, a.data):
+        if not os.path.exists(path):
+            sys.exit("layout_sweep: %s does not exist (build first: ./scripts/dev.sh build)" % path)
+    mpirun = mpirun_prefix()
+    rng = random.Random(a.seed)
+    config = os.path.join(ROOT, "configs/gpt_tiny.yaml")
+    counts = {"matched": 0, "refused": 0, "findings": 0}
+    for trial in range(a.trials):
+        model, moe = draw_model(rng)
+        layout, ranks = draw_layout(rng, model, moe, a.max_ranks)
+        work = os.path.join(a.work, "trial_%03d" % trial)
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        common = [a.train, "--config", config, "--set", "data.train=" + a.data,
+                  "--set", "train.micro_batch_size=2", "--set", "log.interval=1",
+                  "--set", "train.global_batch_size=8", "--set", "data.val=" + a.data,
+                  "--set", "eval.interval=%d" % a.steps, "--set", "eval.batches=2"] + sets(model)
+        what = " ".join("%s=%s" % kv for kv in list(model.items()) + list(layout.items()))
+        # Shared starting weights, then one process, then the layout.
+        init = os.path.join(work, "init")
+        rc = run(common + ["--set", "train.steps=1", "--set", "output.dir=" + init],
+                 os.path.join(work, "init.log"))
+        if rc != 0:
+            why = config_refusal(os.path.join(work, "init.log"))
+            if why is None:
+                counts["findings"] += 1
+                print("trial %d FINDING: the model failed: %s\n%s" %
+                      (trial, what, last_lines(os.path.join(work, "init.log"))))
+            else:
+                counts["refused"] += 1
+                print("trial %d refused (model): %s\n  %s" % (trial, what, why))
+            continue
+        start = ["--set", "init.from=" + os.path.join(init, "model.safetensors")]
+        ref = os.path.join(work, "reference")
+        rc = run(common + start + ["--set", "train.steps=%d" % a.steps, "--set", "output.dir=" + ref] +
+                 (["--set", "train.lr_decay_steps=%d" % a.steps] if a.resume else []),
+                 os.path.join(work, "ref.log"))
+        if rc != 0:
+            counts["findings"] += 1
+            print("trial %d FINDING: one process failed: %s\n%s" %
+                  (trial, what, last_lines(os.path.join(work, "ref.log"))))
+            continue
+        out = os.path.join(work, "layout")
+        # With --resume the layout trains the first half and checkpoints, and
+        # a second layout resumes from there (resharding as it loads).
+        halves = [(layout, ranks, a.steps)]
+        if a.resume:
+            second, second_ranks = draw_layout(rng, model, moe, a.max_ranks, allow_one=True)
+            halves = [(layout, ranks, a.steps // 2), (second, second_ranks, a.steps)]
+            what += " -> " + " ".join("%s=%s" % kv for kv in second.items())
+        failed = False
+        for half, (flags, n, steps) in enumerate(halves):
+            log = os.path.join(work, "layout%d.log" % half)
+            cmd = common + start + sets(flags) + ["--set", "train.steps=%d" % steps,
+                                                  "--set", "output.dir=" + out]
+            if a.resume:
+                cmd += ["--set", "checkpoint.dir=" + os.path.join(work, "ck"),
+                        "--set", "checkpoint.resume=auto", "--set", "train.lr_decay_steps=%d" % a.steps]
+            rc = run((mpirun + ["-np", str(n)] if n > 1 else []) + cmd, log)
+            if rc != 0:
+                failed = True
+                why = config_refusal(log)
+                if why is None:
+                    counts["findings"] += 1
+                    print("trial %d FINDING: the layout failed: %s\n%s" % (trial, what, last_lines(log, 30)))
+                else:
+                    counts["refused"] += 1
+                    print("trial %d refused (layout): %s\n  %s" % (trial, what, why))
+                break
+        if failed:
+            continue
+        (a_rows, a_val), (b_rows, b_val) = metrics(ref), metrics(out)
+        if a.resume:
+            a_rows, b_rows = a_rows[a.steps // 2:], b_rows[-(a.steps - a.steps // 2):]
+        # Mixed precision at the tolerance the CTest suites give it: losses
+        # within 0.5%, gradient norms within 10%.
+        half = model.get("train.precision") in ("bf16", "fp16")
+        tolerance = {"loss": 5e-3 if half else a.tolerance, "grad_norm": 0.1 if half else a.tolerance}
+        tolerance["val_loss"] = tolerance["loss"]
+        worst = 0.0
+        if len(a_rows) != len(b_rows) or not a_val or not b_val:
+            worst = float("inf")
+        else:
+            # The validation loss after the last step.
+            a_rows[-1] = dict(a_rows[-1], val_loss=a_val[-1])
+            b_rows[-1] = dict(b_rows[-1], val_loss=b_val[-1])
+        for x, y in zip(a_rows, b_rows):
+            for key in ("loss", "grad_norm", "val_loss"):
+                if key in x:
+                    d = abs(x[key] - y.get(key, float("nan"))) / max(abs(x[key]), 1e-12)
+                    d = d / tolerance[key] if d == d else float("inf")
+                    worst = max(worst, d)
+        if worst <= 1:
+            counts["matched"] += 1
+            print("trial %d matched (worst %.2f of the tolerance): %s" % (trial, worst, what))
+        else:
+            counts["findings"] += 1
+            print("trial %d FINDING: %.1f times the tolerance: %s\n  one process %s\n  layout      %s"
+                  % (trial, worst, what, [r["loss"] for r in a_rows], [r["loss"] for r in b_rows]))
+        sys.stdout.flush()
+    print("%(matched)d matched, %(refused)d refused, %(findings)d findings" % counts)
+    return 1 if counts["findings"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
