@@ -5,7 +5,7 @@ Each trial draws a small model with a random mix of features (position
 embedding, activation, norms, biases, grouped-query and latent attention,
 query/key norms, sliding windows, soft caps, multipliers, a mixture of
 experts, multi-token prediction, the z-loss, LoRA, Muon, bf16, dropout,
-packed documents, recomputation, the weights' average) and a random
+packed documents, recomputation, the weights' average, a batch-size ramp) and a random
 (tp, pp, dp, cp, ep) layout of at most --max-ranks ranks with its options
 (sequence parallelism, schedule, virtual stages, stage balancing, ZeRO-1,
 small buckets, context parallelism's exchange). Both start from the same
@@ -141,6 +141,8 @@ def draw_model(rng):
         s["train.moment_precision"] = "bf16"
     if rng.random() < 0.2:
         s["train.ema_decay"] = 0.9
+    if rng.random() < 0.1:
+        s["train.rampup_batch_size"] = "[4, 4, 16]"  # 4, then 8 sequences a step
     r = rng.random()
     if r < 0.2:
         s["model.recompute"] = "full"
@@ -166,6 +168,8 @@ def draw_layout(rng, model, moe, max_ranks, allow_one=False):
         ranks = tp * pp * cp * dp
         if (ranks == 1 and not allow_one) or ranks > max_ranks or n_head % (tp * cp):
             continue
+        if "train.rampup_batch_size" in model and dp * cp > 2:  # 4 sequences at first
+            continue
         if pp > n_layer:
             continue
         if n_layer % pp and rng.random() < 0.7:
@@ -177,7 +181,7 @@ def draw_layout(rng, model, moe, max_ranks, allow_one=False):
         if tp > 1 and not dropout and rng.random() < 0.6:
             s["parallel.sequence_parallel"] = "true"
         if pp > 1:
-            schedule = rng.choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"])
+            schedule = rng.choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-auto", "zb-v"])
             s["parallel.schedule"] = schedule
             if schedule in ("interleaved", "zb-v"):
                 s["parallel.vpp"] = 2
