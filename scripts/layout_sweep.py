@@ -13,14 +13,18 @@ weights; the layout's per-step losses and gradient norms must be one
 process's (fp32: relative --tolerance; bf16: losses within 0.5% and norms
 within 10%, as the CTest suites hold them). With --resume the layout
 trains the first half and checkpoints, and a second layout (one process
-included) resumes from there, resharding as it loads. A layout the config
+included) resumes from there, resharding as it loads. With --export the
+model is written out in Hugging Face's layout (triad-export) and the layout
+runs it from there (model.hf_config and init.from, the architecture as
+config.json says it): its first step's loss and its evaluations before and
+after must be the model's. A layout the config
 refuses is counted, with its message, as refused; any other failure, or
 losses that part, is a finding.
 
 Model dropout is drawn only where the docs promise one process's masks
 (no sequence or context parallelism: those draw each rank's own).
 
-    scripts/layout_sweep.py --trials 20 --seed 1 [--resume] [--work /tmp/sweep]
+    scripts/layout_sweep.py --trials 20 --seed 1 [--resume | --export] [--work /tmp/sweep]
 
 The CTest suites check chosen combinations step by step
 (tests/train/parallel_end_to_end.cmake); this looks between them.
@@ -252,31 +256,46 @@ def main():
     ap.add_argument("--tolerance", type=float, default=1e-5)
     ap.add_argument("--resume", action="store_true",
                     help="train the first half on one layout, resume the second on another")
+    ap.add_argument("--export", action="store_true",
+                    help="export each model to Hugging Face's layout (triad-export) and run the "
+                    "layout from the export (model.hf_config and init.from): its evaluation "
+                    "and first loss must be the model's")
     ap.add_argument("--work", default="/tmp/triad_layout_sweep")
     ap.add_argument("--train", default=os.path.join(ROOT, "build/examples/triad-train"))
     ap.add_argument("--data", default=os.path.join(ROOT, "build/tests/cli/tiny.bin"))
     a = ap.parse_args()
-    for path in (a.train, a.data):
+    if a.resume and a.export:
+        sys.exit("layout_sweep: --resume and --export are separate modes")
+    export = os.path.join(os.path.dirname(a.train), "triad-export")
+    for path in (a.train, a.data) + ((export,) if a.export else ()):
         if not os.path.exists(path):
             sys.exit("layout_sweep: %s does not exist (build first: ./scripts/dev.sh build)" % path)
     mpirun = mpirun_prefix()
     rng = random.Random(a.seed)
     config = os.path.join(ROOT, "configs/gpt_tiny.yaml")
     counts = {"matched": 0, "refused": 0, "findings": 0}
+    steps = 1 if a.export else a.steps
     for trial in range(a.trials):
         model, moe = draw_model(rng)
+        if a.export:
+            # What a Hugging Face config does not hold: LoRA's adapters
+            # (exported merged) and the run's dropout.
+            model = {k: v for k, v in model.items() if k not in ("model.lora", "model.dropout")}
         layout, ranks = draw_layout(rng, model, moe, a.max_ranks)
         work = os.path.join(a.work, "trial_%03d" % trial)
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
-        common = [a.train, "--config", config, "--set", "data.train=" + a.data,
-                  "--set", "train.micro_batch_size=2", "--set", "log.interval=1",
-                  "--set", "train.global_batch_size=8", "--set", "data.val=" + a.data,
-                  "--set", "eval.interval=%d" % a.steps, "--set", "eval.batches=2"] + sets(model)
+        base = [a.train, "--config", config, "--set", "data.train=" + a.data,
+                "--set", "train.micro_batch_size=2", "--set", "log.interval=1",
+                "--set", "train.global_batch_size=8", "--set", "data.val=" + a.data,
+                "--set", "eval.interval=%d" % steps, "--set", "eval.batches=2"]
+        if a.export:
+            base += ["--set", "eval.at_start=true"]
         what = " ".join("%s=%s" % kv for kv in list(model.items()) + list(layout.items()))
         # Shared starting weights, then one process, then the layout.
         init = os.path.join(work, "init")
-        rc = run(common + ["--set", "train.steps=1", "--set", "output.dir=" + init],
+        rc = run(base + sets(model) + ["--set", "train.steps=1", "--set", "eval.at_start=false",
+                                       "--set", "output.dir=" + init],
                  os.path.join(work, "init.log"))
         if rc != 0:
             why = config_refusal(os.path.join(work, "init.log"))
@@ -288,10 +307,30 @@ def main():
                 counts["refused"] += 1
                 print("trial %d refused (model): %s\n  %s" % (trial, what, why))
             continue
-        start = ["--set", "init.from=" + os.path.join(init, "model.safetensors")]
+        start = sets(model) + ["--set", "init.from=" + os.path.join(init, "model.safetensors")]
+        layout_base, layout_start = base, start
+        if a.export:
+            # The layout runs the model as its export describes it: the
+            # architecture from config.json, the training settings as given.
+            hf = os.path.join(work, "hf")
+            log = os.path.join(work, "export.log")
+            if run([export, "--run", init, "--output", hf], log) != 0:
+                counts["refused"] += 1
+                print("trial %d refused (export): %s\n  %s" % (trial, what, last_lines(log, 1).strip()))
+                continue
+            kept = ("model.recompute", "model.seq_len", "model.z_loss_coef")
+            layout_start = sets({k: v for k, v in model.items()
+                                 if not k.startswith("model.") or k in kept})
+            layout_start += ["--set", "model.hf_config=" + hf, "--set", "init.from=" + hf]
+            # (Its config file sets no model key: those beside hf_config
+            # would override config.json's.)
+            plain = os.path.join(work, "no_model.yaml")
+            with open(config) as f, open(plain, "w") as o:
+                o.write(re.sub(r"(?ms)^model:\n(?:[ #].*?\n|\n)*", "", f.read()))
+            layout_base = [a.train, "--config", plain] + base[3:]
         ref = os.path.join(work, "reference")
-        rc = run(common + start + ["--set", "train.steps=%d" % a.steps, "--set", "output.dir=" + ref] +
-                 (["--set", "train.lr_decay_steps=%d" % a.steps] if a.resume else []),
+        rc = run(base + start + ["--set", "train.steps=%d" % steps, "--set", "output.dir=" + ref] +
+                 (["--set", "train.lr_decay_steps=%d" % steps] if a.resume else []),
                  os.path.join(work, "ref.log"))
         if rc != 0:
             counts["findings"] += 1
@@ -301,19 +340,19 @@ def main():
         out = os.path.join(work, "layout")
         # With --resume the layout trains the first half and checkpoints, and
         # a second layout resumes from there (resharding as it loads).
-        halves = [(layout, ranks, a.steps)]
+        halves = [(layout, ranks, steps)]
         if a.resume:
             second, second_ranks = draw_layout(rng, model, moe, a.max_ranks, allow_one=True)
-            halves = [(layout, ranks, a.steps // 2), (second, second_ranks, a.steps)]
+            halves = [(layout, ranks, steps // 2), (second, second_ranks, steps)]
             what += " -> " + " ".join("%s=%s" % kv for kv in second.items())
         failed = False
-        for half, (flags, n, steps) in enumerate(halves):
+        for half, (flags, n, until) in enumerate(halves):
             log = os.path.join(work, "layout%d.log" % half)
-            cmd = common + start + sets(flags) + ["--set", "train.steps=%d" % steps,
-                                                  "--set", "output.dir=" + out]
+            cmd = layout_base + layout_start + sets(flags) + ["--set", "train.steps=%d" % until,
+                                                       "--set", "output.dir=" + out]
             if a.resume:
                 cmd += ["--set", "checkpoint.dir=" + os.path.join(work, "ck"),
-                        "--set", "checkpoint.resume=auto", "--set", "train.lr_decay_steps=%d" % a.steps]
+                        "--set", "checkpoint.resume=auto", "--set", "train.lr_decay_steps=%d" % steps]
             rc = run((mpirun + ["-np", str(n)] if n > 1 else []) + cmd, log)
             if rc != 0:
                 failed = True
@@ -329,21 +368,28 @@ def main():
             continue
         (a_rows, a_val), (b_rows, b_val) = metrics(ref), metrics(out)
         if a.resume:
-            a_rows, b_rows = a_rows[a.steps // 2:], b_rows[-(a.steps - a.steps // 2):]
+            a_rows, b_rows = a_rows[steps // 2:], b_rows[-(steps - steps // 2):]
         # Mixed precision at the tolerance the CTest suites give it: losses
         # within 0.5%, gradient norms within 10%.
         half = model.get("train.precision") in ("bf16", "fp16")
         tolerance = {"loss": 5e-3 if half else a.tolerance, "grad_norm": 0.1 if half else a.tolerance}
         tolerance["val_loss"] = tolerance["loss"]
+        # An export is compared on its forward passes (the training
+        # objective's extra terms, a mixture's balance, are the run's).
+        keys = ("loss", "val_loss") if a.export else ("loss", "grad_norm", "val_loss")
         worst = 0.0
-        if len(a_rows) != len(b_rows) or not a_val or not b_val:
+        if len(a_rows) != len(b_rows) or not a_val or len(a_val) != len(b_val):
             worst = float("inf")
         else:
-            # The validation loss after the last step.
+            # The validation losses: after the last step, and with --export
+            # before the first.
             a_rows[-1] = dict(a_rows[-1], val_loss=a_val[-1])
             b_rows[-1] = dict(b_rows[-1], val_loss=b_val[-1])
+            if a.export:
+                a_rows.append({"val_loss": a_val[0]})
+                b_rows.append({"val_loss": b_val[0]})
         for x, y in zip(a_rows, b_rows):
-            for key in ("loss", "grad_norm", "val_loss"):
+            for key in keys:
                 if key in x:
                     d = abs(x[key] - y.get(key, float("nan"))) / max(abs(x[key]), 1e-12)
                     d = d / tolerance[key] if d == d else float("inf")
@@ -354,7 +400,7 @@ def main():
         else:
             counts["findings"] += 1
             print("trial %d FINDING: %.1f times the tolerance: %s\n  one process %s\n  layout      %s"
-                  % (trial, worst, what, [r["loss"] for r in a_rows], [r["loss"] for r in b_rows]))
+                  % (trial, worst, what, [r.get("loss") for r in a_rows], [r.get("loss") for r in b_rows]))
         sys.stdout.flush()
     print("%(matched)d matched, %(refused)d refused, %(findings)d findings" % counts)
     return 1 if counts["findings"] else 0
