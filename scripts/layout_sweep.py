@@ -267,15 +267,16 @@ def run(cmd, log, env=None):
 
 
 def metrics(out_dir):
-    """The trained steps' rows, and the validation losses in order."""
-    rows, val = [], []
+    """The trained steps' rows, and the validation losses by step (0: before
+    the first)."""
+    rows, val = [], {}
     with open(os.path.join(out_dir, "metrics.jsonl")) as f:
         for line in f:
             row = json.loads(line)
             if "loss" in row:
                 rows.append(row)
             if "val_loss" in row:
-                val.append(row["val_loss"])
+                val[row.get("step", 0)] = row["val_loss"]
     return rows, val
 
 
@@ -441,16 +442,14 @@ def main():
         # objective's extra terms, a mixture's balance, are the run's).
         keys = ("loss", "val_loss") if a.export else ("loss", "grad_norm", "val_loss")
         worst = 0.0
-        if len(a_rows) != len(b_rows) or not a_val or len(a_val) != len(b_val):
+        # Every evaluation the one process made must be the layout's at the
+        # same step (with --export also the one before the first step; with
+        # --resume the first half's closing one has no counterpart).
+        if len(a_rows) != len(b_rows) or not a_val or any(s not in b_val for s in a_val):
             worst = float("inf")
         else:
-            # The validation losses: after the last step, and with --export
-            # before the first.
-            a_rows[-1] = dict(a_rows[-1], val_loss=a_val[-1])
-            b_rows[-1] = dict(b_rows[-1], val_loss=b_val[-1])
-            if a.export:
-                a_rows.append({"val_loss": a_val[0]})
-                b_rows.append({"val_loss": b_val[0]})
+            a_rows += [{"val_loss": a_val[s]} for s in sorted(a_val)]
+            b_rows += [{"val_loss": b_val[s]} for s in sorted(a_val)]
         for x, y in zip(a_rows, b_rows):
             for key in keys:
                 if key in x:
@@ -463,7 +462,8 @@ def main():
         else:
             counts["findings"] += 1
             print("trial %d FINDING: %.1f times the tolerance: %s\n  one process %s\n  layout      %s"
-                  % (trial, worst, what, [r.get("loss") for r in a_rows], [r.get("loss") for r in b_rows]))
+                  % (trial, worst, what, [r["loss"] for r in a_rows if "loss" in r],
+                     [r["loss"] for r in b_rows if "loss" in r]))
         sys.stdout.flush()
     print("%(matched)d matched, %(refused)d refused, %(findings)d findings" % counts)
     return 1 if counts["findings"] else 0
