@@ -1236,6 +1236,15 @@ TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
   }
 }
 
+// The same elements dropped, the kept ones scaled alike.
+void expect_same_dropout(const std::vector<float>& cpu, const std::vector<float>& gpu) {
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_EQ(cpu[i] == 0.0f, gpu[i] == 0.0f) << "mask differs at " << i;
+    ASSERT_NEAR(gpu[i], cpu[i], 1e-6f * std::abs(cpu[i]));
+  }
+}
+
 TEST(CudaKernels, DropoutMaskIsTheCpuMaskBitForBit) {
   // A thread draws one Philox counter for four elements: offsets and
   // lengths that start and end inside a counter's four, and long ones.
@@ -1249,11 +1258,7 @@ TEST(CudaKernels, DropoutMaskIsTheCpuMaskBitForBit) {
     Tensor x = randn({c.n}, 5, 1);
     const auto cpu = to_float_vector(dropout(x, 0.25, 11, 3, c.offset));
     const auto gpu = to_float_vector(dropout(to_device(x, kGpu), 0.25, 11, 3, c.offset));
-    ASSERT_EQ(cpu.size(), gpu.size());
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      ASSERT_EQ(cpu[i] == 0.0f, gpu[i] == 0.0f) << "mask differs at " << i;
-      ASSERT_NEAR(gpu[i], cpu[i], 1e-6f * std::abs(cpu[i]));
-    }
+    expect_same_dropout(cpu, gpu);
   }
 }
 
@@ -1274,11 +1279,7 @@ TEST(CudaKernels, DropoutRowsOfALargerMaskAreTheCpuMaskBitForBit) {
       Tensor x = cast(randn({c.rows, static_cast<int64_t>(c.at.row_length)}, 5, 1), dtype);
       const auto cpu = to_float_vector(dropout(x, 0.25, 11, 3, c.at));
       const auto gpu = to_float_vector(dropout(to_device(x, kGpu), 0.25, 11, 3, c.at));
-      ASSERT_EQ(cpu.size(), gpu.size());
-      for (size_t i = 0; i < cpu.size(); ++i) {
-        ASSERT_EQ(cpu[i] == 0.0f, gpu[i] == 0.0f) << "mask differs at " << i;
-        ASSERT_NEAR(gpu[i], cpu[i], 1e-6f * std::abs(cpu[i]));
-      }
+      expect_same_dropout(cpu, gpu);
     }
   }
 }
