@@ -134,6 +134,20 @@ def draw_model(rng):
             s["model.head_dim"] = 8
         if rng.random() < 0.2:
             s["model.post_norms"] = "true"
+        if rng.random() < 0.1:
+            s["model.mlp_bias"] = "true"
+        r = rng.random()
+        if r < 0.05:
+            s["model.rope_scaling"] = "{type: linear, factor: 2}"
+        elif r < 0.1:
+            s["model.rope_scaling"] = ("{type: llama3, factor: 8, low_freq_factor: 1, "
+                                       "high_freq_factor: 4, original_max_position_embeddings: 32}")
+        elif r < 0.15:
+            s["model.rope_scaling"] = "{type: yarn, factor: 2, original_max_position_embeddings: 32}"
+        if "model.full_attention_layers" in s and rng.random() < 0.5:
+            s["model.rope_local_theta"] = 100
+        if rng.random() < 0.1:
+            s["model.query_pre_attn_scalar"] = 24
     else:
         s["model.activation"] = rng.choice(["gelu", "gelu_erf"])
     if rng.random() < 0.2:
@@ -194,9 +208,21 @@ def draw_model(rng):
         s["train.ema_decay"] = 0.9
     if rng.random() < 0.1:
         s["train.rampup_batch_size"] = "[4, 4, 16]"  # 4, then 8 sequences a step
+    if rng.random() < 0.1:
+        s["train.grad_clip"] = 0  # (the default 1.0 clips these runs' norms of about 2)
+    if rng.random() < 0.1:
+        s["train.lr_scale"] = '{"h.*.mlp.*": 2}'
+    if rng.random() < 0.1:
+        s["train.no_weight_decay"] = "[wte.weight]"
+    if "model.lora" not in s and rng.random() < 0.1:
+        s["train.freeze"] = '["h.0.attn.*"]'
+    if rng.random() < 0.1:
+        s["train.warmup_init"] = 0.0001
     r = rng.random()
     if r < 0.2:
         s["model.recompute"] = "full"
+        if rng.random() < 0.3:
+            s["model.recompute_layers"] = 1
     elif r < 0.35:
         s["model.recompute"] = "selective"
     if rng.random() < 0.3:
@@ -205,6 +231,11 @@ def draw_model(rng):
         s["data.reset_position_ids"] = rng.choice(["true", "false"])
         s["data.eod_mask_loss"] = rng.choice(["true", "false"])
         s["train.loss_average"] = rng.choice(["tokens", "microbatches"])
+        if rng.random() < 0.3:
+            s["data.packing"] = rng.choice(["documents", "best_fit"])
+        if rng.random() < 0.2:
+            s["data.fim_rate"] = 0.5
+            s["data.fim_tokens"] = "[11, 12, 13]"
     return s, moe
 
 
@@ -238,8 +269,13 @@ def draw_layout(rng, model, moe, max_ranks, allow_one=False):
                 s["parallel.vpp"] = 2
             if n_layer % (pp * s.get("parallel.vpp", 1)) or rng.random() < 0.2:
                 s["parallel.stage_layers"] = "auto"
+        if schedule_takes_budget(s) and rng.random() < 0.3:
+            s["parallel.zb_max_in_flight"] = 2 * pp - 1
+        if tp > 1 and pp > 1 and "parallel.sequence_parallel" not in s:
+            s["parallel.pipeline_scatter_gather"] = rng.choice(["true", "false"])
         if dp > 1 and rng.random() < 0.5:
             s["parallel.zero"] = 1
+            s["parallel.overlap_param_gather"] = rng.choice(["true", "false"])
         if dp > 1 and rng.random() < 0.3:
             s["parallel.bucket_mb"] = 0.01
         if cp > 1:
@@ -248,6 +284,10 @@ def draw_layout(rng, model, moe, max_ranks, allow_one=False):
             s["parallel.ep"] = 2
         return s, ranks
     raise RuntimeError("no layout drawn")
+
+
+def schedule_takes_budget(layout):
+    return layout.get("parallel.schedule") in ("zb-auto", "zb-v")
 
 
 def sets(overrides):
