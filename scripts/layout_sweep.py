@@ -257,10 +257,7 @@ def draw_layout(rng, model, moe, max_ranks, allow_one=False):
         if n_layer % pp and rng.random() < 0.7:
             continue
         s = {"parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp, "parallel.cp": cp}
-        dropout = "model.dropout" in model
-        if dropout and cp > 1:
-            continue  # each context rank draws its own masks (docs/config.md)
-        if tp > 1 and not dropout and rng.random() < 0.6:
+        if tp > 1 and rng.random() < 0.6:
             s["parallel.sequence_parallel"] = "true"
         if pp > 1:
             schedule = rng.choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-auto", "zb-v"])

@@ -58,8 +58,11 @@ Tensor LinearBase::add_lora(const Tensor& y, const Tensor& x, const DropoutDraw&
 
 Tensor LinearBase::lora_dropout_pieces(const Tensor& x, const DropoutDraw& draw) const {
   const SequencePieces& s = *draw.pieces;
-  int64_t held = 0;
-  for (const auto& run : s.runs) held += run.second;
+  const double p = lora_dropout_.p;
+  if (!lora_dropout_.by_feature) {
+    return sequence_dropout(x, p, draw.seed, lora_dropout_.stream, draw.call, &s);
+  }
+  const int64_t held = s.held();
   const int64_t features = x.size(-1), rows = x.numel() / features;
   if (held <= 0 || rows % held != 0 || held > s.row_length) {
     throw ShapeError("LoRA dropout: an input " + shape_str(x.shape()) +
@@ -69,28 +72,20 @@ Tensor LinearBase::lora_dropout_pieces(const Tensor& x, const DropoutDraw& draw)
   const auto B = static_cast<uint64_t>(rows / held), T = static_cast<uint64_t>(s.row_length);
   const auto full = static_cast<uint64_t>(lora_in_full_ > 0 ? lora_in_full_ : features);
   const uint64_t M = B * T, base = draw.call * M * full;
-  const double p = lora_dropout_.p;
   const Tensor whole = reshape(x, {static_cast<int64_t>(B), held, features});
   std::vector<Tensor> parts;
   int64_t at = 0;
   for (const auto& [first, count] : s.runs) {
     const Tensor piece = narrow(whole, 1, at, count);  // (B, count, features)
     at += count;
+    // Feature-major, (f, b, j) draws (offset + f) * M + b * T + t0 + j:
+    // rows of count tokens, one a (feature, sequence), T apart.
     const auto t0 = static_cast<uint64_t>(first), n = static_cast<uint64_t>(count);
-    if (!lora_dropout_.by_feature) {
-      // Element (b, j, f) is whole row b * T + t0 + j: rows of count
-      // tokens' features, one a sequence, T * full draws apart.
-      parts.push_back(dropout(piece, p, draw.seed, lora_dropout_.stream,
-                              philox::Counters{base + t0 * full, n * full, T * full}));
-    } else {
-      // Feature-major, (f, b, j) draws (offset + f) * M + b * T + t0 + j:
-      // rows of count tokens, one a (feature, sequence), T apart.
-      const Tensor t = permute(piece, {2, 0, 1});
-      const auto f0 = static_cast<uint64_t>(lora_in_offset_);
-      parts.push_back(permute(dropout(t, p, draw.seed, lora_dropout_.stream,
-                                      philox::Counters{base + f0 * M + t0, n, T}),
-                              {1, 2, 0}));
-    }
+    const Tensor t = permute(piece, {2, 0, 1});
+    const auto f0 = static_cast<uint64_t>(lora_in_offset_);
+    parts.push_back(permute(
+        dropout(t, p, draw.seed, lora_dropout_.stream, philox::Counters{base + f0 * M + t0, n, T}),
+        {1, 2, 0}));
   }
   return reshape(concat(parts, 1), x.shape());
 }

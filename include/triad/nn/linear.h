@@ -5,29 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "triad/nn/dropout.h"
 #include "triad/nn/module.h"
 #include "triad/ops/linalg.h"
 
 namespace triad::nn {
-
-// The tokens a rank holds of each sequence under context parallelism: runs
-// (first token, count) of every row of `row_length` tokens, in the order
-// the rank holds them.
-struct SequencePieces {
-  int64_t row_length = 0;
-  std::vector<std::pair<int64_t, int64_t>> runs;
-};
-
-// Where a forward pass draws its dropout masks (nn::ForwardContext's seed
-// and call); none when not training. With `pieces`, a layer's input rows
-// are those pieces of the micro-batch's sequences and `call` is the whole
-// micro-batch's, so that they draw the whole sequences' masks.
-struct DropoutDraw {
-  bool training = false;
-  uint64_t seed = 0;
-  uint64_t call = 0;
-  std::shared_ptr<const SequencePieces> pieces = {};
-};
 
 // How LoRA's adapters drop their input out (PEFT's lora_dropout).
 struct LoraDropout {

@@ -28,16 +28,6 @@ class Container : public nn::Module {
   }
 };
 
-Tensor site_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx, int64_t layer,
-                    const char* site, int shard) {
-  if (!ctx.training || p == 0.0) return x;
-  // Sequence-parallel shards draw from their own stream (documented: masks
-  // then differ from tp = 1; everything else is independent of tp).
-  const uint64_t stream =
-      stable_hash(std::string(site) + "." + std::to_string(layer)) ^ static_cast<uint64_t>(shard);
-  return dropout(x, p, ctx.seed, stream, ctx.call * static_cast<uint64_t>(x.numel()));
-}
-
 }  // namespace
 
 StagePlan StagePlan::whole(int64_t n_layer) {
@@ -728,8 +718,7 @@ Tensor TensorParallelGpt::embed_chunk(const Tensor& ids, const nn::ForwardContex
   fence(wte_.get());
   fence(wpe_.get());
   if (!wpe_) {  // rotary embeddings: the attention layers take the positions
-    return site_dropout(nn::scale_token_embeddings(cfg_, wte_->forward(ids)), cfg_.dropout, ctx, 0,
-                        "embed", sp_ ? group_->rank() : 0);
+    return site_dropout(nn::scale_token_embeddings(cfg_, wte_->forward(ids)), ctx, 0, "embed");
   }
   Tensor positions;
   if (ctx.positions.defined()) {  // per token, within its document
@@ -744,7 +733,7 @@ Tensor TensorParallelGpt::embed_chunk(const Tensor& ids, const nn::ForwardContex
     positions = from_vector(pos, {count}, DType::I64, ids.device());
   }
   Tensor x = add(nn::scale_token_embeddings(cfg_, wte_->forward(ids)), wpe_->forward(positions));
-  return site_dropout(x, cfg_.dropout, ctx, 0, "embed", sp_ ? group_->rank() : 0);
+  return site_dropout(x, ctx, 0, "embed");
 }
 
 Tensor TensorParallelGpt::block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const {
@@ -772,7 +761,6 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const Layer& L = it->second;
   const int64_t chunk = sp_ ? x.size(1) * group_->size() : x.size(1);
   if (cp_) require_chunk_positions(ctx, x.size(0), chunk);
-  const int shard = sp_ ? group_->rank() : 0;
   const nn::DropoutDraw draw = ctx.draw();
   const Tensor normed = L.ln_1 ? L.ln_1->forward(x) : x;  // (none without model.pre_norms)
   // The whole sequence, local heads. Latent attention enters the region
@@ -826,11 +814,10 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   auto parallel_input = [&] { return L.ln_2 ? L.ln_2->forward(x) : normed; };
   if (!cfg_.pre_norms) {
     // OLMo 2's blocks: the sublayers read the residual stream itself.
-    Tensor a =
-        site_dropout(L.attn_proj->forward(core, draw), cfg_.dropout, ctx, i, "attn.resid", shard);
+    Tensor a = site_dropout(L.attn_proj->forward(core, draw), ctx, i, "attn.resid");
     const Tensor h = add(x, nn::to_residual(cfg_, L.post_attn_norm->forward(a)));
     Tensor m = mlp_reduce(mlp_share(h));
-    m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
+    m = site_dropout(m, ctx, i, "mlp.resid");
     return add(h, nn::to_residual(cfg_, L.post_mlp_norm->forward(m)));
   }
   if (cfg_.reduces_sublayers_at_once()) {
@@ -839,7 +826,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     return add(x, nn::to_residual(cfg_, L.attn_proj->reduce(shares, L.mlp_proj.get())));
   }
   Tensor a = L.attn_proj->forward(core, draw);
-  a = site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard);
+  a = site_dropout(a, ctx, i, "attn.resid");
   if (L.post_attn_norm) a = L.post_attn_norm->forward(a);
   a = nn::to_residual(cfg_, a);
   // Sequential: the attention's residual add and ln_2 as one op, the MLP
@@ -851,7 +838,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     h = L.ln_2->forward_add(x, a);
   }
   Tensor m = mlp_reduce(mlp_share(h.norm));
-  m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
+  m = site_dropout(m, ctx, i, "mlp.resid");
   if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
   return add(h.sum, nn::to_residual(cfg_, m));
 }
@@ -966,6 +953,30 @@ Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tenso
   return scale(loss, share);
 }
 
+Tensor TensorParallelGpt::site_dropout(const Tensor& x, const nn::ForwardContext& ctx,
+                                       int64_t layer, const char* site) const {
+  const double p = cfg_.dropout;
+  if (!ctx.training || p == 0.0) return x;
+  const uint64_t stream = stable_hash(std::string(site) + "." + std::to_string(layer));
+  const int64_t t = sp_ ? group_->size() : 1;
+  if (!ctx.pieces && t == 1) {
+    return dropout(x, p, ctx.seed, stream, ctx.call * static_cast<uint64_t>(x.numel()));
+  }
+  // The tokens this rank holds of the micro-batch's sequences (context
+  // parallelism's chunk; sequence parallelism's slice of it) draw those
+  // tokens' elements of one process's mask.
+  if (x.dim() != 3) {
+    throw ShapeError("TensorParallelGpt: dropout at " + std::string(site) + " of " +
+                     shape_str(x.shape()) + " (expected (B, T, C))");
+  }
+  const int64_t local = x.size(1);
+  nn::SequencePieces held =
+      ctx.pieces ? *ctx.pieces : nn::SequencePieces{local * t, {{0, local * t}}};
+  if (t > 1) held = held.slice(group_->rank() * local, local);
+  return nn::sequence_dropout(x, p, ctx.seed, stream, ctx.pieces ? ctx.whole_call : ctx.call,
+                              &held);
+}
+
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
                                                      const nn::ForwardContext& ctx) const {
   nn::ForwardContext out = ctx;
@@ -997,8 +1008,10 @@ nn::ForwardContext TensorParallelGpt::chunked(const Tensor& ids,
         for (int64_t t = 0; t < n; ++t) pos.push_back(first + t);
     out.positions = from_vector(pos, {B, count}, DType::I64);
   }
-  // Each rank's dropout masks its own (calls stay distinct per micro-batch),
-  // but for LoRA's adapters, which draw the whole sequences' (draw()).
+  // Dropout draws the whole sequences' masks (whole_call, pieces: see
+  // site_dropout and ForwardContext::draw()); the rank's own call, distinct
+  // per micro-batch and rank, is for the masks each rank draws itself (a
+  // mixture's routed experts' adapters, rank_draw()).
   out.call = whole.call * static_cast<uint64_t>(cp_->size()) + static_cast<uint64_t>(cp_->rank());
   out.whole_call = whole.call;
   auto pieces = std::make_shared<nn::SequencePieces>();
@@ -1099,9 +1112,8 @@ std::vector<Tensor> TensorParallelGpt::mtp_losses(const Tensor& hidden, const Te
     Tensor ahead = nn::mtp_ahead(ids, k);
     if (cp_) ahead = contiguous(cp::take_runs(ahead, 1, runs));
     fence(wte_.get());
-    const Tensor e =
-        site_dropout(nn::scale_token_embeddings(cfg_, wte_->forward(ahead)), cfg_.dropout, ctx,
-                     m.layer, "mtp.embed", sp_ ? group_->rank() : 0);
+    const Tensor e = site_dropout(nn::scale_token_embeddings(cfg_, wte_->forward(ahead)), ctx,
+                                  m.layer, "mtp.embed");
     if (e.shape() != h.shape()) {
       throw ShapeError("TensorParallelGpt: multi-token prediction's embeddings " +
                        shape_str(e.shape()) + " beside hidden " + shape_str(h.shape()));

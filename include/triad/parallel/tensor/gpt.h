@@ -217,6 +217,10 @@ class TensorParallelGpt : public nn::Module {
   // embed() on this rank's chunk of the ids (all of them without context
   // parallelism).
   Tensor embed_chunk(const Tensor& ids, const nn::ForwardContext& ctx) const;
+  // model.dropout at a named site (identity when not training): one
+  // process's mask for the tokens this rank holds, in every layout.
+  Tensor site_dropout(const Tensor& x, const nn::ForwardContext& ctx, int64_t layer,
+                      const char* site) const;
   // Parameter `p`'s full tensor, joined from the group's shards.
   Tensor join(const std::string& name, const Tensor& p, bool on_host) const;
   Tensor parameter(const std::string& name, const char* caller) const;
