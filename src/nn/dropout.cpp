@@ -3,9 +3,14 @@
 #include <string>
 
 #include "triad/core/philox.h"
+#include "triad/core/rng.h"
 #include "triad/ops.h"
 
 namespace triad::nn {
+
+uint64_t site_stream(const char* site, int64_t layer) {
+  return stable_hash(std::string(site) + "." + std::to_string(layer));
+}
 
 int64_t SequencePieces::held() const {
   int64_t n = 0;

@@ -46,8 +46,7 @@ void require_positive(int64_t v, const char* name) {
 Tensor site_dropout(const Tensor& x, double p, const ForwardContext& ctx, int64_t layer,
                     const char* site) {
   if (!ctx.training || p == 0.0) return x;
-  const uint64_t stream = stable_hash(std::string(site) + "." + std::to_string(layer));
-  return dropout(x, p, ctx.seed, stream, ctx.call * static_cast<uint64_t>(x.numel()));
+  return sequence_dropout(x, p, ctx.seed, site_stream(site, layer), ctx.call, nullptr);
 }
 
 }  // namespace

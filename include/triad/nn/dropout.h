@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,10 @@ struct DropoutDraw {
   uint64_t call = 0;
   std::shared_ptr<const SequencePieces> pieces = {};
 };
+
+// The stream model.dropout draws at a named site of a layer ("attn.resid"
+// of layer 3): one rule for the one-process model and every layout's.
+uint64_t site_stream(const char* site, int64_t layer);
 
 // Inverted dropout of x (B, held, C) — or (B * held, C) — holding `pieces`
 // of the micro-batch's (B, row_length, C) activation, drawing that whole

@@ -957,11 +957,9 @@ Tensor TensorParallelGpt::site_dropout(const Tensor& x, const nn::ForwardContext
                                        int64_t layer, const char* site) const {
   const double p = cfg_.dropout;
   if (!ctx.training || p == 0.0) return x;
-  const uint64_t stream = stable_hash(std::string(site) + "." + std::to_string(layer));
+  const uint64_t stream = nn::site_stream(site, layer);
   const int64_t t = sp_ ? group_->size() : 1;
-  if (!ctx.pieces && t == 1) {
-    return dropout(x, p, ctx.seed, stream, ctx.call * static_cast<uint64_t>(x.numel()));
-  }
+  if (!ctx.pieces && t == 1) return nn::sequence_dropout(x, p, ctx.seed, stream, ctx.call, nullptr);
   // The tokens this rank holds of the micro-batch's sequences (context
   // parallelism's chunk; sequence parallelism's slice of it) draw those
   // tokens' elements of one process's mask.
