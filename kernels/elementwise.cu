@@ -322,13 +322,14 @@ __global__ void glu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows
 template <class T>
 __global__ void dropout_kernel(const T* x, T* y, int64_t rows, int64_t len, float threshold,
                                compute_t<T> scale, uint64_t seed, uint64_t rng_stream,
-                               uint64_t offset, uint64_t row_stride) {
+                               uint64_t offset, uint64_t row_stride, const int64_t* keys) {
   using C = compute_t<T>;
   const uint64_t n = static_cast<uint64_t>(len), per_row = n / 4 + 2;
   const uint64_t total = static_cast<uint64_t>(rows) * per_row;
   for (uint64_t t = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; t < total;
        t += uint64_t(gridDim.x) * blockDim.x) {
-    const uint64_t r = t / per_row, start = offset + r * row_stride;
+    const uint64_t r = t / per_row;
+    const uint64_t start = offset + (keys ? static_cast<uint64_t>(keys[r]) : r) * row_stride;
     const uint64_t q = start / 4 + (t - r * per_row);
     if (q >= (start + n + 3) / 4) continue;
     const philox::Words w = philox::block(seed, rng_stream, q);
@@ -834,11 +835,12 @@ void glu_backward(const void* x, const void* dy, void* dx, ScalarType type, int6
   check_launch(gelu ? "geglu_backward" : "swiglu_backward");
 }
 
-Status check_dropout(double p, int64_t n, const philox::Counters& at) {
+Status check_dropout(double p, int64_t n, const philox::Counters& at, bool keyed) {
   if (!(p >= 0.0 && p < 1.0)) {
     return Status::fail("probability " + std::to_string(p) + " must be in [0, 1)");
   }
   if (n < 0) return Status::fail("element count " + std::to_string(n) + " < 0");
+  if (keyed && at.row_length == 0) return Status::fail("keyed rows need a row length");
   if (at.row_length > 0 && static_cast<uint64_t>(n) % at.row_length != 0) {
     return Status::fail("rows of " + std::to_string(at.row_length) + " draws do not divide " +
                         std::to_string(n) + " elements");
@@ -847,8 +849,9 @@ Status check_dropout(double p, int64_t n, const philox::Counters& at) {
 }
 
 void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint64_t seed,
-             uint64_t rng_stream, const philox::Counters& at, cudaStream_t stream) {
-  require(check_dropout(p, n, at), "dropout");
+             uint64_t rng_stream, const philox::Counters& at, const int64_t* keys,
+             cudaStream_t stream) {
+  require(check_dropout(p, n, at, keys != nullptr), "dropout");
   if (n == 0) return;
   const int64_t len = at.row_length > 0 ? static_cast<int64_t>(at.row_length) : n;
   const int64_t rows = n / len;
@@ -857,7 +860,7 @@ void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint6
     using C = compute_t<T>;
     dropout_kernel<T><<<grid_for(rows * (len / 4 + 2), kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), rows, len, static_cast<float>(p),
-        static_cast<C>(1.0 / (1.0 - p)), seed, rng_stream, at.offset, at.row_stride);
+        static_cast<C>(1.0 / (1.0 - p)), seed, rng_stream, at.offset, at.row_stride, keys);
   };
   if (type == ScalarType::F64) {
     launch(double{});

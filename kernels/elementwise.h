@@ -48,9 +48,12 @@ void glu_backward(const void* x, const void* dy, void* dx, ScalarType type, int6
                   bool gelu, cudaStream_t stream);
 // y = x * keep / (1 - p), keep = philox::uniform(seed, rng_stream, at.at(i)) >= p: the
 // CPU backend's mask, bit for bit. at.row_length (0: one row) must divide n.
+// With `keys` (device i64, one non-negative key per row of at.row_length;
+// null: none) row r's element c draws at.keyed(keys[r], c) instead.
 void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint64_t seed,
-             uint64_t rng_stream, const philox::Counters& at, cudaStream_t stream);
-Status check_dropout(double p, int64_t n = 0, const philox::Counters& at = {});
+             uint64_t rng_stream, const philox::Counters& at, const int64_t* keys,
+             cudaStream_t stream);
+Status check_dropout(double p, int64_t n = 0, const philox::Counters& at = {}, bool keyed = false);
 // x viewed as (outer, n, inner) reduced over n into out (outer, inner);
 // for Max, indices (i64, may be null for Sum) receive the arg-max. Long
 // column sums (bias gradients) run in two deterministic stages through

@@ -192,7 +192,12 @@ def draw_model(rng):
     if rng.random() < 0.15:
         s["model.dropout"] = 0.1
     if not mtp and rng.random() < 0.15:
-        s["model.lora"] = "{rank: 4, alpha: 8, dropout: %s}" % rng.choice(["0.0", "0.1"])
+        # In a mixture, half the time on the experts too (each its own
+        # adapters, each row dropping out its assignment's mask).
+        targets = (", targets: [attn.c_attn, mlp.c_fc, mlp.c_proj]"
+                   if moe and rng.random() < 0.5 else "")
+        s["model.lora"] = "{rank: 4, alpha: 8, dropout: %s%s}" % (
+            rng.choice(["0.0", "0.1"]), targets)
     elif rng.random() < 0.2:
         s["train.optimizer"] = "muon"
     r = rng.random()
@@ -277,7 +282,7 @@ def draw_layout(rng, model, moe, max_ranks, allow_one=False):
             s["parallel.bucket_mb"] = 0.01
         if cp > 1:
             s["parallel.cp_comm"] = rng.choice(["auto", "all_to_all", "all_gather", "ring"])
-        if moe and dp > 1 and rng.random() < 0.5:
+        if moe and dp * cp > 1 and rng.random() < 0.5:  # (ep may span the context ranks)
             s["parallel.ep"] = 2
         return s, ranks
     raise RuntimeError("no layout drawn")

@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   report("dropout",
          time_ms(
              [&] {
-               be.dropout(x, 0.1, 1, 2, {3, 0, 0}, y);
+               be.dropout(x, 0.1, 1, 2, {3, 0, 0}, {}, y);
              },
              iters),
          2 * N * C * h, 0);
@@ -139,10 +139,24 @@ int main(int argc, char** argv) {
   report("dropout_rows",
          time_ms(
              [&] {
-               be.dropout(x, 0.1, 1, 2, {3, row, 3 * row + 1}, y);
+               be.dropout(x, 0.1, 1, 2, {3, row, 3 * row + 1}, {}, y);
              },
              iters),
          2 * N * C * h, 0);
+  // Rows keyed in reverse order (a mixture's experts' rows drawing LoRA's
+  // masks by assignment): the keys' reads besides.
+  {
+    std::vector<int64_t> order(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) order[static_cast<size_t>(i)] = N - 1 - i;
+    const Tensor keys = triad::to_device(triad::from_vector(order, {N}, DType::I64), gpu);
+    report("dropout_keyed",
+           time_ms(
+               [&] {
+                 be.dropout(x, 0.1, 1, 2, {3, row, row}, keys, y);
+               },
+               iters),
+           2 * N * C * h + 8.0 * static_cast<double>(N), 0);
+  }
   // SwiGLU on an 8C-wide c_fc output (F = 4C): reads 8C, writes 4C per token
   // (backward reads 8C and 4C, writes 8C).
   {

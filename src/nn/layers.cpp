@@ -40,7 +40,14 @@ Tensor LinearBase::add_lora(const Tensor& y, const Tensor& x, const DropoutDraw&
     const int64_t features = x.size(-1), rows = x.numel() / features;
     const int64_t full = lora_in_full_ > 0 ? lora_in_full_ : features;
     const uint64_t call = draw.call * static_cast<uint64_t>(rows * full);
-    if (draw.pieces) {
+    if (draw.keys.defined()) {
+      // Row r is row keys[r] of the whole input's masks, by row: a shard's
+      // features [f0, f0 + features) of it draw f0 on.
+      in = dropout(x, p, draw.seed, lora_dropout_.stream,
+                   philox::Counters{static_cast<uint64_t>(lora_in_offset_),
+                                    static_cast<uint64_t>(features), static_cast<uint64_t>(full)},
+                   draw.keys);
+    } else if (draw.pieces) {
       in = lora_dropout_pieces(x, draw);
     } else if (!lora_dropout_.by_feature) {
       in = dropout(x, p, draw.seed, lora_dropout_.stream, call);

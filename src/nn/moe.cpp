@@ -432,8 +432,9 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
   }
   if (cfg.moe.shared_gate)
     shared_gate_ = register_module("shared_gate", std::make_shared<Linear>(C, 1, false));
-  // LoRA's adapters on the experts, each drawing its own dropout masks.
-  // (c_proj reads this rank's slice of the hidden units.)
+  // LoRA's adapters on the experts, each drawing its own dropout masks
+  // (each row its assignment's: assignment_keys). (c_proj reads this rank's
+  // slice of the hidden units.)
   const auto adapt = [&](const std::string& stem, const Expert& e, int64_t hidden) {
     if (cfg.lora_on("mlp.c_fc")) {
       e.c_fc->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, stem + "c_fc"));
@@ -448,6 +449,7 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
     adapt("mlp.experts." + std::to_string(first + i) + ".", experts_[static_cast<size_t>(i)],
           cfg.expert_ffn());
   }
+  keyed_dropout_ = cfg.lora.dropout > 0 && (cfg.lora_on("mlp.c_fc") || cfg.lora_on("mlp.c_proj"));
   if (shared_) adapt("mlp.shared.", *shared_, cfg.moe.shared_ffn_hidden_size);
 }
 
@@ -465,6 +467,37 @@ MoeMlp::Scores MoeMlp::route(const Tensor& x) const {
   if (shared_gate_)
     s.shared_gate = sigmoid(cast(shared_gate_->forward(tokens), stat_dtype(x.dtype())));
   return s;
+}
+
+Tensor MoeMlp::assignment_keys(const Routing& routing, int64_t N, const DropoutDraw& draw,
+                               Device device) const {
+  // Local token n is b * held + i, the i-th token this rank holds of
+  // sequence b; it is token b * T + (its place in the row) of the whole
+  // micro-batch (every token in order without pieces).
+  const int64_t k = top_k_;
+  std::vector<int64_t> place;  // the held tokens' places in their row
+  int64_t T = N, held = N;
+  if (draw.pieces) {
+    T = draw.pieces->row_length;
+    held = draw.pieces->held();
+    for (const auto& [first, count] : draw.pieces->runs)
+      for (int64_t j = 0; j < count; ++j) place.push_back(first + j);
+    if (held <= 0 || N % held != 0) {
+      throw ShapeError("MoeMlp: " + std::to_string(N) + " tokens are not whole rows of the " +
+                       std::to_string(held) + " held of each sequence of " + std::to_string(T));
+    }
+  }
+  const auto tokens = static_cast<uint64_t>((N / held) * T);
+  std::vector<int64_t> keys(routing.assignment.size());
+  for (size_t r = 0; r < keys.size(); ++r) {
+    // (An expert's padding row, assignment N k, weighs nothing: any key.)
+    const int64_t a = std::min(routing.assignment[r], N * k - 1), n = a / k;
+    const int64_t m = draw.pieces ? (n / held) * T + place[static_cast<size_t>(n % held)] : n;
+    keys[r] = static_cast<int64_t>(assignment_key(draw.call, tokens, static_cast<uint64_t>(k),
+                                                  static_cast<uint64_t>(m),
+                                                  static_cast<uint64_t>(a % k)));
+  }
+  return to_device(from_vector(keys, {static_cast<int64_t>(keys.size())}, DType::I64), device);
 }
 
 Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const {
@@ -584,22 +617,29 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const Tensor tokens = host_index(routing.token);
   const Tensor gates = cast(embedding(g, host_index(routing.assignment)), x.dtype());  // (M, 1)
   const Tensor rows = embedding(reshape(x, {N, C}), tokens);                           // (M, C)
-  // The adapters' dropout masks: the routed experts' rows are the tokens
-  // routed to each, which draw this rank's masks; the shared expert's are
-  // the micro-batch's tokens in order, which draw the whole sequences'.
-  const DropoutDraw draw = ctx.rank_draw();
+  // The adapters' dropout masks: each routed expert's row draws its
+  // assignment's (the rows' keys, which travel with them to other ranks);
+  // the shared expert's rows are the micro-batch's tokens in order, which
+  // draw the whole sequences'.
+  const DropoutDraw mask = ctx.draw();
+  const Tensor keys =
+      ctx.training && keyed_dropout_ ? assignment_keys(routing, N, mask, x.device()) : Tensor{};
+  auto draw = [&mask](const Tensor& k) {
+    return DropoutDraw{mask.training, mask.seed, mask.call, {}, k};
+  };
   Tensor outputs;  // (M, C), in rows' order
   if (placement_) {
-    outputs = placement_->run(rows, routing.rows, [this, draw](int64_t i, const Tensor& x) {
-      return expert_forward(experts_.at(static_cast<size_t>(i)), x, draw);
-    });
+    outputs = placement_->run(
+        rows, routing.rows, keys, [this, &draw](int64_t i, const Tensor& x, const Tensor& k) {
+          return expert_forward(experts_.at(static_cast<size_t>(i)), x, draw(k));
+        });
   } else {
     std::vector<Tensor> parts;
     int64_t at = 0;
     for (int64_t e = 0; e < E; ++e) {
       const int64_t n = routing.rows[static_cast<size_t>(e)];
-      parts.push_back(
-          expert_forward(experts_[static_cast<size_t>(e)], narrow(rows, 0, at, n), draw));
+      parts.push_back(expert_forward(experts_[static_cast<size_t>(e)], narrow(rows, 0, at, n),
+                                     draw(keys.defined() ? narrow(keys, 0, at, n) : Tensor{})));
       at += n;
     }
     outputs = concat(parts, 0);

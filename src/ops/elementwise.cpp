@@ -175,6 +175,11 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
                const philox::Counters& at) {
+  return dropout(x, p, seed, stream, at, Tensor{});
+}
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+               const philox::Counters& at, const Tensor& keys) {
   detail::check_floating(x, "dropout", "x");
   if (!(p >= 0.0 && p < 1.0)) {
     throw ValueError("dropout: probability " + std::to_string(p) + " must be in [0, 1)");
@@ -185,18 +190,45 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
                      " draws do not divide the " + std::to_string(n) + " elements of " +
                      shape_str(x.shape()));
   }
-  if (at.row_length > 0 && n > at.row_length && at.row_stride < at.row_length) {
+  if (keys.defined()) {
+    // Rows in any order, each drawing its keyed row of a larger tensor's
+    // masks: distinct keys must not share draws.
+    if (at.row_length == 0 || at.row_stride < at.row_length) {
+      throw ValueError("dropout: keyed rows need a row length, and rows " +
+                       std::to_string(at.row_stride) + " draws apart (got rows of " +
+                       std::to_string(at.row_length) + ")");
+    }
+    if (keys.dtype() != DType::I64 || keys.dim() != 1 ||
+        static_cast<uint64_t>(keys.numel()) != n / at.row_length) {
+      throw ShapeError("dropout: keys " + shape_str(keys.shape()) + " " + dtype_name(keys.dtype()) +
+                       " for " + shape_str(x.shape()) + " (expected i64 (" +
+                       std::to_string(n / at.row_length) + "), one per row of " +
+                       std::to_string(at.row_length) + ")");
+    }
+    if (keys.device() != x.device()) {
+      throw ValueError("dropout: keys on " + keys.device().str() + " for x on " + x.device().str());
+    }
+  } else if (at.row_length > 0 && n > at.row_length && at.row_stride < at.row_length) {
     throw ValueError("dropout: rows of " + std::to_string(at.row_length) + " draws " +
                      std::to_string(at.row_stride) + " apart overlap (elements would share draws)");
   }
   if (p == 0.0) return x;
+  const Tensor kc = keys.defined() ? contiguous(keys) : keys;
+  if (kc.defined() && kc.device().is_cpu()) {
+    const int64_t* k = kc.data<int64_t>();
+    for (int64_t r = 0; r < kc.numel(); ++r) {
+      if (k[r] < 0)
+        throw ValueError("dropout: key " + std::to_string(k[r]) + " of row " + std::to_string(r) +
+                         " is negative");
+    }
+  }
   Tensor xc = contiguous(x);
   Tensor y = empty_like(xc);
-  backend_for(xc).dropout(xc, p, seed, stream, at, y);
+  backend_for(xc).dropout(xc, p, seed, stream, at, kc, y);
   record("dropout", {x}, {y}, [=](const TensorList& g) -> TensorList {
     Tensor dy = contiguous(g[0]);
     Tensor dx = empty_like(dy);
-    backend_for(dy).dropout(dy, p, seed, stream, at, dx);
+    backend_for(dy).dropout(dy, p, seed, stream, at, kc, dx);
     return {dx};
   });
   return y;

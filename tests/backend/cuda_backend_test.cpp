@@ -1284,6 +1284,31 @@ TEST(CudaKernels, DropoutRowsOfALargerMaskAreTheCpuMaskBitForBit) {
   }
 }
 
+TEST(CudaKernels, DropoutKeyedRowsAreTheCpuMaskBitForBit) {
+  // Rows in any order, each drawing its key's row (a mixture's experts'
+  // rows by assignment): keys far apart and repeated, rows shorter and
+  // longer than a counter's four, offsets inside one (a shard's features).
+  struct Case {
+    std::vector<int64_t> keys;
+    philox::Counters at;
+  };
+  for (const Case& c : {Case{{9, 0, 4, 4, 1}, {0, 7, 7}}, Case{{3, 1}, {2, 3, 9}},
+                        Case{{1000003, 17, 5, 250000}, {5, 130, 131}},
+                        Case{std::vector<int64_t>(33, 2), {1, 1, 1}}}) {
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+      const auto rows = static_cast<int64_t>(c.keys.size());
+      SCOPED_TRACE(std::to_string(rows) + " rows of " + std::to_string(c.at.row_length) + " " +
+                   dtype_name(dtype));
+      Tensor x = cast(randn({rows, static_cast<int64_t>(c.at.row_length)}, 5, 1), dtype);
+      const Tensor keys = from_vector(c.keys, {rows}, DType::I64);
+      const auto cpu = to_float_vector(dropout(x, 0.25, 11, 3, c.at, keys));
+      const auto gpu =
+          to_float_vector(dropout(to_device(x, kGpu), 0.25, 11, 3, c.at, to_device(keys, kGpu)));
+      expect_same_dropout(cpu, gpu);
+    }
+  }
+}
+
 // The vocab-parallel cross entropy's per-row loss from its reduced
 // statistics, computed on the GPU (odd row count, sums from 1 to ~1e4).
 TEST(CudaKernels, VocabCrossEntropyLossMatchesTheCpu) {

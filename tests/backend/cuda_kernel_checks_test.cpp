@@ -31,6 +31,9 @@ TEST(CudaKernelChecks, DropoutRowsMustDivideTheElements) {
   EXPECT_NE(reason(check_dropout(0.5, 12, {7, 5, 9})).find("rows of 5 draws do not divide 12"),
             std::string::npos);
   EXPECT_NE(reason(check_dropout(1.0, 12)).find("[0, 1)"), std::string::npos);
+  EXPECT_TRUE(check_dropout(0.5, 12, {7, 4, 9}, true).ok);
+  EXPECT_NE(reason(check_dropout(0.5, 12, {7, 0, 0}, true)).find("keyed rows need a row length"),
+            std::string::npos);
 }
 
 TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
@@ -89,10 +92,16 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
                std::invalid_argument);
   EXPECT_THROW(softmax_forward(nullptr, nullptr, ScalarType::F32, 4, 0, nullptr),
                std::invalid_argument);
-  EXPECT_THROW(dropout(nullptr, nullptr, ScalarType::F32, 8, 1.0, 1, 2, {3, 0, 0}, nullptr),
-               std::invalid_argument);
+  EXPECT_THROW(
+      dropout(nullptr, nullptr, ScalarType::F32, 8, 1.0, 1, 2, {3, 0, 0}, nullptr, nullptr),
+      std::invalid_argument);
   // Rows of 3 draws do not divide 8 elements.
-  EXPECT_THROW(dropout(nullptr, nullptr, ScalarType::F32, 8, 0.5, 1, 2, {3, 3, 10}, nullptr),
+  EXPECT_THROW(
+      dropout(nullptr, nullptr, ScalarType::F32, 8, 0.5, 1, 2, {3, 3, 10}, nullptr, nullptr),
+      std::invalid_argument);
+  // Keyed rows need a length.
+  const int64_t key = 0;
+  EXPECT_THROW(dropout(nullptr, nullptr, ScalarType::F32, 8, 0.5, 1, 2, {3, 0, 0}, &key, nullptr),
                std::invalid_argument);
   EXPECT_THROW(vocab_ce_sumexp(nullptr, ScalarType::F32, nullptr, 2, 10, 10, 11, nullptr, nullptr),
                std::invalid_argument);

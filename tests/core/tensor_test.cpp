@@ -368,6 +368,41 @@ TEST(Ops, DropoutRowsTakeALargerTensorsMask) {
             to_double_vector(dropout(piece, 0.5, 9, 3, 7)));
 }
 
+TEST(Ops, DropoutKeyedRowsTakeTheirKeysRowsOfALargerMask) {
+  // A (6, 10) tensor's mask; rows 4, 0, 4 and 2 of it, columns 3-7 (a
+  // shard's features), in that order: row r draws row keys[r]'s elements
+  // at 100 + keys[r] * 10 + 3 + c, forward and backward.
+  const Tensor whole = dropout(ones({6, 10}), 0.5, 9, 3, 100);
+  const std::vector<int64_t> order{4, 0, 4, 2};
+  const Tensor keys = from_vector(order, {4}, DType::I64);
+  Tensor rows = ones({4, 5});
+  rows.set_requires_grad(true);
+  const Tensor y = dropout(rows, 0.5, 9, 3, philox::Counters{100 + 3, 5, 10}, keys);
+  const Tensor expected = contiguous(narrow(embedding(whole, keys), 1, 3, 5));
+  EXPECT_EQ(to_double_vector(y), to_double_vector(expected));
+  autograd::backward({sum(y)});
+  EXPECT_EQ(to_double_vector(rows.grad()), to_double_vector(expected));
+  // Keys in order are the rows' own.
+  const Tensor in_order = from_vector(std::vector<int64_t>{0, 1, 2, 3}, {4}, DType::I64);
+  EXPECT_EQ(to_double_vector(dropout(rows, 0.5, 9, 3, philox::Counters{7, 5, 10}, in_order)),
+            to_double_vector(dropout(rows, 0.5, 9, 3, philox::Counters{7, 5, 10})));
+  // One key per row, i64 and non-negative; rows no closer than their length.
+  EXPECT_THROW(dropout(rows, 0.5, 9, 3, philox::Counters{0, 5, 10}, narrow(keys, 0, 0, 3)),
+               ShapeError);
+  EXPECT_THROW(dropout(rows, 0.5, 9, 3, philox::Counters{0, 5, 10}, cast(keys, DType::F32)),
+               ShapeError);
+  EXPECT_THROW(dropout(rows, 0.5, 9, 3, philox::Counters{0, 5, 4}, keys), ValueError);
+  EXPECT_THROW(dropout(rows, 0.5, 9, 3, philox::Counters{0, 0, 0}, keys), ValueError);
+  try {
+    dropout(rows, 0.5, 9, 3, philox::Counters{0, 5, 10},
+            from_vector(std::vector<int64_t>{1, -2, 0, 0}, {4}, DType::I64));
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("key -2 of row 1 is negative"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Ops, UnsupportedDtypeNamesOpDtypeAndDevice) {
   auto expect = [](auto fn, const char* op, const char* dtype) {
     try {

@@ -14,6 +14,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/core/rng.h"
 #include "triad/nn/gpt.h"
+#include "triad/nn/moe.h"
 #include "triad/ops.h"
 
 namespace triad::nn {
@@ -383,6 +384,54 @@ TEST(Lora, ExpertAdapterDropoutDrawsPerCall) {
   EXPECT_EQ(item(m.loss(ids(), targets(), ForwardContext{true, 7, 2})), a);
   EXPECT_GT(std::abs(item(m.loss(ids(), targets(), ForwardContext{true, 7, 3})) - a), 1e-6);
   EXPECT_GT(std::abs(item(m.loss(ids(), targets(), ForwardContext{false, 7, 2})) - a), 1e-6);
+}
+
+// An expert's row draws its assignment's mask (token b * T + t's j-th
+// choice of the micro-batch), whichever tokens a rank holds and wherever the
+// row runs: a context-parallel rank's pieces of the sequences give the whole
+// micro-batch's outputs and gradients at those tokens; another call draws
+// other masks.
+TEST(Lora, AnExpertsRowsDrawTheirAssignmentsMasks) {
+  GptConfig c = tiny_mixture();
+  c.lora.targets = {"mlp.c_fc", "mlp.c_proj"};
+  c.lora.dropout = 0.5;
+  c.moe.aux_loss_coef = 0;  // (a chunk's balance is not the whole's)
+  MoeMlp moe(c, 1);
+  moe.to(DType::F64);
+  uint64_t stream = 40;
+  for (auto& [name, t] : moe.named_parameters())
+    copy_(t, randn(t.shape(), 6, stream++, 0.5, DType::F64));
+  const int64_t B = 2, T = 8;
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  const auto take = [](const Tensor& t, const Runs& runs) {
+    std::vector<Tensor> parts;
+    for (const auto& [first, n] : runs) parts.push_back(narrow(t, 1, first, n));
+    return concat(parts, 1);
+  };
+  Tensor x = randn({B, T, c.d_model}, 6, 1, 1.0, DType::F64);
+  x.set_requires_grad(true);
+  const ForwardContext ctx{true, 9, 5};
+  const Tensor whole = moe.forward(x, ctx);
+  autograd::backward({sum(mul(whole, whole))}, {});
+  const auto other = to_double_vector(moe.forward(x.detach(), ForwardContext{true, 9, 6}));
+  const auto w0 = to_double_vector(whole);
+  double apart = 0;
+  for (size_t i = 0; i < w0.size(); ++i) apart = std::max(apart, std::abs(other[i] - w0[i]));
+  EXPECT_GT(apart, 1e-3) << "another call's masks";
+  for (const Runs& runs : {Runs{{2, 4}}, Runs{{0, 2}, {6, 2}}, Runs{{1, 2}, {4, 3}}}) {
+    SCOPED_TRACE("runs from " + std::to_string(runs[0].first));
+    ForwardContext piece = ctx;
+    piece.pieces = std::make_shared<SequencePieces>(SequencePieces{T, runs});
+    Tensor chunk = contiguous(take(x.detach(), runs));
+    chunk.set_requires_grad(true);
+    const Tensor got = moe.forward(chunk, piece);
+    const auto g = to_double_vector(got), want = to_double_vector(take(whole.detach(), runs));
+    ASSERT_EQ(g.size(), want.size());
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], want[i], 1e-10) << i;
+    autograd::backward({sum(mul(got, got))}, {});
+    const auto dg = to_double_vector(chunk.grad()), dw = to_double_vector(take(x.grad(), runs));
+    for (size_t i = 0; i < dg.size(); ++i) ASSERT_NEAR(dg[i], dw[i], 1e-9) << i;
+  }
 }
 
 TEST(Lora, BadSettingsAndShapesAreNamed) {

@@ -62,6 +62,11 @@ struct Counters {
     if (row_length == 0) return offset + i;
     return offset + (i / row_length) * row_stride + i % row_length;
   }
+  // Column c of a row keyed `key` (dropout's keys: rows of a larger tensor
+  // in any order, each naming its row there): offset + key * row_stride + c.
+  TRIAD_HOST_DEVICE uint64_t keyed(uint64_t key, uint64_t c) const {
+    return offset + key * row_stride + c;
+  }
 };
 
 }  // namespace triad::philox

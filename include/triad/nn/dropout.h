@@ -31,13 +31,27 @@ struct SequencePieces {
 // Where a forward pass draws its dropout masks (nn::ForwardContext's seed
 // and call); none when not training. With `pieces`, a layer's input rows
 // are those pieces of the micro-batch's sequences and `call` is the whole
-// micro-batch's, so that they draw the whole sequences' masks.
+// micro-batch's, so that they draw the whole sequences' masks. With `keys`
+// the rows are a mixture's assignments of tokens to experts, in any order
+// and from any rank: row r is assignment keys[r] (assignment_key), whose
+// mask it draws wherever it runs.
 struct DropoutDraw {
   bool training = false;
   uint64_t seed = 0;
   uint64_t call = 0;
   std::shared_ptr<const SequencePieces> pieces = {};
+  Tensor keys = {};  // i64 (rows) on the rows' device
 };
+
+// The key of token m's (b * T + t of its micro-batch's B x T) j-th of k
+// assignments to experts, the micro-batch drawing at `call`: the row it
+// would be of every assignment of every micro-batch in one process's order,
+// call * (B T k) + m * k + j. An assignment's row of a layer's input draws
+// that row of the layer's masks (LinearBase::add_lora).
+inline uint64_t assignment_key(uint64_t call, uint64_t tokens, uint64_t top_k, uint64_t token,
+                               uint64_t slot) {
+  return (call * tokens + token) * top_k + slot;
+}
 
 // The stream model.dropout draws at a named site of a layer ("attn.resid"
 // of layer 3): one rule for the one-process model and every layout's.

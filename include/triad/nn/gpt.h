@@ -688,20 +688,12 @@ struct ForwardContext {
     return !windowed && full_starts ? *full_starts : doc_starts;
   }
   // Under context parallelism (set by TensorParallelGpt): the pieces of the
-  // micro-batch's sequences this rank holds, and the whole micro-batch's
-  // call (`call` is then this rank's own, for the masks each rank draws).
+  // micro-batch's sequences this rank holds.
   std::shared_ptr<const SequencePieces> pieces = {};
-  uint64_t whole_call = 0;
-  // Where layers inside the blocks whose input rows are the micro-batch's
-  // tokens in order (LoRA's adapters) draw dropout masks: the whole
-  // sequences' under context parallelism too.
-  DropoutDraw draw() const {
-    if (pieces) return {training, seed, whole_call, pieces};
-    return {training, seed, call, {}};
-  }
-  // Where layers whose rows are other tokens (a mixture's experts, each
-  // taking the tokens routed to it) draw: each rank its own masks.
-  DropoutDraw rank_draw() const { return {training, seed, call, {}}; }
+  // Where layers inside the blocks draw dropout masks (LoRA's adapters):
+  // the whole micro-batch's, of which a context-parallel rank's rows are
+  // its pieces (a mixture's experts key their rows by assignment besides).
+  DropoutDraw draw() const { return {training, seed, call, pieces}; }
   // The gradient the training objective gives this micro-batch's loss (the
   // value its backward starts from: the loss scale and the micro-batch's
   // weight): a loss computed inside the model (model.moe's load balancing)

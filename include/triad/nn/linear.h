@@ -52,7 +52,10 @@ class LinearBase : public Module {
   // of the input. With draw.pieces, x's rows are a context-parallel rank's
   // pieces of B sequences, and row m of the whole is b * T + t (t the
   // token's place in its sequence of T): each piece draws its rows of the
-  // whole micro-batch's masks.
+  // whole micro-batch's masks. With draw.keys, row r of x is row keys[r] of
+  // the whole input (a mixture's assignments: nn::assignment_key), whose
+  // element (keys[r], f) takes keys[r] * in + f, by row whether sharded or
+  // not (the rows being gathered in any order, there is no run to keep).
   Tensor add_lora(const Tensor& y, const Tensor& x, const DropoutDraw& draw) const;
 
   Tensor weight_;

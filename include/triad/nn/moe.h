@@ -127,10 +127,13 @@ class ExpertPlacement {
   virtual int64_t count() const = 0;
   // The outputs for `rows` (M, C), grouped by expert (per_expert[e] rows
   // for each of the E experts, in order; each at least 1), in their order.
-  // `expert(i, x)` runs this rank's i-th expert on the rows x it is given
-  // (this rank's rows for it and, over a group, the other ranks').
-  using RunExpert = std::function<Tensor(int64_t, const Tensor&)>;
-  virtual Tensor run(const Tensor& rows, const std::vector<int64_t>& per_expert,
+  // `expert(i, x, keys)` runs this rank's i-th expert on the rows x it is
+  // given (this rank's rows for it and, over a group, the other ranks'),
+  // `keys` theirs of `keys` (i64 (M), each row's assignment_key, which go
+  // where their rows go) or undefined without them. Every rank of a group
+  // passes keys, or none does.
+  using RunExpert = std::function<Tensor(int64_t, const Tensor&, const Tensor&)>;
+  virtual Tensor run(const Tensor& rows, const std::vector<int64_t>& per_expert, const Tensor& keys,
                      const RunExpert& expert) const = 0;
 };
 
@@ -224,6 +227,11 @@ class MoeMlp : public Module {
     std::shared_ptr<Linear> c_fc, c_proj;
   };
   Tensor expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const;
+  // The rows' keys (nn::assignment_key) of `routing` of N tokens, held as
+  // draw.pieces of the micro-batch's sequences or all of them in order: i64
+  // (rows) on `device`.
+  Tensor assignment_keys(const Routing& routing, int64_t N, const DropoutDraw& draw,
+                         Device device) const;
   // Context parallelism with a capacity: this rank's chunk's routing (host
   // probabilities of its N tokens, `chunk` of each sequence) under the
   // whole micro-batch's `capacity` (Chunks).
@@ -248,6 +256,7 @@ class MoeMlp : public Module {
   GptConfig::Moe::BalanceScope balance_scope_;
   int64_t layer_;
   Activation activation_;
+  bool keyed_dropout_ = false;  // the routed experts' adapters drop their input out
   Chunks chunks_;
 };
 

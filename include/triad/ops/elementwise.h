@@ -39,6 +39,13 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64
 // divide x's elements and, when there are several, not overlap.
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
                const philox::Counters& at);
+// The same with rows in any order: row r of x's rows of at.row_length
+// elements (at least that many draws apart) draws as row keys[r] of a larger
+// tensor would, element c at.keyed(keys[r], c) — a mixture's experts' rows,
+// each an assignment of the micro-batch's tokens, drawing that assignment's
+// mask. keys: i64 (rows) on x's device, non-negative (checked on the CPU).
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+               const philox::Counters& at, const Tensor& keys);
 
 // Differentiable dtype conversion; the gradient is converted back.
 Tensor cast(const Tensor& x, DType dtype);

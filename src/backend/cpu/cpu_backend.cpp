@@ -458,7 +458,9 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
 }
 
 void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-                         const philox::Counters& at, Tensor& y) {
+                         const philox::Counters& at, const Tensor& keys, Tensor& y) {
+  const int64_t* pk = keys.defined() ? keys.data<int64_t>() : nullptr;
+  const auto len = static_cast<uint64_t>(at.row_length);
   dispatch_float(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -467,8 +469,9 @@ void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stre
     const float threshold = static_cast<float>(p);
     const int64_t n = x.numel();
     parallel_for(n, n > 4096, [&](int64_t i) {
-      const bool keep = philox_uniform(seed, stream, at.at(static_cast<uint64_t>(i))) >= threshold;
-      py[i] = keep ? px[i] * scale : T(0);
+      const auto u = static_cast<uint64_t>(i);
+      const uint64_t draw = pk ? at.keyed(static_cast<uint64_t>(pk[u / len]), u % len) : at.at(u);
+      py[i] = philox_uniform(seed, stream, draw) >= threshold ? px[i] * scale : T(0);
     });
   });
 }

@@ -1488,12 +1488,12 @@ void CudaBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& head
 }
 
 void CudaBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-                          const philox::Counters& at, Tensor& y) {
+                          const philox::Counters& at, const Tensor& keys, Tensor& y) {
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "dropout", [&] {
     k::dropout(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), p, seed, stream, at,
-               s.stream);
+               keys.defined() ? keys.data<int64_t>() : nullptr, s.stream);
   });
 }
 

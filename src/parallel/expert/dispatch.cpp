@@ -49,13 +49,19 @@ ExpertParallel::ExpertParallel(int64_t experts, dist::ProcessGroupPtr group)
 }
 
 Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_expert,
-                           const RunExpert& expert) const {
+                           const Tensor& keys, const RunExpert& expert) const {
   const int64_t E = experts_, G = group_->size(), L = count_;
   if (static_cast<int64_t>(per_expert.size()) != E ||
       std::accumulate(per_expert.begin(), per_expert.end(), int64_t{0}) != rows.size(0)) {
     throw ShapeError("ExpertParallel::run: " + std::to_string(per_expert.size()) +
                      " expert counts for rows " + shape_str(rows.shape()) + " and " +
                      std::to_string(E) + " experts (expected one per expert, summing to the rows)");
+  }
+  if (keys.defined() &&
+      (keys.dtype() != DType::I64 || keys.dim() != 1 || keys.numel() != rows.size(0))) {
+    throw ShapeError("ExpertParallel::run: keys " + shape_str(keys.shape()) + " " +
+                     dtype_name(keys.dtype()) + " for rows " + shape_str(rows.shape()) +
+                     " (expected i64, one per row)");
   }
   // Every rank's rows for every expert: counts[s * E + e].
   std::vector<int64_t> counts(static_cast<size_t>(G * E));
@@ -99,11 +105,23 @@ Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_e
     return from_vector(v, {static_cast<int64_t>(v.size())}, DType::I64, Device::cpu());
   };
   const Tensor grouped = embedding(arrived, index(by_expert));
+  // The keys likewise, regrouped on the host (integers; no gradient).
+  Tensor grouped_keys;
+  if (keys.defined()) {
+    const Tensor got =
+        to_device(exchange(reshape(keys, {keys.numel(), 1}), send, recv, group_), Device::cpu());
+    const int64_t* k = got.data<int64_t>();
+    std::vector<int64_t> regrouped(by_expert.size());
+    for (size_t i = 0; i < by_expert.size(); ++i)
+      regrouped[i] = k[static_cast<size_t>(by_expert[i])];
+    grouped_keys = to_device(index(regrouped), rows.device());
+  }
   std::vector<Tensor> outputs;
   int64_t at = 0;
   for (int64_t l = 0; l < L; ++l) {
     const int64_t n = sizes[static_cast<size_t>(l)];
-    outputs.push_back(expert(l, narrow(grouped, 0, at, n)));
+    outputs.push_back(expert(l, narrow(grouped, 0, at, n),
+                             keys.defined() ? narrow(grouped_keys, 0, at, n) : Tensor{}));
     at += n;
   }
   const Tensor done = embedding(concat(outputs, 0), index(back));  // by source again

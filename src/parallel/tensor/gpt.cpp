@@ -613,7 +613,9 @@ Tensor TensorParallelGpt::norm_squared(bool count_embedding, bool of_grads,
   autograd::NoGradGuard ng;
   const size_t G = groups ? groups->size() : 1;
   // Each group's tensors by how they are summed.
-  std::vector<std::vector<Tensor>> split(G), replicated(G), experts(G);
+  // (Experts: this rank's block's split tensors, and their whole ones —
+  // LoRA's c_fc A and c_proj B — the same on every tensor-parallel rank.)
+  std::vector<std::vector<Tensor>> split(G), replicated(G), experts(G), whole_experts(G);
   Device device = Device::cpu();
   for (const auto& [name, p] : named_parameters()) {
     device = p.device();
@@ -623,7 +625,7 @@ Tensor TensorParallelGpt::norm_squared(bool count_embedding, bool of_grads,
     if (!g.defined() || (!count_embedding && name == "wte.weight")) continue;
     const size_t at_group = groups ? groups->of(name) : 0;
     if (expert_group_ && is_expert(name)) {  // this rank's block of the experts
-      experts[at_group].push_back(g);
+      (specs_.at(name).split ? experts : whole_experts)[at_group].push_back(g);
       continue;
     }
     if (!specs_.at(name).split) {
@@ -650,16 +652,22 @@ Tensor TensorParallelGpt::norm_squared(bool count_embedding, bool of_grads,
   const int64_t n = static_cast<int64_t>(G);
   const Tensor split_t = optim::grouped_sum_of_squares(split, device);
   Tensor s = split_t.defined() ? reshape(split_t, {n}).detach() : zeros({n}, DType::F64, device);
+  Tensor whole_e;  // the experts' whole tensors, summed over the blocks: added once
   if (expert_group_) {
-    // The experts' shards, summed over the expert-parallel group (each rank
-    // holds its own block) before the tensor-parallel sum.
-    const Tensor expert_t = optim::grouped_sum_of_squares(experts, device);
-    Tensor e =
-        expert_t.defined() ? reshape(expert_t, {n}).detach() : zeros({n}, DType::F64, device);
+    // The experts' squares summed over the expert-parallel group (each rank
+    // holds its own block), in one reduction: their shards' before the
+    // tensor-parallel sum, their whole tensors' after it.
+    auto squares = [&](const std::vector<std::vector<Tensor>>& of) {
+      const Tensor t = optim::grouped_sum_of_squares(of, device);
+      return t.defined() ? reshape(t, {n}).detach() : zeros({n}, DType::F64, device);
+    };
+    Tensor e = concat({squares(experts), squares(whole_experts)}, 0);
     expert_group_->all_reduce(e, dist::ReduceOp::Sum)->wait();
-    s = add(s, e).detach();
+    s = add(s, narrow(e, 0, 0, n)).detach();
+    whole_e = contiguous(narrow(e, 0, n, n));
   }
   group_->all_reduce(s, dist::ReduceOp::Sum)->wait();
+  if (whole_e.defined()) s = add(s, whole_e).detach();
   const Tensor replicated_t = optim::grouped_sum_of_squares(replicated, device);
   return replicated_t.defined() ? add(s, reshape(replicated_t, {n})).detach() : s;
 }
@@ -971,8 +979,7 @@ Tensor TensorParallelGpt::site_dropout(const Tensor& x, const nn::ForwardContext
   nn::SequencePieces held =
       ctx.pieces ? *ctx.pieces : nn::SequencePieces{local * t, {{0, local * t}}};
   if (t > 1) held = held.slice(group_->rank() * local, local);
-  return nn::sequence_dropout(x, p, ctx.seed, stream, ctx.pieces ? ctx.whole_call : ctx.call,
-                              &held);
+  return nn::sequence_dropout(x, p, ctx.seed, stream, ctx.call, &held);
 }
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
@@ -1006,12 +1013,8 @@ nn::ForwardContext TensorParallelGpt::chunked(const Tensor& ids,
         for (int64_t t = 0; t < n; ++t) pos.push_back(first + t);
     out.positions = from_vector(pos, {B, count}, DType::I64);
   }
-  // Dropout draws the whole sequences' masks (whole_call, pieces: see
-  // site_dropout and ForwardContext::draw()); the rank's own call, distinct
-  // per micro-batch and rank, is for the masks each rank draws itself (a
-  // mixture's routed experts' adapters, rank_draw()).
-  out.call = whole.call * static_cast<uint64_t>(cp_->size()) + static_cast<uint64_t>(cp_->rank());
-  out.whole_call = whole.call;
+  // Dropout draws the whole sequences' masks at the micro-batch's call (see
+  // site_dropout and ForwardContext::draw()).
   auto pieces = std::make_shared<nn::SequencePieces>();
   pieces->row_length = ids.size(1);
   pieces->runs.assign(runs.begin(), runs.end());

@@ -86,67 +86,81 @@ nn::GptConfig moe_config(int64_t experts, int64_t top_k) {
 
 // Each rank's tokens through a mixture whose experts the ranks share, and
 // through one process's whole mixture of the same weights.
+// With LoRA's adapters on the experts dropping their input out, each row
+// draws its assignment's mask wherever it runs: each rank's micro-batch (its
+// own call) gives one process's outputs and gradients.
 TEST(ExpertParallel, MatchesOneProcessHoldingEveryExpert) {
   const int P = g_world->size(), me = g_world->rank();
-  for (const int64_t per_rank : {1, 2}) {
-    const nn::GptConfig cfg = moe_config(per_rank * P, std::min<int64_t>(2, per_rank * P));
-    SCOPED_TRACE(std::to_string(cfg.moe.experts) + " experts");
-    nn::MoeMlp whole(cfg, 0);
-    whole.to(DType::F64);
-    {
-      autograd::NoGradGuard ng;
-      uint64_t stream = 1;
-      for (auto& [name, p] : whole.named_parameters()) {
-        Tensor r = randn(p.shape(), 17, stream++, 0.5, DType::F64);
-        copy_(p, r);
+  for (const bool adapters : {false, true})
+    for (const int64_t per_rank : {1, 2}) {
+      nn::GptConfig cfg = moe_config(per_rank * P, std::min<int64_t>(2, per_rank * P));
+      if (adapters) {
+        cfg.lora.rank = 2;
+        cfg.lora.targets = {"mlp.c_fc", "mlp.c_proj"};
+        cfg.lora.dropout = 0.5;
+      }
+      SCOPED_TRACE(std::to_string(cfg.moe.experts) + " experts" +
+                   (adapters ? " with adapters" : ""));
+      nn::MoeMlp whole(cfg, 0);
+      whole.to(DType::F64);
+      {
+        autograd::NoGradGuard ng;
+        uint64_t stream = 1;
+        for (auto& [name, p] : whole.named_parameters()) {
+          Tensor r = randn(p.shape(), 17, stream++, 0.5, DType::F64);
+          copy_(p, r);
+        }
+      }
+      auto placement = std::make_shared<ExpertParallel>(cfg.moe.experts, g_world);
+      EXPECT_EQ(placement->count(), per_rank);
+      EXPECT_EQ(placement->first(), me * per_rank);
+      nn::MoeMlp shared(cfg, 0, 1, placement);
+      shared.to(DType::F64);
+      nn::StateDict mine;
+      const nn::StateDict all = whole.state_dict();
+      for (const auto& [name, p] : shared.named_parameters()) mine.emplace(name, all.at(name));
+      EXPECT_EQ(mine.size(), 1 + (adapters ? 6 : 2) * static_cast<size_t>(per_rank));
+      shared.load_state_dict(mine);
+      // Rank r's tokens: 5 + r of them (the ranks route different numbers).
+      auto tokens = [&](int r) {
+        return randn({1, 5 + r, cfg.d_model}, 23, 10 + r, 1.0, DType::F64);
+      };
+      auto upstream = [&](int r) {
+        return randn({1, 5 + r, cfg.d_model}, 23, 50 + r, 1.0, DType::F64);
+      };
+      Tensor x = tokens(me);
+      x.set_requires_grad(true);
+      auto context = [](int r) {
+        nn::ForwardContext ctx{true, 3, static_cast<uint64_t>(r)};  // rank r's micro-batch
+        ctx.loss_grad = 0.5;
+        return ctx;
+      };
+      const Tensor y = shared.forward(x, context(me));
+      autograd::backward({y}, {upstream(me)});
+      // One process: this rank's tokens first (the router's gradient is
+      // theirs alone), then every other rank's, the experts' gradients summed.
+      std::vector<double> want_y, want_dx;
+      Tensor router = whole.state_dict().at("router.weight");
+      for (int k = 0; k < P; ++k) {
+        const int r = (me + k) % P;
+        Tensor xr = tokens(r);
+        xr.set_requires_grad(true);
+        const Tensor yr = whole.forward(xr, context(r));
+        autograd::backward({yr}, {upstream(r)});
+        if (r != me) continue;
+        want_y = to_double_vector(yr);
+        want_dx = to_double_vector(xr.grad());
+        expect_close(to_double_vector(shared.state_dict().at("router.weight").grad()),
+                     to_double_vector(router.grad()), 1e-10, "router.weight");
+      }
+      expect_close(to_double_vector(y), want_y, 1e-10, "outputs");
+      expect_close(to_double_vector(x.grad()), want_dx, 1e-10, "input gradient");
+      for (const auto& [name, p] : shared.named_parameters()) {
+        if (name == "router.weight") continue;
+        expect_close(to_double_vector(p.grad()), to_double_vector(all.at(name).grad()), 1e-10,
+                     name);
       }
     }
-    auto placement = std::make_shared<ExpertParallel>(cfg.moe.experts, g_world);
-    EXPECT_EQ(placement->count(), per_rank);
-    EXPECT_EQ(placement->first(), me * per_rank);
-    nn::MoeMlp shared(cfg, 0, 1, placement);
-    shared.to(DType::F64);
-    nn::StateDict mine;
-    const nn::StateDict all = whole.state_dict();
-    for (const auto& [name, p] : shared.named_parameters()) mine.emplace(name, all.at(name));
-    EXPECT_EQ(mine.size(), 1 + 2 * static_cast<size_t>(per_rank));
-    shared.load_state_dict(mine);
-    // Rank r's tokens: 5 + r of them (the ranks route different numbers).
-    auto tokens = [&](int r) {
-      return randn({1, 5 + r, cfg.d_model}, 23, 10 + r, 1.0, DType::F64);
-    };
-    auto upstream = [&](int r) {
-      return randn({1, 5 + r, cfg.d_model}, 23, 50 + r, 1.0, DType::F64);
-    };
-    Tensor x = tokens(me);
-    x.set_requires_grad(true);
-    nn::ForwardContext ctx{true, 0, 0};
-    ctx.loss_grad = 0.5;
-    const Tensor y = shared.forward(x, ctx);
-    autograd::backward({y}, {upstream(me)});
-    // One process: this rank's tokens first (the router's gradient is
-    // theirs alone), then every other rank's, the experts' gradients summed.
-    std::vector<double> want_y, want_dx;
-    Tensor router = whole.state_dict().at("router.weight");
-    for (int k = 0; k < P; ++k) {
-      const int r = (me + k) % P;
-      Tensor xr = tokens(r);
-      xr.set_requires_grad(true);
-      const Tensor yr = whole.forward(xr, ctx);
-      autograd::backward({yr}, {upstream(r)});
-      if (r != me) continue;
-      want_y = to_double_vector(yr);
-      want_dx = to_double_vector(xr.grad());
-      expect_close(to_double_vector(shared.state_dict().at("router.weight").grad()),
-                   to_double_vector(router.grad()), 1e-10, "router.weight");
-    }
-    expect_close(to_double_vector(y), want_y, 1e-10, "outputs");
-    expect_close(to_double_vector(x.grad()), want_dx, 1e-10, "input gradient");
-    for (const auto& [name, p] : shared.named_parameters()) {
-      if (name == "router.weight") continue;
-      expect_close(to_double_vector(p.grad()), to_double_vector(all.at(name).grad()), 1e-10, name);
-    }
-  }
 }
 
 TEST(ExpertParallel, RefusesExpertsTheGroupCannotShare) {

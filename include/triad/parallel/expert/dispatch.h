@@ -27,15 +27,16 @@ Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_counts,
 // all-gather of the per-expert counts, read on the host), sends each
 // expert's rows to its rank (all_to_all_rows), runs this rank's experts on
 // the rows every rank sent them (grouped by expert), and sends the outputs
-// back in the rows' order. Every rank of the group runs it together (a
-// collective, once per MoE layer and micro-batch).
+// back in the rows' order (the rows' keys, if any, travel with them: one
+// more all-to-all of M integers). Every rank of the group runs it together
+// (a collective, once per MoE layer and micro-batch).
 class ExpertParallel final : public nn::ExpertPlacement {
  public:
   // ConfigError unless the group's size divides `experts`.
   ExpertParallel(int64_t experts, dist::ProcessGroupPtr group);
   int64_t first() const override { return first_; }
   int64_t count() const override { return count_; }
-  Tensor run(const Tensor& rows, const std::vector<int64_t>& per_expert,
+  Tensor run(const Tensor& rows, const std::vector<int64_t>& per_expert, const Tensor& keys,
              const RunExpert& expert) const override;
   const dist::ProcessGroupPtr& group() const { return group_; }
 
