@@ -99,8 +99,9 @@ def draw_family(rng):
     return s, "model.moe" in s
 
 
-def draw_model(rng):
-    """A feature mix as --set overrides, with its head and layer counts."""
+def draw_model(rng, mixtures=False):
+    """A feature mix as --set overrides, with its head and layer counts
+    (mixtures: always a mixture of experts, LoRA more often)."""
     s = {}
     n_head = rng.choice([4, 8])
     s["model.n_head"] = n_head
@@ -108,7 +109,7 @@ def draw_model(rng):
     s["model.n_layer"] = rng.choice([4, 6, 8])
     s["model.seq_len"] = 64
     s["model.vocab_size"] = rng.choice([256, 300, 509])
-    llama = rng.random() < 0.6
+    llama = mixtures or rng.random() < 0.6
     if llama:
         s["model.position_embedding"] = "rope"
         s["model.rope_theta"] = 500
@@ -156,7 +157,7 @@ def draw_model(rng):
         s["model.final_logit_softcap"] = 15
     if rng.random() < 0.2:
         s["model.z_loss_coef"] = 0.01
-    moe = llama and rng.random() < 0.3
+    moe = llama and (mixtures or rng.random() < 0.3)
     if moe:
         top_k = rng.choice([1, 2])
         extra = ""
@@ -173,6 +174,7 @@ def draw_model(rng):
                 extra += ", groups: 2, top_groups: 1"
         s["model.moe"] = ("{experts: 4, top_k: %d, ffn_hidden_size: 96, aux_loss_coef: 0.01%s}" %
                           (top_k, extra))
+        s.pop("model.mlp_bias", None)  # (the experts have none: refused)
     mtp = llama and rng.random() < 0.15
     if mtp:
         s["model.mtp_layers"] = 1
@@ -191,7 +193,7 @@ def draw_model(rng):
         s["model.embedding_multiplier"] = 3
     if rng.random() < 0.15:
         s["model.dropout"] = 0.1
-    if not mtp and rng.random() < 0.15:
+    if not mtp and rng.random() < (0.4 if mixtures else 0.15):
         # In a mixture, half the time on the experts too (each its own
         # adapters, each row dropping out its assignment's mask).
         targets = (", targets: [attn.c_attn, mlp.c_fc, mlp.c_proj]"
@@ -283,7 +285,7 @@ def draw_layout(rng, model, moe, max_ranks, allow_one=False):
         if cp > 1:
             s["parallel.cp_comm"] = rng.choice(["auto", "all_to_all", "all_gather", "ring"])
         if moe and dp * cp > 1 and rng.random() < 0.5:  # (ep may span the context ranks)
-            s["parallel.ep"] = 2
+            s["parallel.ep"] = 4 if dp * cp % 4 == 0 and rng.random() < 0.3 else 2
         return s, ranks
     raise RuntimeError("no layout drawn")
 
@@ -354,6 +356,9 @@ def main():
     ap.add_argument("--device", choices=["cpu", "sim"], default="cpu",
                     help="sim: the layouts run device: cuda on the CPU simulator of the CUDA "
                     "backend (triad-train-sim, a CUDA build's), against one CPU process")
+    ap.add_argument("--moe", action="store_true",
+                    help="every model a mixture of experts (LoRA, on the experts half the "
+                    "time, drawn more often)")
     ap.add_argument("--work", default="/tmp/triad_layout_sweep")
     ap.add_argument("--train", default=os.path.join(ROOT, "build/examples/triad-train"))
     ap.add_argument("--data", default=os.path.join(ROOT, "build/tests/cli/tiny.bin"))
@@ -375,7 +380,8 @@ def main():
     for trial in range(a.trials):
         # (--export: half of them from a family, random mixes seldom fitting
         # a class.)
-        model, moe = draw_family(rng) if a.export and rng.random() < 0.5 else draw_model(rng)
+        model, moe = (draw_family(rng) if a.export and rng.random() < 0.5 else
+                      draw_model(rng, a.moe))
         if a.export:
             # What a Hugging Face config does not hold: LoRA's adapters
             # (exported merged) and the run's dropout.
