@@ -168,10 +168,22 @@ def draw_model(rng, mixtures=False):
             extra += ", capacity_factor: 1.25, drop_policy: position"
         if rng.random() < 0.3:
             extra += ", shared_ffn_hidden_size: 64"
+            if rng.random() < 0.5:
+                extra += ", shared_gate: true"
         if rng.random() < 0.3:
-            extra += ", score: sigmoid, expert_bias: true"
+            extra += ", score: sigmoid, expert_bias: true, bias_update_rate: 0.01"
             if rng.random() < 0.5:
                 extra += ", groups: 2, top_groups: 1"
+                if rng.random() < 0.5:
+                    extra += ", group_score: max"
+        if rng.random() < 0.15:
+            extra += ", dense_layers: [0]"
+        if rng.random() < 0.2:
+            extra += ", aux_loss_scope: sequence"
+        if rng.random() < 0.2:
+            extra += ", z_loss_coef: 0.001"
+        if rng.random() < 0.15:
+            extra += ", normalize_top_k: false, routed_scaling_factor: 2.5"
         s["model.moe"] = ("{experts: 4, top_k: %d, ffn_hidden_size: 96, aux_loss_coef: 0.01%s}" %
                           (top_k, extra))
         s.pop("model.mlp_bias", None)  # (the experts have none: refused)

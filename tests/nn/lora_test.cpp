@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -238,6 +239,43 @@ TEST(Lora, AdapterDropoutMasksTheAdaptersInputAlone) {
   EXPECT_NE(c.lora_dropout(1, "mlp.c_fc").stream, c.lora_dropout(0, "mlp.c_fc").stream);
 }
 
+// A context-parallel rank's tokens of each row of t (B, T, ...): runs
+// (first, count), concatenated.
+using Runs = std::vector<std::pair<int64_t, int64_t>>;
+Tensor take_runs(const Tensor& t, const Runs& runs) {
+  std::vector<Tensor> parts;
+  for (const auto& [first, n] : runs) parts.push_back(narrow(t, 1, first, n));
+  return concat(parts, 1);
+}
+const Runs kPieces[] = {Runs{{2, 4}}, Runs{{0, 2}, {6, 2}}, Runs{{1, 2}, {4, 3}}};
+
+// The chunk of x (B, T, ...) that `runs` hold through `forward`: its
+// outputs are `whole`'s (x's) there, and the gradient of their squares'
+// sum x.grad()'s (which the whole's took). Returns the chunk.
+Tensor expect_chunk_of_whole(const Tensor& x, const Tensor& whole, const Runs& runs,
+                             const std::function<Tensor(const Tensor&)>& forward, double tol) {
+  Tensor chunk = contiguous(take_runs(x.detach(), runs));
+  chunk.set_requires_grad(true);
+  const Tensor got = forward(chunk);
+  const auto g = to_double_vector(got), w = to_double_vector(take_runs(whole.detach(), runs));
+  EXPECT_EQ(g.size(), w.size());
+  for (size_t i = 0; i < g.size() && i < w.size(); ++i) {
+    if (std::abs(g[i] - w[i]) > tol) {
+      ADD_FAILURE() << "output " << i << ": " << g[i] << " (the whole's " << w[i] << ")";
+      break;
+    }
+  }
+  autograd::backward({sum(mul(got, got))}, {});
+  const auto dg = to_double_vector(chunk.grad()), dw = to_double_vector(take_runs(x.grad(), runs));
+  for (size_t i = 0; i < dg.size(); ++i) {
+    if (std::abs(dg[i] - dw[i]) > 10 * tol) {
+      ADD_FAILURE() << "input gradient " << i << ": " << dg[i] << " (the whole's " << dw[i] << ")";
+      break;
+    }
+  }
+  return chunk;
+}
+
 // Under context parallelism a rank holds pieces of each sequence (one run,
 // or the ring's two half-chunks): its adapters draw those rows of the whole
 // sequences' masks, by row and by feature, so the chunk's outputs and
@@ -245,12 +283,6 @@ TEST(Lora, AdapterDropoutMasksTheAdaptersInputAlone) {
 // (a shared expert's) draws the same, and one that is not is refused.
 TEST(Lora, AContextParallelChunkDrawsItsRowsOfTheWholeMask) {
   const int64_t in = 12, out = 5, B = 2, T = 8;
-  using Runs = std::vector<std::pair<int64_t, int64_t>>;
-  const auto take = [](const Tensor& t, const Runs& runs) {
-    std::vector<Tensor> parts;
-    for (const auto& [first, n] : runs) parts.push_back(narrow(t, 1, first, n));
-    return concat(parts, 1);
-  };
   for (bool by_feature : {false, true}) {
     SCOPED_TRACE(by_feature ? "by feature" : "by row");
     Linear layer(in, out);
@@ -261,22 +293,16 @@ TEST(Lora, AContextParallelChunkDrawsItsRowsOfTheWholeMask) {
     x.set_requires_grad(true);
     const Tensor whole = layer.forward(x, {true, 9, 5});
     autograd::backward({sum(mul(whole, whole))}, {});
-    for (const Runs& runs : {Runs{{2, 4}}, Runs{{0, 2}, {6, 2}}, Runs{{1, 2}, {4, 3}}}) {
+    for (const Runs& runs : kPieces) {
       SCOPED_TRACE("runs from " + std::to_string(runs[0].first));
       const auto pieces = std::make_shared<SequencePieces>(SequencePieces{T, runs});
       const DropoutDraw draw{true, 9, 5, pieces};
-      Tensor chunk = contiguous(take(x.detach(), runs));
-      chunk.set_requires_grad(true);
-      const Tensor got = layer.forward(chunk, draw);
-      const auto g = to_double_vector(got), w = to_double_vector(take(whole.detach(), runs));
-      ASSERT_EQ(g.size(), w.size());
-      for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-6) << i;
-      autograd::backward({sum(mul(got, got))}, {});
-      const auto dg = to_double_vector(chunk.grad()), dw = to_double_vector(take(x.grad(), runs));
-      for (size_t i = 0; i < dg.size(); ++i) ASSERT_NEAR(dg[i], dw[i], 1e-5) << i;
+      const Tensor chunk = expect_chunk_of_whole(
+          x, whole, runs, [&](const Tensor& c) { return layer.forward(c, draw); }, 1e-6);
       const int64_t held = chunk.size(1);
       const auto flat = to_double_vector(layer.forward(reshape(chunk, {B * held, in}), draw));
-      for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(flat[i], g[i], 1e-6) << i;
+      const auto w = to_double_vector(take_runs(whole.detach(), runs));
+      for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(flat[i], w[i], 1e-6) << i;
       EXPECT_THROW(layer.forward(randn({held + 1, in}, 3, 8), draw), ShapeError);
     }
   }
@@ -402,12 +428,6 @@ TEST(Lora, AnExpertsRowsDrawTheirAssignmentsMasks) {
   for (auto& [name, t] : moe.named_parameters())
     copy_(t, randn(t.shape(), 6, stream++, 0.5, DType::F64));
   const int64_t B = 2, T = 8;
-  using Runs = std::vector<std::pair<int64_t, int64_t>>;
-  const auto take = [](const Tensor& t, const Runs& runs) {
-    std::vector<Tensor> parts;
-    for (const auto& [first, n] : runs) parts.push_back(narrow(t, 1, first, n));
-    return concat(parts, 1);
-  };
   Tensor x = randn({B, T, c.d_model}, 6, 1, 1.0, DType::F64);
   x.set_requires_grad(true);
   const ForwardContext ctx{true, 9, 5};
@@ -418,19 +438,12 @@ TEST(Lora, AnExpertsRowsDrawTheirAssignmentsMasks) {
   double apart = 0;
   for (size_t i = 0; i < w0.size(); ++i) apart = std::max(apart, std::abs(other[i] - w0[i]));
   EXPECT_GT(apart, 1e-3) << "another call's masks";
-  for (const Runs& runs : {Runs{{2, 4}}, Runs{{0, 2}, {6, 2}}, Runs{{1, 2}, {4, 3}}}) {
+  for (const Runs& runs : kPieces) {
     SCOPED_TRACE("runs from " + std::to_string(runs[0].first));
     ForwardContext piece = ctx;
     piece.pieces = std::make_shared<SequencePieces>(SequencePieces{T, runs});
-    Tensor chunk = contiguous(take(x.detach(), runs));
-    chunk.set_requires_grad(true);
-    const Tensor got = moe.forward(chunk, piece);
-    const auto g = to_double_vector(got), want = to_double_vector(take(whole.detach(), runs));
-    ASSERT_EQ(g.size(), want.size());
-    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], want[i], 1e-10) << i;
-    autograd::backward({sum(mul(got, got))}, {});
-    const auto dg = to_double_vector(chunk.grad()), dw = to_double_vector(take(x.grad(), runs));
-    for (size_t i = 0; i < dg.size(); ++i) ASSERT_NEAR(dg[i], dw[i], 1e-9) << i;
+    expect_chunk_of_whole(
+        x, whole, runs, [&](const Tensor& c) { return moe.forward(c, piece); }, 1e-10);
   }
 }
 
