@@ -52,6 +52,11 @@ def mpirun_prefix():
     return cmd
 
 
+# model.moe's keys that train a mixture rather than shape it (no Hugging
+# Face config holds them all), which --export passes beside config.json.
+MOE_TRAINING_KEYS = ("capacity_factor", "drop_policy", "aux_loss_coef", "aux_loss_scope",
+                     "z_loss_coef", "bias_update_rate")
+
 # Hugging Face's families as Triad's keys (docs/models.md), for --export:
 # random mixes seldom fit a class.
 LLAMA = {"model.position_embedding": "rope", "model.rope_theta": 500,
@@ -438,6 +443,13 @@ def main():
             kept = ("model.recompute", "model.seq_len", "model.z_loss_coef")
             layout_start = sets({k: v for k, v in model.items()
                                  if not k.startswith("model.") or k in kept})
+            # A mixture's training settings (config.json holds its shape
+            # and router): laid over what the export's config reads.
+            training = [kv for kv in re.findall(r"(\w+): ([^,}]+)", model.get("model.moe", ""))
+                        if kv[0] in MOE_TRAINING_KEYS]
+            if training:
+                layout_start += ["--set", "model.moe={%s}" %
+                                 ", ".join("%s: %s" % kv for kv in training)]
             layout_start += ["--set", "model.hf_config=" + hf, "--set", "init.from=" + hf]
             # (Its config file sets no model key: those beside hf_config
             # would override config.json's.)
