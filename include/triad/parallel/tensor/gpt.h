@@ -63,7 +63,8 @@ class TensorParallelGpt : public nn::Module {
   // group, which the data-parallel mean takes when the group's ranks are
   // data-parallel ranks, is the whole sequence's mean loss), its
   // gradients likewise; logits and head_logits are gathered whole. Dropout
-  // draws each rank's own masks (sequence parallelism's rule).
+  // draws one process's masks, each rank its tokens' elements of them
+  // (site_dropout; nn::sequence_dropout).
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
                     bool sequence_parallel, StagePlan plan, dist::ProcessGroupPtr experts = nullptr,
                     dist::ProcessGroupPtr context = nullptr,
