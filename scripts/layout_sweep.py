@@ -21,8 +21,8 @@ after must be the model's. A layout the config
 refuses is counted, with its message, as refused; any other failure, or
 losses that part, is a finding.
 
-Model dropout is drawn only where the docs promise one process's masks
-(no sequence or context parallelism: those draw each rank's own).
+Dropout (the model's and LoRA's) is drawn in every layout: each draws one
+process's masks (docs/parallelism.md).
 
     scripts/layout_sweep.py --trials 20 --seed 1 [--resume | --export] [--work /tmp/sweep]
 
@@ -62,6 +62,8 @@ MOE_TRAINING_KEYS = ("capacity_factor", "drop_policy", "aux_loss_coef", "aux_los
 LLAMA = {"model.position_embedding": "rope", "model.rope_theta": 500,
          "model.normalization": "rmsnorm", "model.linear_bias": "false",
          "model.activation": "swiglu"}
+DEEPSEEK_MLA = ("{kv_lora_rank: 32, q_lora_rank: 48, qk_nope_head_dim: 16, qk_rope_head_dim: 8, "
+                "v_head_dim: 16}")
 FAMILIES = {
     "llama": dict(LLAMA),
     "mistral": dict(LLAMA, **{"model.sliding_window": 24}),
@@ -85,6 +87,19 @@ FAMILIES = {
     "cohere": dict(LLAMA, **{"model.normalization": "layernorm", "model.norm_bias": "false",
                              "model.parallel_residual": "true", "model.shared_norm": "true",
                              "model.logit_scale": 0.5, "model.tie_embeddings": "true"}),
+    # Latent attention with DeepSeek-V3's mixture (sigmoid scores, expert
+    # biases, groups, a shared expert) and with DeepSeek-V2's (a softmax,
+    # unnormalised, scaled).
+    "deepseek_v3": dict(LLAMA, **{
+        "model.tie_embeddings": "false", "model.mla": DEEPSEEK_MLA,
+        "model.moe": "{experts: 4, top_k: 2, ffn_hidden_size: 96, dense_layers: [0], "
+                     "shared_ffn_hidden_size: 96, score: sigmoid, expert_bias: true, "
+                     "bias_update_rate: 0.01, groups: 2, top_groups: 1, "
+                     "routed_scaling_factor: 2.5, aux_loss_coef: 0}"}),
+    "deepseek_v2": dict(LLAMA, **{
+        "model.tie_embeddings": "false", "model.mla": DEEPSEEK_MLA,
+        "model.moe": "{experts: 4, top_k: 2, ffn_hidden_size: 96, shared_ffn_hidden_size: 96, "
+                     "normalize_top_k: false, routed_scaling_factor: 2.0, aux_loss_coef: 0.01}"}),
     "starcoder2": {"model.position_embedding": "rope", "model.rope_theta": 500,
                    "model.sliding_window": 24, "model.tie_embeddings": "true"},
 }
@@ -97,7 +112,8 @@ def draw_family(rng):
          "model.vocab_size": rng.choice([256, 300, 509])}
     name = rng.choice(sorted(FAMILIES))
     s.update(FAMILIES[name])
-    if s.get("model.normalization") == "rmsnorm" and "model.qk_norm" not in s:
+    if (s.get("model.normalization") == "rmsnorm" and "model.qk_norm" not in s and
+            "model.mla" not in s):
         s["model.n_kv_head"] = rng.choice([s["model.n_head"], 2, 1])
     if rng.random() < 0.3:
         s["model.recompute"] = "full"
@@ -195,12 +211,18 @@ def draw_model(rng, mixtures=False):
     mtp = llama and rng.random() < 0.15
     if mtp:
         s["model.mtp_layers"] = 1
-    if llama and not moe and rng.random() < 0.15:
+    # Latent attention, in a mixture too (DeepSeek-V2's and V3's blocks),
+    # without what it replaces (model.mla refuses those).
+    mla = llama and rng.random() < (0.25 if mixtures else 0.15)
+    if mla:
         s["model.mla"] = ("{kv_lora_rank: 32, q_lora_rank: %d, qk_nope_head_dim: 16, "
                           "qk_rope_head_dim: 8, v_head_dim: 16}" % rng.choice([0, 48]))
+        for k in ("model.n_kv_head", "model.head_dim", "model.qk_norm", "model.qkv_bias",
+                  "model.query_pre_attn_scalar"):
+            s.pop(k, None)
     if rng.random() < 0.15:
         s["model.parallel_residual"] = "true"
-    if rng.random() < 0.1:
+    if not mla and rng.random() < 0.1:
         s["model.clip_qkv"] = 0.5
     if rng.random() < 0.1:
         s["model.norm_affine"] = "false"
@@ -213,7 +235,10 @@ def draw_model(rng, mixtures=False):
     if not mtp and rng.random() < (0.4 if mixtures else 0.15):
         # In a mixture, half the time on the experts too (each its own
         # adapters, each row dropping out its assignment's mask).
-        targets = (", targets: [attn.c_attn, mlp.c_fc, mlp.c_proj]"
+        # (Under latent attention its key/value latent's projections in
+        # place of c_attn.)
+        attention = "attn.kv_a_proj, attn.kv_b_proj" if mla else "attn.c_attn"
+        targets = (", targets: [%s, mlp.c_fc, mlp.c_proj]" % attention
                    if moe and rng.random() < 0.5 else "")
         s["model.lora"] = "{rank: 4, alpha: 8, dropout: %s%s}" % (
             rng.choice(["0.0", "0.1"]), targets)
