@@ -62,8 +62,9 @@ MOE_TRAINING_KEYS = ("capacity_factor", "drop_policy", "aux_loss_coef", "aux_los
 LLAMA = {"model.position_embedding": "rope", "model.rope_theta": 500,
          "model.normalization": "rmsnorm", "model.linear_bias": "false",
          "model.activation": "swiglu"}
-DEEPSEEK_MLA = ("{kv_lora_rank: 32, q_lora_rank: 48, qk_nope_head_dim: 16, qk_rope_head_dim: 8, "
-                "v_head_dim: 16}")
+# Latent attention's widths, with the query latent's (0: none).
+MLA = ("{kv_lora_rank: 32, q_lora_rank: %d, qk_nope_head_dim: 16, qk_rope_head_dim: 8, "
+       "v_head_dim: 16}")
 FAMILIES = {
     "llama": dict(LLAMA),
     "mistral": dict(LLAMA, **{"model.sliding_window": 24}),
@@ -91,13 +92,13 @@ FAMILIES = {
     # biases, groups, a shared expert) and with DeepSeek-V2's (a softmax,
     # unnormalised, scaled).
     "deepseek_v3": dict(LLAMA, **{
-        "model.tie_embeddings": "false", "model.mla": DEEPSEEK_MLA,
+        "model.tie_embeddings": "false", "model.mla": MLA % 48,
         "model.moe": "{experts: 4, top_k: 2, ffn_hidden_size: 96, dense_layers: [0], "
                      "shared_ffn_hidden_size: 96, score: sigmoid, expert_bias: true, "
                      "bias_update_rate: 0.01, groups: 2, top_groups: 1, "
                      "routed_scaling_factor: 2.5, aux_loss_coef: 0}"}),
     "deepseek_v2": dict(LLAMA, **{
-        "model.tie_embeddings": "false", "model.mla": DEEPSEEK_MLA,
+        "model.tie_embeddings": "false", "model.mla": MLA % 48,
         "model.moe": "{experts: 4, top_k: 2, ffn_hidden_size: 96, shared_ffn_hidden_size: 96, "
                      "normalize_top_k: false, routed_scaling_factor: 2.0, aux_loss_coef: 0.01}"}),
     "starcoder2": {"model.position_embedding": "rope", "model.rope_theta": 500,
@@ -215,8 +216,7 @@ def draw_model(rng, mixtures=False):
     # without what it replaces (model.mla refuses those).
     mla = llama and rng.random() < (0.25 if mixtures else 0.15)
     if mla:
-        s["model.mla"] = ("{kv_lora_rank: 32, q_lora_rank: %d, qk_nope_head_dim: 16, "
-                          "qk_rope_head_dim: 8, v_head_dim: 16}" % rng.choice([0, 48]))
+        s["model.mla"] = MLA % rng.choice([0, 48])
         for k in ("model.n_kv_head", "model.head_dim", "model.qk_norm", "model.qkv_bias",
                   "model.query_pre_attn_scalar"):
             s.pop(k, None)
