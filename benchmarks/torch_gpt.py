@@ -1,7 +1,11 @@
 """The GPT-2 model of the PyTorch baselines (benchmarks/train_cpu_torch.py and
 benchmarks/gpu/train_gpu_torch.py), shaped like Triad's: pre-LayerNorm
 blocks, learned positions, tanh GELU, biases, head tied to the token
-embedding. `flash=True` uses PyTorch's fused causal attention
+embedding, and initialised as Triad initialises it (src/nn/init.cpp:
+weights N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2 L)), biases
+zero, norms one), so both start from the same loss (about ln V) rather than
+PyTorch's N(0, 1) embeddings, whose tied logits start the loss near 180.
+`flash=True` uses PyTorch's fused causal attention
 (scaled_dot_product_attention), otherwise the explicit masked softmax."""
 import math
 
@@ -41,6 +45,15 @@ class Gpt(torch.nn.Module):
         self.wpe = torch.nn.Embedding(T, C)
         self.h = torch.nn.ModuleList(Block(C, NH, flash) for _ in range(L))
         self.ln_f = torch.nn.LayerNorm(C)
+        for name, p in self.named_parameters():
+            if name.endswith(".bias"):
+                torch.nn.init.zeros_(p)
+            elif ".ln_" in name or name.startswith("ln_"):
+                torch.nn.init.ones_(p)
+            elif name.endswith("c_proj.weight") or name.endswith("mlp_proj.weight"):
+                torch.nn.init.normal_(p, std=0.02 / math.sqrt(2 * L))
+            else:
+                torch.nn.init.normal_(p, std=0.02)
 
     def forward(self, idx):
         pos = torch.arange(idx.shape[1], device=idx.device)

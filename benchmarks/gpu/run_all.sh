@@ -42,7 +42,8 @@
 # machine lacks) into build-gpu-pack and packs them into
 # $PREBUILT/triad-gpu.tar.xz, stamped with a hash of the sources they were
 # built from (CMakeLists.txt, cmake/, src/, include/, kernels/, tests/,
-# benchmarks/, examples/). The build step there unpacks the pack when its
+# benchmarks/, examples/; not their .py, .sh and .md files, which are never
+# compiled in). The build step there unpacks the pack when its
 # stamp is the sources' own and compiles only when it is not (it says
 # which). So, with scripts/gpu_deps.sh run here once for the libraries the
 # programs load (and for a build there),
