@@ -3,7 +3,8 @@
 #   scripts/dev.sh train   install what is missing, build, train configs/gpt_tiny_3d.yaml on 8 ranks
 #   scripts/dev.sh test    install what is missing, build, run the whole test suite
 # Also: scripts/dev.sh train1 (the same model in one process) | deps | build | bench
-#   | sanitize (AddressSanitizer and UBSan build in build-asan, CPU only, every suite)
+#   | sanitize (AddressSanitizer and UBSan build in build-asan, CPU only, every suite;
+#     SANITIZE_THREADS=1 adds ThreadSanitizer in build-tsan, SANITIZE_SIM=1 UBSan on the simulator)
 # Environment: BUILD_DIR (default build), TRIAD_CMAKE_ARGS (extra cmake flags),
 #   TRIAD_CUDA_ARCHS (default 80;90 where a GPU is present, 90 where none is).
 set -euo pipefail
@@ -130,6 +131,18 @@ case "${1:-}" in
     # (Leak checking off: MPI and OpenMP keep their allocations to exit.)
     ASAN_OPTIONS=detect_leaks=0 sanitized "${BUILD_DIR_ASAN:-build-asan}" OFF \
       "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+    # SANITIZE_THREADS=1: also ThreadSanitizer (build-tsan, CPU only) over
+    # the unit suites, which hold the threads Triad starts (the NCCL
+    # watchdog's, background checkpoint writes, SIGTERM during them, the
+    # tokenizer's workers), and the collectives, data- and pipeline-parallel
+    # suites on 2 ranks. One OpenMP thread: libgomp is not built for TSan.
+    if [ "${SANITIZE_THREADS:-0}" = 1 ]; then
+      export TSAN_OPTIONS="suppressions=$PWD/scripts/tsan.supp" OMP_NUM_THREADS=1
+      sanitized "${BUILD_DIR_TSAN:-build-tsan}" OFF "-fsanitize=thread" -L unit -E '^CpuParallelFor[.]'
+      ctest --test-dir "${BUILD_DIR_TSAN:-build-tsan}" --output-on-failure -j "$JOBS" --timeout 3600 \
+        -R '^mpi[.](collectives[.]np|data_parallel[.]dp|pipeline[.]pp)2$'
+      unset TSAN_OPTIONS OMP_NUM_THREADS
+    fi
     # SANITIZE_SIM=1: also the CUDA backend's kernels and host code on the
     # simulator under UBSan alone (CTest label sim).
     if [ "${SANITIZE_SIM:-0}" = 1 ]; then
