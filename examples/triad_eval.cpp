@@ -1,5 +1,6 @@
 // triad-eval: scores a trained model on multiple-choice questions, on
-// LAMBADA's last words and on the perplexity of text.
+// LAMBADA's last words, on math word problems answered by generation
+// (GSM8K) and on the perplexity of text.
 //   triad-eval --run out/gpt2 --vocab vocab.json --merges merges.txt
 //       --choices hellaswag_val.jsonl          (accuracy: acc, acc_norm, acc_per_token)
 //   triad-eval --checkpoint out/ckpt --tokenizer /models/Llama-3.2-1B --bos-token
@@ -7,6 +8,8 @@
 //       --text wiki.test.txt --stride 512      (loss, perplexity, bits per byte)
 //   triad-eval --run out/gpt2 --vocab vocab.json --merges merges.txt
 //       --lambada lambada_test.jsonl           (last-word accuracy, perplexity)
+//   triad-eval --run out/sft --tokenizer /models/Qwen2.5-0.5B --fewshot 5
+//       --gsm8k test.jsonl --gsm8k-fewshot-from train.jsonl   (exact match)
 // The model is given as to triad-generate (--run, --config with --weights,
 // or --checkpoint); tokens are bytes unless --vocab/--merges or --tokenizer
 // name a tokenizer. docs/evaluation.md says how each number is defined.
@@ -26,10 +29,12 @@
 
 #include "triad/core/error.h"
 #include "triad/data/last_word.h"
+#include "triad/data/math_problems.h"
 #include "triad/data/multiple_choice.h"
 #include "triad/data/text_input.h"
 #include "triad/data/tokenizer.h"
 #include "triad/nn/evaluate.h"
+#include "triad/nn/generate.h"
 #include "triad/train/config.h"
 
 #include "cli_checks.h"
@@ -48,7 +53,8 @@ std::vector<int64_t> widen(const std::vector<int32_t>& ids) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Evaluate a GPT trained by Triad: multiple-choice accuracy, LAMBADA and text perplexity"};
+      "Evaluate a GPT trained by Triad: multiple-choice accuracy, LAMBADA, math word problems "
+      "answered by generation (GSM8K) and text perplexity"};
   triad::examples::ModelSource source;
   source.add_options(app);
   std::vector<std::string> choice_files, text_files;
@@ -61,6 +67,27 @@ int main(int argc, char** argv) {
   app.add_option("--lambada", lambada_files,
                  "texts whose last word to predict, JSON lines of \"text\" (LAMBADA's): the "
                  "share that greedy decoding gets right, and the words' perplexity; repeatable");
+  std::vector<std::string> gsm8k_files;
+  app.add_option("--gsm8k", gsm8k_files,
+                 "math word problems, JSON lines of \"question\" and \"answer\" (GSM8K's): each "
+                 "answered greedily after --fewshot solved examples and scored by exact match, as "
+                 "lm-evaluation-harness's gsm8k task scores it; repeatable");
+  std::string gsm8k_fewshot_from;
+  app.add_option("--gsm8k-fewshot-from", gsm8k_fewshot_from,
+                 "take --gsm8k's few-shot examples from this file (its first N; GSM8K's "
+                 "train.jsonl, where lm-evaluation-harness draws them) instead of the first N "
+                 "other problems of each --gsm8k file");
+  int64_t gen_tokens = 256;
+  app.add_option("--gen-tokens", gen_tokens,
+                 "--gsm8k: the most tokens generated for a problem (lm-evaluation-harness's "
+                 "max_gen_toks); the prompt keeps its last seq_len minus this many tokens")
+      ->check(triad::examples::at_least_one())
+      ->capture_default_str();
+  std::vector<std::string> stops{"Question:", "</s>", "<|im_end|>"};
+  app.add_option("--stop", stops,
+                 "--gsm8k: generation ends before the first of these strings (replaces the "
+                 "default, lm-evaluation-harness's gsm8k list; data.eod_token ends it too)")
+      ->capture_default_str();
   std::string separator = " ";
   app.add_option("--separator", separator,
                  "what goes between a context and each choice (lm-evaluation-harness's "
@@ -68,14 +95,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   int64_t limit = 0;
   app.add_option("--limit", limit,
-                 "only the first N questions of each --choices file, or texts of each --lambada "
-                 "file (0: all)")
+                 "only the first N questions of each --choices file, texts of each --lambada "
+                 "file or problems of each --gsm8k file (0: all)")
       ->capture_default_str();
   int64_t fewshot = 0;
   app.add_option("--fewshot", fewshot,
                  "ask each question after N solved examples (lm-evaluation-harness's few-shot "
                  "prompt): the first N other questions of its file, of its subject where it "
-                 "names one (MMLU)")
+                 "names one (MMLU); for --gsm8k, lm-evaluation-harness asks after 5")
       ->capture_default_str();
   std::string hellaswag_prompt = "llmc";
   app.add_option("--hellaswag-prompt", hellaswag_prompt,
@@ -118,8 +145,13 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("triad-eval"));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   return triad::examples::report_errors([&]() -> int {
-    if (choice_files.empty() && text_files.empty() && lambada_files.empty()) {
-      throw triad::ValueError("give --choices FILE, --lambada FILE or --text FILE (or several)");
+    if (choice_files.empty() && text_files.empty() && lambada_files.empty() &&
+        gsm8k_files.empty()) {
+      throw triad::ValueError(
+          "give --choices FILE, --lambada FILE, --gsm8k FILE or --text FILE (or several)");
+    }
+    if (!gsm8k_fewshot_from.empty() && gsm8k_files.empty()) {
+      throw triad::ValueError("--gsm8k-fewshot-from needs --gsm8k FILE (the problems to ask)");
     }
     if (limit < 0) throw triad::ValueError("--limit " + std::to_string(limit) + " must be >= 0");
     if (fewshot < 0) {
@@ -162,6 +194,34 @@ int main(int argc, char** argv) {
     std::vector<std::vector<triad::data::LastWordText>> lambada_sets;
     for (const auto& f : lambada_files) {
       lambada_sets.push_back(triad::data::read_last_word_texts(f, limit));
+    }
+    // Each --gsm8k file's problems and each problem's few-shot examples.
+    std::vector<std::vector<triad::data::MathProblem>> gsm8k_sets;
+    std::vector<std::vector<std::string>> gsm8k_prompts;
+    std::vector<triad::data::MathProblem> gsm8k_pool;
+    if (!gsm8k_fewshot_from.empty())
+      gsm8k_pool = triad::data::read_math_problems(gsm8k_fewshot_from);
+    for (const auto& f : gsm8k_files) {
+      gsm8k_sets.push_back(triad::data::read_math_problems(f, limit));
+      auto& prompts = gsm8k_prompts.emplace_back();
+      const auto& set = gsm8k_sets.back();
+      // (Examples from the file itself: its first problems, read past --limit.)
+      const auto own = gsm8k_pool.empty() && fewshot > 0 ? triad::data::read_math_problems(f)
+                                                         : std::vector<triad::data::MathProblem>{};
+      for (size_t i = 0; i < set.size(); ++i) {
+        const auto shots =
+            gsm8k_pool.empty()
+                ? triad::data::first_shots(own, fewshot, static_cast<int64_t>(i),
+                                           "--gsm8k '" + f + "'")
+                : triad::data::first_shots(gsm8k_pool, fewshot, -1,
+                                           "--gsm8k-fewshot-from '" + gsm8k_fewshot_from + "'");
+        prompts.push_back(triad::data::math_prompt(set[i], shots));
+      }
+    }
+    if (!gsm8k_files.empty() && gen_tokens >= model_cfg.seq_len) {
+      throw triad::ValueError("--gen-tokens " + std::to_string(gen_tokens) +
+                              " must be below the model's seq_len (" +
+                              std::to_string(model_cfg.seq_len) + "), which holds the prompt too");
     }
     std::vector<std::string> texts;
     for (const auto& f : text_files) {
@@ -345,6 +405,95 @@ int main(int argc, char** argv) {
       if (!json) {
         std::printf("%s: %zu texts | last-word acc %.4f | perplexity %.3f\n", name.c_str(),
                     set.size(), acc, ppl);
+        std::fflush(stdout);
+      }
+    }
+    // GSM8K: each problem's prompt continued greedily (the last seq_len -
+    // gen_tokens tokens of it kept, as lm-evaluation-harness truncates),
+    // cut at the first stop string, and its number taken out two ways.
+    for (size_t s = 0; s < gsm8k_sets.size(); ++s) {
+      const auto& set = gsm8k_sets[s];
+      const std::string& name = gsm8k_files[s];
+      triad::nn::SamplingOptions o;
+      o.max_new_tokens = gen_tokens;
+      o.temperature = 0;
+      o.vocab_limit = std::min<int64_t>(tok->vocab_size(), model_cfg.vocab_size);
+      for (const int32_t id : tok->missing_ids()) o.suppress_tokens.push_back(id);
+      if (config.model.eod_token >= 0) o.stop_tokens.push_back(config.model.eod_token);
+      const int64_t keep = model_cfg.seq_len - gen_tokens;
+      int64_t right_strict = 0, right_flexible = 0, truncated = 0, generated = 0;
+      auto last_report = Clock::now();
+      for (size_t first = 0; first < set.size(); first += static_cast<size_t>(batch)) {
+        const size_t last = std::min(set.size(), first + static_cast<size_t>(batch));
+        std::vector<std::vector<int64_t>> prompts;
+        for (size_t i = first; i < last; ++i) {
+          std::vector<int64_t> ids = bos;
+          for (const int32_t id : tok->encode(gsm8k_prompts[s][i])) ids.push_back(id);
+          if (static_cast<int64_t>(ids.size()) > keep) {
+            ids.erase(ids.begin(), ids.end() - keep);
+            ++truncated;
+          }
+          prompts.push_back(std::move(ids));
+        }
+        auto text_of = [&](const std::vector<int64_t>& out) {
+          std::vector<int32_t> ids;
+          for (const int64_t id : out) {
+            if (!o.is_stop(id)) ids.push_back(static_cast<int32_t>(id));
+          }
+          return tok->decode(ids);
+        };
+        const auto outs = triad::nn::generate_batch(
+            model, prompts, o, [&](size_t, const std::vector<int64_t>& out) {
+              const std::string text = text_of(out);
+              return triad::data::cut_at_stops(text, stops).size() < text.size();
+            });
+        for (size_t i = first; i < last; ++i) {
+          const std::vector<int64_t>& out = outs[i - first];
+          generated += static_cast<int64_t>(out.size());
+          const std::string reply = triad::data::cut_at_stops(text_of(out), stops);
+          const std::string strict = triad::data::strict_answer(reply);
+          const std::string flexible = triad::data::flexible_answer(reply);
+          const bool ok_strict = triad::data::answer_matches(strict, set[i]);
+          const bool ok_flexible = triad::data::answer_matches(flexible, set[i]);
+          right_strict += ok_strict;
+          right_flexible += ok_flexible;
+          if (predictions_out) {
+            *predictions_out << nlohmann::ordered_json{{"file", name},
+                                                       {"index", i},
+                                                       {"reply", reply},
+                                                       {"strict", strict},
+                                                       {"flexible", flexible},
+                                                       {"strict_right", ok_strict},
+                                                       {"flexible_right", ok_flexible},
+                                                       {"tokens", out.size()}}
+                                    .dump()
+                             << "\n";
+          }
+        }
+        if (std::chrono::duration<double>(Clock::now() - last_report).count() > 10 &&
+            last < set.size()) {
+          spdlog::info("{}: {}/{} problems, flexible exact match so far {:.4f}", name, last,
+                       set.size(), static_cast<double>(right_flexible) / last);
+          last_report = Clock::now();
+        }
+      }
+      if (truncated > 0) {
+        spdlog::warn(
+            "{}: {} of {} prompts were longer than seq_len - --gen-tokens ({}) and kept "
+            "only their last tokens",
+            name, truncated, set.size(), keep);
+      }
+      const auto n = static_cast<double>(set.size());
+      report["gsm8k"][name] = {{"problems", set.size()},
+                               {"fewshot", fewshot},
+                               {"exact_match_strict", right_strict / n},
+                               {"exact_match_flexible", right_flexible / n},
+                               {"truncated_prompts", truncated},
+                               {"generated_tokens", generated}};
+      if (!json) {
+        std::printf("%s: %zu problems, %lld-shot | exact match strict %.4f | flexible %.4f\n",
+                    name.c_str(), set.size(), static_cast<long long>(fewshot), right_strict / n,
+                    right_flexible / n);
         std::fflush(stdout);
       }
     }

@@ -1,0 +1,131 @@
+#include "triad/data/math_problems.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "support/expect_error.h"
+
+namespace triad::data {
+namespace {
+
+using testing::expect_error;
+
+std::vector<MathProblem> read(const std::string& text, int64_t limit = 0) {
+  std::istringstream in(text);
+  return read_math_problems(in, "g.jsonl", limit);
+}
+
+TEST(MathProblems, AreReadAsGsm8kWritesThem) {
+  const auto p = read(R"({"question": "Tom has 3 apples and buys 4. How many?", )"
+                      R"("answer": "3 + 4 = <<3+4=7>>7\n#### 7"})"
+                      "\n\n"
+                      R"({"answer": "#### 1,200", "question": "Q2", "id": 9})"
+                      "\n"
+                      R"({"question": "past the limit", "answer": "#### 1"})"
+                      "\n",
+                      2);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].question, "Tom has 3 apples and buys 4. How many?");
+  EXPECT_EQ(p[0].answer, "3 + 4 = <<3+4=7>>7\n#### 7");
+  EXPECT_EQ(p[1].answer, "#### 1,200");
+  EXPECT_EQ(read(R"({"question": "q", "answer": "#### 2"})").size(), 1u);
+}
+
+TEST(MathProblems, BadLinesAreNamed) {
+  expect_error([] { read(R"({"question": "q"})"); }, {"g.jsonl line 1 has no string \"answer\""});
+  expect_error(
+      [] {
+        read(
+            "\n"
+            R"({"question": 3, "answer": "#### 3"})");
+      },
+      {"g.jsonl line 2 has no string \"question\""});
+  expect_error([] { read(R"({"question": "q", "answer": "it is 4"})"); },
+               {"g.jsonl line 1: the answer has no final answer after \"#### \""});
+  expect_error([] { read("{not json"); }, {"g.jsonl line 1 does not parse"});
+  expect_error([] { read("\n\n"); }, {"g.jsonl holds no problems"});
+  expect_error([] { read_math_problems("/no/such.jsonl"); },
+               {"cannot open math problems '/no/such.jsonl'"});
+}
+
+// lm-evaluation-harness's gsm8k prompt: "Question: ...\nAnswer: ..."
+// examples joined by blank lines, the problem left at "Answer:".
+TEST(MathProblems, PromptsFollowLmEvaluationHarness) {
+  const MathProblem a{"One?", "1\n#### 1"}, b{"Two?", "2\n#### 2"}, q{"Three?", "#### 3"};
+  EXPECT_EQ(math_prompt(q, {}), "Question: Three?\nAnswer:");
+  EXPECT_EQ(math_prompt(q, {a, b}),
+            "Question: One?\nAnswer: 1\n#### 1\n\nQuestion: Two?\nAnswer: 2\n#### 2\n\n"
+            "Question: Three?\nAnswer:");
+}
+
+TEST(MathProblems, FirstShotsSkipTheProblemAsked) {
+  const std::vector<MathProblem> pool{{"a", "#### 1"}, {"b", "#### 2"}, {"c", "#### 3"}};
+  auto names = [](const std::vector<MathProblem>& v) {
+    std::string s;
+    for (const auto& p : v) s += p.question;
+    return s;
+  };
+  EXPECT_EQ(names(first_shots(pool, 2, -1, "w")), "ab");
+  EXPECT_EQ(names(first_shots(pool, 2, 0, "w")), "bc");
+  EXPECT_EQ(names(first_shots(pool, 2, 1, "w")), "ac");
+  EXPECT_EQ(names(first_shots(pool, 0, 1, "w")), "");
+  expect_error([&] { first_shots(pool, 3, 2, "--gsm8k 'g.jsonl'"); },
+               {"--gsm8k 'g.jsonl': 3 few-shot examples asked for, but only 2 other problem(s)"});
+  expect_error([&] { first_shots(pool, -1, -1, "w"); }, {"the few-shot count -1 must be >= 0"});
+}
+
+TEST(MathProblems, GenerationIsCutAtTheFirstStop) {
+  const std::vector<std::string> stops{"Question:", "</s>", ""};
+  EXPECT_EQ(cut_at_stops(" 5 + 2 = 7\n#### 7\n\nQuestion: next", stops), " 5 + 2 = 7\n#### 7\n\n");
+  EXPECT_EQ(cut_at_stops(" 7</s>Question:", stops), " 7");
+  EXPECT_EQ(cut_at_stops(" no stop", stops), " no stop");
+  EXPECT_EQ(cut_at_stops("", stops), "");
+}
+
+// Expected values: lm-evaluation-harness's filters and exact_match run on
+// the same strings in Python (its regexes through `re.findall`, the group
+// taken as its RegexFilter takes it, `regexes_to_ignore` through
+// `re.sub`, then `lower()`).
+TEST(MathProblems, AnswersAreExtractedAndNormalisedAsLmEvaluationHarnessDoes) {
+  struct Case {
+    std::string text, strict, flexible, norm;
+  };
+  const std::vector<Case> cases{
+      {"Natalia sold 48/2 = 24 clips in May.\n#### 72", "72", "72", "72"},
+      {"She has $1,234.50 left. The answer is 1234.5.", "[invalid]", "1234.5.",
+       "she has 1234.50 left. the answer is 1234.5"},
+      {"So the answer is -7.", "[invalid]", "-7.", "so the answer is -7"},
+      {"#### -", "[invalid]", "[invalid]", "-"},
+      {"#### -3, and then #### 5", "-3,", "5", "5"},
+      {"no digits here", "[invalid]", "[invalid]", "no digits here"},
+      {"It costs 5 dollars", "[invalid]", "5", "it costs 5 dollars"},
+      {"x = 3.\n", "[invalid]", "3.", "x = 3\n"},
+      {"The total is 1,000,000.\n#### 1,000,000", "1,000,000", "1,000,000", "1000000"},
+      {"Values: 1 2 3 ..", "[invalid]", "..", "values: 1 2 3 ."},
+      {"Answer: $5", "[invalid]", "$5", "answer: 5"},
+      {"#### 12.\n", "12.", "12.", "12\n"},
+      {"A-1 and -2-3", "[invalid]", "-3", "a-1 and -2-3"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(strict_answer(c.text), c.strict) << c.text;
+    EXPECT_EQ(flexible_answer(c.text), c.flexible) << c.text;
+    EXPECT_EQ(normalize_answer(c.text), c.norm) << c.text;
+  }
+}
+
+TEST(MathProblems, AnAnswerMatchesTheSolutionsFinalNumber) {
+  const MathProblem p{"q", "It is 1,000 + 200 = 1,200.\n#### 1,200"};
+  EXPECT_TRUE(answer_matches("1200", p));
+  EXPECT_TRUE(answer_matches("1,200.", p));
+  EXPECT_TRUE(answer_matches("$1,200", p));
+  EXPECT_FALSE(answer_matches("1200.0", p));
+  EXPECT_FALSE(answer_matches("-1200", p));
+  EXPECT_FALSE(answer_matches(kInvalidAnswer, p));
+  EXPECT_TRUE(answer_matches(strict_answer(" so 1,200 in all.\n#### 1,200"), p));
+  EXPECT_TRUE(answer_matches(flexible_answer(" so the total is $1,200."), p));
+  EXPECT_FALSE(answer_matches(strict_answer(" so the total is $1,200."), p));
+}
+
+}  // namespace
+}  // namespace triad::data

@@ -1,0 +1,77 @@
+# triad-eval --gsm8k end to end: a model made to write "7" and nothing else
+# (tests/nn/constant_reply_model.py on the tiny model's weights) gets the
+# two problems whose answer is 7 right by the flexible extraction when it
+# may write one token, none when it may write four ("7777"), none by the
+# strict one ("#### " never written); a stop string ends generation; the
+# rates are the share of the --predictions lines marked right; few-shot
+# prompts, batches and the bad options are checked too.
+# Variables: EVAL (triad-eval), PYTHON, SCRIPT (constant_reply_model.py),
+# RUN (a triad-train output.dir of the byte-level tiny model), PROBLEMS,
+# WORK.
+include(${CMAKE_CURRENT_LIST_DIR}/eval_common.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/../train/e2e_common.cmake)
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+run("making the model that writes 7" ${PYTHON} ${SCRIPT} ${RUN}/model.safetensors
+    ${WORK}/seven.safetensors 55)
+set(model --config ${RUN}/config.yaml --weights ${WORK}/seven.safetensors --gsm8k ${PROBLEMS})
+
+# expect(LABEL STRICT FLEXIBLE TOKENS ARGS...): the JSON report's rates
+# (within a millionth) and tokens generated, and the predictions agreeing.
+function(expect label strict flexible tokens)
+  run_for_stdout("${label}" report ${EVAL} ${model} --json --predictions ${WORK}/p.jsonl ${ARGN})
+  string(JSON s GET "${report}" gsm8k ${PROBLEMS} exact_match_strict)
+  string(JSON f GET "${report}" gsm8k ${PROBLEMS} exact_match_flexible)
+  string(JSON t GET "${report}" gsm8k ${PROBLEMS} generated_tokens)
+  string(JSON n GET "${report}" gsm8k ${PROBLEMS} problems)
+  expect_within("${s}" "${strict}" 1 "${label}: exact_match_strict")
+  expect_within("${f}" "${flexible}" 1 "${label}: exact_match_flexible")
+  if(NOT t EQUAL tokens OR NOT n EQUAL 3)
+    message(FATAL_ERROR "${label}: got ${report}, expected ${tokens} tokens, 3 problems")
+  endif()
+  file(STRINGS ${WORK}/p.jsonl rows)
+  set(right 0)
+  foreach(row IN LISTS rows)
+    string(JSON ok GET "${row}" flexible_right)
+    string(JSON x GET "${row}" flexible)
+    string(JSON i GET "${row}" index)
+    if(ok)
+      math(EXPR right "${right} + 1")
+      if(NOT x STREQUAL "7" OR i EQUAL 1)
+        message(FATAL_ERROR "${label}: problem ${i} marked right with '${x}'")
+      endif()
+    endif()
+  endforeach()
+  set(${label}_right ${right} PARENT_SCOPE)
+endfunction()
+
+expect(one_token 0 0.666666 3 --gen-tokens 1)
+if(NOT one_token_right EQUAL 2)
+  message(FATAL_ERROR "${one_token_right} predictions marked right, the report says 2 of 3")
+endif()
+# Batches of one and a few-shot prompt (the first other problems) change
+# nothing a constant reply depends on.
+expect(batched 0 0.666666 3 --gen-tokens 1 --batch 1 --fewshot 2)
+expect(four_tokens 0 0 12 --gen-tokens 4)
+# "77" ends generation after two tokens, and the reply before it is empty.
+expect(stopped 0 0 6 --gen-tokens 10 --stop 77)
+file(STRINGS ${WORK}/p.jsonl rows)
+list(GET rows 0 row)
+string(JSON reply GET "${row}" reply)
+string(JSON x GET "${row}" flexible)
+if(NOT reply STREQUAL "" OR NOT x STREQUAL "[invalid]")
+  message(FATAL_ERROR "the reply cut at the stop string reads '${reply}' ('${x}')")
+endif()
+
+# Bad options are named.
+function(expect_error label pattern)
+  execute_process(COMMAND ${EVAL} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc EQUAL 0 OR NOT err MATCHES "${pattern}")
+    message(FATAL_ERROR "${label}: expected an error matching '${pattern}', got ${rc}:\n${out}${err}")
+  endif()
+endfunction()
+expect_error(fewshot "3 few-shot examples asked for, but only 2 other problem" ${model} --fewshot 3)
+expect_error(gen_tokens "--gen-tokens 128 must be below the model's seq_len [(]128[)]" ${model}
+             --gen-tokens 128)
+expect_error(fewshot_from "--gsm8k-fewshot-from needs --gsm8k" --config ${RUN}/config.yaml
+             --weights ${WORK}/seven.safetensors --text ${PROBLEMS} --gsm8k-fewshot-from ${PROBLEMS})
