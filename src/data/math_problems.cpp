@@ -2,7 +2,6 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "json_lines.h"
 #include "triad/core/error.h"
@@ -71,34 +70,63 @@ std::string cut_at_stops(const std::string& text, const std::vector<std::string>
 
 namespace {
 
-// A regex match's text, stripped of surrounding ASCII whitespace (Python's
-// str.strip on what the patterns can match).
-std::string stripped(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t\n\r\f\v");
-  if (a == std::string::npos) return "";
-  return s.substr(a, s.find_last_not_of(" \t\n\r\f\v") - a + 1);
+// The patterns below are matched by hand, as Python's `re` matches them
+// (leftmost, greedy, the first alternative first): std::regex recurses per
+// character and can overflow the stack on a long run of digits.
+bool in_number(char c) {
+  return (c >= '0' && c <= '9') || c == '.' || c == ',';
+}
+bool in_money(char c) {
+  return in_number(c) || c == '$';
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+// How many characters from `at` satisfy `pred`.
+template <class Pred>
+size_t run(const std::string& s, size_t at, Pred pred) {
+  size_t n = 0;
+  while (at + n < s.size() && pred(s[at + n])) ++n;
+  return n;
+}
+// `-?[...]+` (at least `least` of the class) at `at`: the match's length,
+// 0 for none (an optional minus taken when what follows it matches).
+template <class Pred>
+size_t signed_run(const std::string& s, size_t at, Pred pred, size_t least) {
+  if (at < s.size() && s[at] == '-') {
+    if (const size_t n = run(s, at + 1, pred); n >= least) return n + 1;
+  }
+  const size_t n = run(s, at, pred);
+  return n >= least ? n : 0;
 }
 
 }  // namespace
 
 std::string strict_answer(const std::string& generated) {
-  static const std::regex pattern("#### (-?[0-9.,]+)");
-  std::smatch m;
-  if (!std::regex_search(generated, m, pattern)) return kInvalidAnswer;
-  return stripped(m[1].str());
+  // #### (-?[0-9.,]+): the first match's group.
+  for (size_t at = generated.find("#### "); at != std::string::npos;
+       at = generated.find("#### ", at + 1)) {
+    if (const size_t n = signed_run(generated, at + 5, in_number, 1); n > 0) {
+      return generated.substr(at + 5, n);
+    }
+  }
+  return kInvalidAnswer;
 }
 
 std::string flexible_answer(const std::string& generated) {
-  static const std::regex pattern("(-?[$0-9.,]{2,})|(-?[0-9]+)");
-  std::string last;
-  bool found = false;
-  for (auto it = std::sregex_iterator(generated.begin(), generated.end(), pattern);
-       it != std::sregex_iterator(); ++it) {
-    // (lm-evaluation-harness takes the first group that matched.)
-    last = (*it)[1].matched ? (*it)[1].str() : (*it)[2].str();
-    found = true;
+  // (-?[$0-9.,]{2,})|(-?[0-9]+): every match left to right, the last kept.
+  std::string last = kInvalidAnswer;
+  for (size_t at = 0; at < generated.size();) {
+    size_t n = signed_run(generated, at, in_money, 2);
+    if (n == 0) n = signed_run(generated, at, is_digit, 1);
+    if (n == 0) {
+      ++at;
+      continue;
+    }
+    last = generated.substr(at, n);
+    at += n;
   }
-  return found ? stripped(last) : kInvalidAnswer;
+  return last;
 }
 
 std::string normalize_answer(const std::string& text) {
