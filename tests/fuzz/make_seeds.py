@@ -179,6 +179,15 @@ def last_word_texts_seeds():
         ("one two", False)]) + "\n")
 
 
+def math_problems_seeds():
+    fixtures = ROOT / "tests" / "data" / "fixtures"
+    write("math_problems", "gsm8k", (fixtures / "gsm8k_problems.jsonl").read_bytes())
+    write("math_problems", "edges", "\n".join(json.dumps(p, ensure_ascii=a) for p, a in [
+        ({"question": "Pay $1,234.50?", "answer": "So $1,234.50.\n#### 1,234.5"}, True),
+        ({"question": "Two marks?", "answer": "#### 3\n#### -4.", "id": 2}, False),
+        ({"question": "caf\u00e9 Question: \u4f60", "answer": "#### \u0037"}, False)]) + "\n")
+
+
 def encode_seeds():
     write("encode", "english", "Hello, world! It's 2024: the <|endoftext|> token.\n\tTabs  and   spaces")
     write("encode", "multilingual",
@@ -422,6 +431,7 @@ def main():
     text_input_seeds()
     choice_questions_seeds()
     last_word_texts_seeds()
+    math_problems_seeds()
     encode_seeds()
     gpt2_bpe_seeds()
     token_shard_seeds()
