@@ -1,17 +1,21 @@
 # triad-eval on the simulated GPU (support/cuda_sim) against the CPU: the
 # same question, LAMBADA and text scores in f32 to rounding (and the same
-# LAMBADA words greedy), and in bf16 within half precision's error; and
+# LAMBADA words greedy, and the same GSM8K replies generated over the
+# device's key/value cache, in batches, to --gen-tokens: the tiny model
+# answers with spaces, so this checks the decoding runs and ends as the
+# CPU's, not what it writes), and in bf16 within half precision's error; and
 # questions that share a beginning (read once, its cache copied on the
 # device) in f32.
 # Variables: EVAL (triad-eval), SIM_EVAL (triad-eval-sim), RUN (a
 # triad-train output.dir), QUESTIONS (JSON lines), LAMBADA (JSON lines of
-# text), WORK.
+# text), PROBLEMS (GSM8K's JSON lines), WORK.
 include(${CMAKE_CURRENT_LIST_DIR}/eval_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 function(eval program name)
   execute_process(COMMAND ${program} --run ${RUN} --choices ${QUESTIONS} --text ${QUESTIONS}
-                          --lambada ${LAMBADA} --json --predictions ${WORK}/${name}.jsonl ${ARGN}
+                          --lambada ${LAMBADA} --gsm8k ${PROBLEMS} --gen-tokens 24 --json
+                          --predictions ${WORK}/${name}.jsonl ${ARGN}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "${program} ${ARGN} exited ${rc}: ${text}${err}")
@@ -33,7 +37,18 @@ foreach(dtype f32 bf16)
   # Each choice's score per token.
   file(STRINGS ${WORK}/cpu.jsonl cpu_rows)
   file(STRINGS ${WORK}/sim_${dtype}.jsonl sim_rows)
+  set(replies 0)
   foreach(row_a row_b IN ZIP_LISTS sim_rows cpu_rows)
+    string(JSON reply_b ERROR_VARIABLE no_reply GET "${row_b}" reply)
+    if(NOT no_reply)  # a GSM8K problem's reply
+      string(JSON reply_a GET "${row_a}" reply)
+      if(dtype STREQUAL f32 AND NOT reply_a STREQUAL reply_b)
+        message(FATAL_ERROR "f32 GSM8K reply '${reply_a}' on the simulated GPU, '${reply_b}' on "
+                            "the CPU: ${row_b}")
+      endif()
+      math(EXPR replies "${replies} + 1")
+      continue()
+    endif()
     string(JSON kind TYPE "${row_b}" nll)
     if(kind STREQUAL "NUMBER")  # a LAMBADA text's word
       string(JSON na GET "${row_a}" nll)
@@ -59,6 +74,9 @@ foreach(dtype f32 bf16)
       expect_within("${na}" "${nb}" ${row_tol} "${dtype} choice ${i} of ${row_b} (the simulated GPU, the CPU)")
     endforeach()
   endforeach()
+  if(NOT replies EQUAL 3)
+    message(FATAL_ERROR "${replies} GSM8K replies compared, the file has 3 problems")
+  endif()
 endforeach()
 
 # Questions whose contexts begin alike (a family: the beginning runs once
