@@ -466,7 +466,9 @@ int main(int argc, char** argv) {
                                                        {"strict_right", ok_strict},
                                                        {"flexible_right", ok_flexible},
                                                        {"tokens", out.size()}}
-                                    .dump()
+                                    // (A reply cut inside a character: U+FFFD in its place.)
+                                    .dump(-1, ' ', false,
+                                          nlohmann::ordered_json::error_handler_t::replace)
                              << "\n";
           }
         }

@@ -63,6 +63,19 @@ if(NOT reply STREQUAL "" OR NOT x STREQUAL "[invalid]")
   message(FATAL_ERROR "the reply cut at the stop string reads '${reply}' ('${x}')")
 endif()
 
+# A reply cut inside a character (the first byte of 你, 0xE4, and nothing
+# after it) is written to --predictions with U+FFFD in its place.
+run("making the model that writes 0xE4" ${PYTHON} ${SCRIPT} ${RUN}/model.safetensors
+    ${WORK}/e4.safetensors 228)
+run_for_stdout("a cut character" report ${EVAL} --config ${RUN}/config.yaml --weights
+               ${WORK}/e4.safetensors --gsm8k ${PROBLEMS} --gen-tokens 1 --predictions
+               ${WORK}/cut.jsonl)
+run_for_stdout("reading the cut character" reply ${PYTHON} -c
+               "print(ascii(__import__('json').loads(open('${WORK}/cut.jsonl').readline())['reply']))")
+if(NOT reply STREQUAL "'\\ufffd'\n")
+  message(FATAL_ERROR "the cut character was written as ${reply}")
+endif()
+
 # Bad options are named.
 function(expect_error label pattern)
   execute_process(COMMAND ${EVAL} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
