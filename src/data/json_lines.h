@@ -1,15 +1,18 @@
 #pragma once
 
 // JSON lines read an object at a time, for the evaluation files
-// (multiple_choice.cpp, last_word.cpp).
+// (multiple_choice.cpp, last_word.cpp, math_problems.cpp).
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <fstream>
 #include <istream>
+#include <memory>
 #include <string>
 
 #include "triad/core/error.h"
+#include "triad/data/text_input.h"
 
 namespace triad::data {
 
@@ -38,6 +41,19 @@ void read_json_objects(std::istream& in, const std::string& where, int64_t limit
     read(j, at);
     ++count;
   }
+}
+
+// Opens the evaluation file `path` (gzip and Zstandard too,
+// text_input.h) and returns read(stream, where), `where` naming the path
+// for the reader's errors; an IoError "cannot open <what> '<path>'" when it
+// cannot be opened.
+template <class Read>
+auto read_json_lines_file(const std::string& path, const std::string& what, Read read) {
+  if (!std::ifstream(path, std::ios::binary)) {
+    throw IoError("cannot open " + what + " '" + path + "'");
+  }
+  const std::unique_ptr<std::istream> in = open_text_input(path);
+  return read(*in, "'" + path + "'");
 }
 
 }  // namespace triad::data

@@ -1,11 +1,9 @@
 #include "triad/data/last_word.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "json_lines.h"
 #include "triad/core/error.h"
-#include "triad/data/text_input.h"
 
 namespace triad::data {
 
@@ -31,11 +29,10 @@ std::vector<LastWordText> read_last_word_texts(std::istream& in, const std::stri
 }
 
 std::vector<LastWordText> read_last_word_texts(const std::string& path, int64_t limit) {
-  if (!std::ifstream(path, std::ios::binary)) {
-    throw IoError("cannot open last-word texts '" + path + "'");
-  }
-  const std::unique_ptr<std::istream> in = open_text_input(path);
-  return read_last_word_texts(*in, "'" + path + "'", limit);
+  return read_json_lines_file(path, "last-word texts",
+                              [&](std::istream& in, const std::string& where) {
+                                return read_last_word_texts(in, where, limit);
+                              });
 }
 
 }  // namespace triad::data

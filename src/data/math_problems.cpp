@@ -1,11 +1,9 @@
 #include "triad/data/math_problems.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "json_lines.h"
 #include "triad/core/error.h"
-#include "triad/data/text_input.h"
 
 namespace triad::data {
 
@@ -31,11 +29,10 @@ std::vector<MathProblem> read_math_problems(std::istream& in, const std::string&
 }
 
 std::vector<MathProblem> read_math_problems(const std::string& path, int64_t limit) {
-  if (!std::ifstream(path, std::ios::binary)) {
-    throw IoError("cannot open math problems '" + path + "'");
-  }
-  const std::unique_ptr<std::istream> in = open_text_input(path);
-  return read_math_problems(*in, "'" + path + "'", limit);
+  return read_json_lines_file(path, "math problems",
+                              [&](std::istream& in, const std::string& where) {
+                                return read_math_problems(in, where, limit);
+                              });
 }
 
 std::string math_prompt(const MathProblem& problem, const std::vector<MathProblem>& shots) {

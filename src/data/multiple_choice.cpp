@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "ascii_space.h"
 #include "json_lines.h"
 #include "triad/core/error.h"
-#include "triad/data/text_input.h"
 #include "unicode_classes.h"
 #include "utf8.h"
 
@@ -366,11 +364,10 @@ std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::s
 
 std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit,
                                                   HellaSwagPrompt hellaswag) {
-  if (!std::ifstream(path, std::ios::binary)) {
-    throw IoError("cannot open multiple-choice questions '" + path + "'");
-  }
-  const std::unique_ptr<std::istream> in = open_text_input(path);  // (.gz, .zst too)
-  return read_choice_questions(*in, "'" + path + "'", limit, hellaswag);
+  return read_json_lines_file(path, "multiple-choice questions",
+                              [&](std::istream& in, const std::string& where) {
+                                return read_choice_questions(in, where, limit, hellaswag);
+                              });
 }
 
 void add_examples(std::vector<ChoiceQuestion>& questions,
