@@ -34,8 +34,8 @@
 #include "triad/data/text_input.h"
 #include "triad/data/tokenizer.h"
 #include "triad/nn/evaluate.h"
-#include "triad/nn/generate.h"
 #include "triad/train/config.h"
+#include "triad/train/gsm8k_eval.h"
 
 #include "cli_checks.h"
 #include "model_source.h"
@@ -408,94 +408,60 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    // GSM8K: each problem's prompt continued greedily (the last seq_len -
-    // gen_tokens tokens of it kept, as lm-evaluation-harness truncates),
-    // cut at the first stop string, and its number taken out two ways.
+    // GSM8K: each problem's prompt continued greedily (train::answer_gsm8k)
+    // and its number taken out two ways.
+    triad::train::Gsm8kOptions gsm8k;
+    gsm8k.gen_tokens = gen_tokens;
+    gsm8k.batch = batch;
+    gsm8k.stops = stops;
+    gsm8k.bos = bos;
+    gsm8k.eod_token = config.model.eod_token;
     for (size_t s = 0; s < gsm8k_sets.size(); ++s) {
       const auto& set = gsm8k_sets[s];
       const std::string& name = gsm8k_files[s];
-      triad::nn::SamplingOptions o;
-      o.max_new_tokens = gen_tokens;
-      o.temperature = 0;
-      o.vocab_limit = std::min<int64_t>(tok->vocab_size(), model_cfg.vocab_size);
-      for (const int32_t id : tok->missing_ids()) o.suppress_tokens.push_back(id);
-      if (config.model.eod_token >= 0) o.stop_tokens.push_back(config.model.eod_token);
-      const int64_t keep = model_cfg.seq_len - gen_tokens;
-      int64_t right_strict = 0, right_flexible = 0, truncated = 0, generated = 0;
       auto last_report = Clock::now();
-      for (size_t first = 0; first < set.size(); first += static_cast<size_t>(batch)) {
-        const size_t last = std::min(set.size(), first + static_cast<size_t>(batch));
-        std::vector<std::vector<int64_t>> prompts;
-        for (size_t i = first; i < last; ++i) {
-          std::vector<int64_t> ids = bos;
-          for (const int32_t id : tok->encode(gsm8k_prompts[s][i])) ids.push_back(id);
-          if (static_cast<int64_t>(ids.size()) > keep) {
-            ids.erase(ids.begin(), ids.end() - keep);
-            ++truncated;
-          }
-          prompts.push_back(std::move(ids));
-        }
-        auto text_of = [&](const std::vector<int64_t>& out) {
-          std::vector<int32_t> ids;
-          for (const int64_t id : out) {
-            if (!o.is_stop(id)) ids.push_back(static_cast<int32_t>(id));
-          }
-          return tok->decode(ids);
-        };
-        const auto outs = triad::nn::generate_batch(
-            model, prompts, o, [&](size_t, const std::vector<int64_t>& out) {
-              const std::string text = text_of(out);
-              return triad::data::cut_at_stops(text, stops).size() < text.size();
-            });
-        for (size_t i = first; i < last; ++i) {
-          const std::vector<int64_t>& out = outs[i - first];
-          generated += static_cast<int64_t>(out.size());
-          const std::string reply = triad::data::cut_at_stops(text_of(out), stops);
-          const std::string strict = triad::data::strict_answer(reply);
-          const std::string flexible = triad::data::flexible_answer(reply);
-          const bool ok_strict = triad::data::answer_matches(strict, set[i]);
-          const bool ok_flexible = triad::data::answer_matches(flexible, set[i]);
-          right_strict += ok_strict;
-          right_flexible += ok_flexible;
-          if (predictions_out) {
-            *predictions_out << nlohmann::ordered_json{{"file", name},
-                                                       {"index", i},
-                                                       {"reply", reply},
-                                                       {"strict", strict},
-                                                       {"flexible", flexible},
-                                                       {"strict_right", ok_strict},
-                                                       {"flexible_right", ok_flexible},
-                                                       {"tokens", out.size()}}
-                                    // (A reply cut inside a character: U+FFFD in its place.)
-                                    .dump(-1, ' ', false,
-                                          nlohmann::ordered_json::error_handler_t::replace)
-                             << "\n";
-          }
-        }
-        if (std::chrono::duration<double>(Clock::now() - last_report).count() > 10 &&
-            last < set.size()) {
-          spdlog::info("{}: {}/{} problems, flexible exact match so far {:.4f}", name, last,
-                       set.size(), static_cast<double>(right_flexible) / last);
-          last_report = Clock::now();
+      const triad::train::Gsm8kResult r = triad::train::answer_gsm8k(
+          model, *tok, set, gsm8k_prompts[s], gsm8k, [&](const triad::train::Gsm8kResult& so_far) {
+            if (std::chrono::duration<double>(Clock::now() - last_report).count() > 10 &&
+                so_far.replies.size() < set.size()) {
+              spdlog::info("{}: {}/{} problems, flexible exact match so far {:.4f}", name,
+                           so_far.replies.size(), set.size(), so_far.exact_match_flexible());
+              last_report = Clock::now();
+            }
+          });
+      if (predictions_out) {
+        for (size_t i = 0; i < r.replies.size(); ++i) {
+          const auto& x = r.replies[i];
+          *predictions_out << nlohmann::ordered_json{{"file", name},
+                                                     {"index", i},
+                                                     {"reply", x.reply},
+                                                     {"strict", x.strict},
+                                                     {"flexible", x.flexible},
+                                                     {"strict_right", x.strict_right},
+                                                     {"flexible_right", x.flexible_right},
+                                                     {"tokens", x.tokens}}
+                                  // (A reply cut inside a character: U+FFFD in its place.)
+                                  .dump(-1, ' ', false,
+                                        nlohmann::ordered_json::error_handler_t::replace)
+                           << "\n";
         }
       }
-      if (truncated > 0) {
+      if (r.truncated > 0) {
         spdlog::warn(
             "{}: {} of {} prompts were longer than seq_len - --gen-tokens ({}) and kept "
             "only their last tokens",
-            name, truncated, set.size(), keep);
+            name, r.truncated, set.size(), model_cfg.seq_len - gen_tokens);
       }
-      const auto n = static_cast<double>(set.size());
       report["gsm8k"][name] = {{"problems", set.size()},
                                {"fewshot", fewshot},
-                               {"exact_match_strict", right_strict / n},
-                               {"exact_match_flexible", right_flexible / n},
-                               {"truncated_prompts", truncated},
-                               {"generated_tokens", generated}};
+                               {"exact_match_strict", r.exact_match_strict()},
+                               {"exact_match_flexible", r.exact_match_flexible()},
+                               {"truncated_prompts", r.truncated},
+                               {"generated_tokens", r.generated_tokens()}};
       if (!json) {
         std::printf("%s: %zu problems, %lld-shot | exact match strict %.4f | flexible %.4f\n",
-                    name.c_str(), set.size(), static_cast<long long>(fewshot), right_strict / n,
-                    right_flexible / n);
+                    name.c_str(), set.size(), static_cast<long long>(fewshot),
+                    r.exact_match_strict(), r.exact_match_flexible());
         std::fflush(stdout);
       }
     }
