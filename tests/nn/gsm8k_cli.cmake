@@ -77,14 +77,10 @@ if(NOT reply STREQUAL "'\\ufffd'\n")
 endif()
 
 # Bad options are named.
-function(expect_error label pattern)
-  execute_process(COMMAND ${EVAL} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(rc EQUAL 0 OR NOT err MATCHES "${pattern}")
-    message(FATAL_ERROR "${label}: expected an error matching '${pattern}', got ${rc}:\n${out}${err}")
-  endif()
-endfunction()
-expect_error(fewshot "3 few-shot examples asked for, but only 2 other problem" ${model} --fewshot 3)
-expect_error(gen_tokens "--gen-tokens 128 must be below the model's seq_len [(]128[)]" ${model}
-             --gen-tokens 128)
-expect_error(fewshot_from "--gsm8k-fewshot-from needs --gsm8k" --config ${RUN}/config.yaml
-             --weights ${WORK}/seven.safetensors --text ${PROBLEMS} --gsm8k-fewshot-from ${PROBLEMS})
+run_expecting_error(fewshot "3 few-shot examples asked for, but only 2 other problem" ${EVAL}
+                    ${model} --fewshot 3)
+run_expecting_error(gen_tokens "--gen-tokens 128 must be below the model's seq_len [(]128[)]"
+                    ${EVAL} ${model} --gen-tokens 128)
+run_expecting_error(fewshot_from "--gsm8k-fewshot-from needs --gsm8k" ${EVAL} --config
+                    ${RUN}/config.yaml --weights ${WORK}/seven.safetensors --text ${PROBLEMS}
+                    --gsm8k-fewshot-from ${PROBLEMS})

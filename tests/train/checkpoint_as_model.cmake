@@ -69,10 +69,7 @@ expect_init_from_checkpoint("one process" ${WORK}/ck ${WORK}/run/model.safetenso
                             --set train.steps=3)
 # Refusals.
 function(refused what expected)
-  execute_process(COMMAND ${EXPORT} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-  if(rc EQUAL 0 OR NOT out MATCHES "${expected}")
-    message(FATAL_ERROR "${what}: expected an error saying '${expected}', got (${rc}):\n${out}")
-  endif()
+  run_expecting_error("${what}" "${expected}" ${EXPORT} ${ARGN})
 endfunction()
 refused("a run directory" "neither a checkpoint .a step_<N> directory with manifest.json., a checkpoint.dir"
         --checkpoint ${WORK}/run --output ${WORK}/never)

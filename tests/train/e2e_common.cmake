@@ -10,6 +10,15 @@ function(run name)
   set(run_output "${out}" PARENT_SCOPE)
 endfunction()
 
+# Runs a command that must fail with output (stdout and stderr together)
+# matching `pattern`; anything else stops the script, naming `name`.
+function(run_expecting_error name pattern)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(rc EQUAL 0 OR NOT out MATCHES "${pattern}")
+    message(FATAL_ERROR "${name}: expected an error saying '${pattern}', got (${rc}):\n${out}")
+  endif()
+endfunction()
+
 # Runs a command whose stdout is its result: a failure stops the script with
 # its output and errors; stdout alone goes to `outvar` (stderr, where the
 # programs log, kept apart).
