@@ -10,6 +10,7 @@ from the characters these patterns turn on, "#### " often among them.
 usage: gsm8k_answers_reference.py OUT.json
 """
 import json
+import os
 import random
 import re
 import sys
@@ -46,6 +47,7 @@ def main():
             reply = reply.replace("#", "#### ", 1)
         cases.append({"reply": reply, "strict": extract(STRICT, reply, 0),
                       "flexible": extract(FLEXIBLE, reply, -1), "normalized": normalize(reply)})
+    os.makedirs(os.path.dirname(os.path.abspath(sys.argv[1])), exist_ok=True)
     with open(sys.argv[1], "w") as f:
         json.dump(cases, f)
 
