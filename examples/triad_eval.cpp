@@ -202,12 +202,15 @@ int main(int argc, char** argv) {
     if (!gsm8k_fewshot_from.empty())
       gsm8k_pool = triad::data::read_math_problems(gsm8k_fewshot_from);
     for (const auto& f : gsm8k_files) {
-      gsm8k_sets.push_back(triad::data::read_math_problems(f, limit));
+      // Examples from the file itself may lie past --limit: then the whole
+      // file is read once and the problems asked are its first --limit.
+      const bool own_shots = gsm8k_pool.empty() && fewshot > 0;
+      const auto own = triad::data::read_math_problems(f, own_shots ? 0 : limit);
+      auto& set = gsm8k_sets.emplace_back(own.begin(),
+                                          limit > 0 && static_cast<size_t>(limit) < own.size()
+                                              ? own.begin() + static_cast<std::ptrdiff_t>(limit)
+                                              : own.end());
       auto& prompts = gsm8k_prompts.emplace_back();
-      const auto& set = gsm8k_sets.back();
-      // (Examples from the file itself: its first problems, read past --limit.)
-      const auto own = gsm8k_pool.empty() && fewshot > 0 ? triad::data::read_math_problems(f)
-                                                         : std::vector<triad::data::MathProblem>{};
       for (size_t i = 0; i < set.size(); ++i) {
         const auto shots =
             gsm8k_pool.empty()

@@ -53,6 +53,15 @@ endif()
 # nothing a constant reply depends on.
 expect(batched 0 0.666666 3 --gen-tokens 1 --batch 1 --fewshot 2)
 expect(four_tokens 0 0 12 --gen-tokens 4)
+# --limit 1 asks one problem, its two examples taken from past the limit.
+run_for_stdout("limit with shots" limited ${EVAL} ${model} --json --gen-tokens 1 --limit 1
+               --fewshot 2)
+string(JSON n GET "${limited}" gsm8k ${PROBLEMS} problems)
+string(JSON f GET "${limited}" gsm8k ${PROBLEMS} exact_match_flexible)
+if(NOT n EQUAL 1)
+  message(FATAL_ERROR "--limit 1 --fewshot 2 asked ${n} problems: ${limited}")
+endif()
+expect_within("${f}" "1" 1 "--limit 1: the first problem's answer is 7")
 # "77" ends generation after two tokens, and the reply before it is empty.
 expect(stopped 0 0 6 --gen-tokens 10 --stop 77)
 file(STRINGS ${WORK}/p.jsonl rows)
