@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "triad/core/error.h"
 #include "triad/data/last_word.h"
@@ -74,9 +75,9 @@ int main(int argc, char** argv) {
                  "lm-evaluation-harness's gsm8k task scores it; repeatable");
   std::string gsm8k_fewshot_from;
   app.add_option("--gsm8k-fewshot-from", gsm8k_fewshot_from,
-                 "take --gsm8k's few-shot examples from this file (its first N; GSM8K's "
-                 "train.jsonl, where lm-evaluation-harness draws them) instead of the first N "
-                 "other problems of each --gsm8k file");
+                 "take --gsm8k's few-shot examples from this file (its first N, or drawn with "
+                 "--fewshot-seed; GSM8K's train.jsonl, where lm-evaluation-harness draws them) "
+                 "instead of the other problems of each --gsm8k file");
   int64_t gen_tokens = 256;
   app.add_option("--gen-tokens", gen_tokens,
                  "--gsm8k: the most tokens generated for a problem (lm-evaluation-harness's "
@@ -102,7 +103,8 @@ int main(int argc, char** argv) {
   app.add_option("--fewshot", fewshot,
                  "ask each question after N solved examples (lm-evaluation-harness's few-shot "
                  "prompt): the first N other questions of its file, of its subject where it "
-                 "names one (MMLU); for --gsm8k, lm-evaluation-harness asks after 5")
+                 "names one (MMLU), or drawn with --fewshot-seed; for --gsm8k, "
+                 "lm-evaluation-harness asks after 5")
       ->capture_default_str();
   std::string hellaswag_prompt = "llmc";
   app.add_option("--hellaswag-prompt", hellaswag_prompt,
@@ -115,6 +117,12 @@ int main(int argc, char** argv) {
   app.add_option("--fewshot-from", fewshot_files,
                  "take --fewshot's examples from this file instead (a dev or train split; one "
                  "per --choices file, in their order)");
+  int64_t fewshot_seed = -1;
+  app.add_option("--fewshot-seed", fewshot_seed,
+                 "draw each question's --fewshot examples at random, as lm-evaluation-harness "
+                 "draws them with its fewshot seed (1234 by default there): Python's "
+                 "random.Random(SEED), one draw per question in file order (MMLU's still the "
+                 "first of its subject, as the harness takes them)");
   int64_t stride = 0;
   app.add_option("--stride", stride,
                  "--text: tokens scored per window, each after the text before it (default: "
@@ -157,6 +165,15 @@ int main(int argc, char** argv) {
     if (fewshot < 0) {
       throw triad::ValueError("--fewshot " + std::to_string(fewshot) + " must be >= 0");
     }
+    if (fewshot_seed < -1) {
+      throw triad::ValueError("--fewshot-seed " + std::to_string(fewshot_seed) + " must be >= 0");
+    }
+    if (fewshot_seed >= 0 && fewshot == 0) {
+      throw triad::ValueError("--fewshot-seed needs --fewshot N (how many examples to draw)");
+    }
+    const std::optional<uint64_t> draw_seed =
+        fewshot_seed >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(fewshot_seed))
+                          : std::nullopt;
     const triad::train::Config config = source.resolve();
     triad::nn::GptConfig model_cfg = config.model;
     model_cfg.dropout = 0;
@@ -188,7 +205,7 @@ int main(int argc, char** argv) {
         const std::string& from = own ? f : fewshot_files[s];
         triad::data::add_examples(question_sets.back(),
                                   triad::data::read_choice_questions(from, 0, hellaswag), fewshot,
-                                  separator, own, "--choices '" + f + "'");
+                                  separator, own, "--choices '" + f + "'", draw_seed);
       }
     }
     std::vector<std::vector<triad::data::LastWordText>> lambada_sets;
@@ -211,14 +228,22 @@ int main(int argc, char** argv) {
                                               ? own.begin() + static_cast<std::ptrdiff_t>(limit)
                                               : own.end());
       auto& prompts = gsm8k_prompts.emplace_back();
-      for (size_t i = 0; i < set.size(); ++i) {
-        const auto shots =
-            gsm8k_pool.empty()
-                ? triad::data::first_shots(own, fewshot, static_cast<int64_t>(i),
-                                           "--gsm8k '" + f + "'")
-                : triad::data::first_shots(gsm8k_pool, fewshot, -1,
-                                           "--gsm8k-fewshot-from '" + gsm8k_fewshot_from + "'");
-        prompts.push_back(triad::data::math_prompt(set[i], shots));
+      const std::string pool_name = gsm8k_pool.empty()
+                                        ? "--gsm8k '" + f + "'"
+                                        : "--gsm8k-fewshot-from '" + gsm8k_fewshot_from + "'";
+      const auto& pool = gsm8k_pool.empty() ? own : gsm8k_pool;
+      if (draw_seed) {
+        // (A fresh generator per file: each is a task of its own to the harness.)
+        const auto drawn =
+            triad::data::drawn_shots(set, pool, fewshot, gsm8k_pool.empty(), *draw_seed, pool_name);
+        for (size_t i = 0; i < set.size(); ++i)
+          prompts.push_back(triad::data::math_prompt(set[i], drawn[i]));
+      } else {
+        for (size_t i = 0; i < set.size(); ++i) {
+          const auto shots = triad::data::first_shots(
+              pool, fewshot, gsm8k_pool.empty() ? static_cast<int64_t>(i) : -1, pool_name);
+          prompts.push_back(triad::data::math_prompt(set[i], shots));
+        }
       }
     }
     if (!gsm8k_files.empty() && gen_tokens >= model_cfg.seq_len) {
@@ -437,6 +462,7 @@ int main(int argc, char** argv) {
           const auto& x = r.replies[i];
           *predictions_out << nlohmann::ordered_json{{"file", name},
                                                      {"index", i},
+                                                     {"prompt", gsm8k_prompts[s][i]},
                                                      {"reply", x.reply},
                                                      {"strict", x.strict},
                                                      {"flexible", x.flexible},
@@ -461,6 +487,7 @@ int main(int argc, char** argv) {
                                {"exact_match_flexible", r.exact_match_flexible()},
                                {"truncated_prompts", r.truncated},
                                {"generated_tokens", r.generated_tokens()}};
+      if (draw_seed) report["gsm8k"][name]["fewshot_seed"] = *draw_seed;
       if (!json) {
         std::printf("%s: %zu problems, %lld-shot | exact match strict %.4f | flexible %.4f\n",
                     name.c_str(), set.size(), static_cast<long long>(fewshot),

@@ -4,6 +4,7 @@
 
 #include "json_lines.h"
 #include "triad/core/error.h"
+#include "triad/data/fewshot_sampler.h"
 
 namespace triad::data {
 
@@ -52,6 +53,27 @@ std::vector<MathProblem> first_shots(const std::vector<MathProblem>& pool, int64
   if (static_cast<int64_t>(out.size()) < n) {
     throw ValueError(what + ": " + std::to_string(n) + " few-shot examples asked for, but only " +
                      std::to_string(out.size()) + " other problem(s) to take them from");
+  }
+  return out;
+}
+
+std::vector<std::vector<MathProblem>> drawn_shots(const std::vector<MathProblem>& problems,
+                                                  const std::vector<MathProblem>& pool, int64_t n,
+                                                  bool same_file, uint64_t seed,
+                                                  const std::string& what) {
+  if (n < 0) throw ValueError(what + ": the few-shot count " + std::to_string(n) + " must be >= 0");
+  FewshotDraw draw(seed, pool.size(), what);
+  std::vector<std::vector<MathProblem>> out;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const MathProblem& p = problems[i];
+    auto& shots = out.emplace_back();
+    // (A problem's JSON holds its question and answer alone: equal problems
+    // are equal documents to the harness.)
+    for (const size_t k : draw.next(n, same_file, [&](size_t k) {
+           return pool[k].question == p.question && pool[k].answer == p.answer;
+         })) {
+      shots.push_back(pool[k]);
+    }
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include "ascii_space.h"
 #include "json_lines.h"
 #include "triad/core/error.h"
+#include "triad/data/fewshot_sampler.h"
 #include "unicode_classes.h"
 #include "utf8.h"
 
@@ -78,6 +79,7 @@ ChoiceQuestion winogrande_question(const nlohmann::json& j, const std::string& a
     throw ValueError(at + ": nothing follows the sentence's blank, so there is nothing to score");
   }
   ChoiceQuestion q;
+  q.draws_one_more = true;
   for (const char* key : {"option1", "option2"}) {
     q.contexts.push_back(sentence.substr(0, blank) + text_field(j, key, at, "a WinoGrande option"));
     q.choices.push_back(rest);
@@ -178,6 +180,7 @@ ChoiceQuestion openbookqa_question(const nlohmann::json& j, const std::string& a
 
 ChoiceQuestion piqa_question(const nlohmann::json& j, const std::string& at) {
   ChoiceQuestion q;
+  q.draws_one_more = true;
   q.context = "Question: " + text_field(j, "goal", at, "PIQA's") + "\nAnswer:";
   for (const char* key : {"sol1", "sol2"}) q.choices.push_back(text_field(j, key, at, "PIQA's"));
   q.answer = answer_index(field(j, {"label"}), 2, 0, at);
@@ -213,6 +216,7 @@ ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
 // copy labels it (0 or 1), Google's answers true or false.
 ChoiceQuestion boolq_question(const nlohmann::json& j, const std::string& at) {
   ChoiceQuestion q;
+  q.draws_one_more = true;
   q.context = text_field(j, "passage", at, "BoolQ's") +
               "\nQuestion: " + text_field(j, "question", at, "BoolQ's") + "?\nAnswer:";
   q.choices = {"no", "yes"};
@@ -228,6 +232,7 @@ ChoiceQuestion boolq_question(const nlohmann::json& j, const std::string& at) {
 // counted from 1.
 ChoiceQuestion siqa_question(const nlohmann::json& j, const std::string& at) {
   ChoiceQuestion q;
+  q.draws_one_more = true;
   q.context = "Q: " + text_field(j, "context", at, "Social IQa's") + " " +
               text_field(j, "question", at, "Social IQa's") + "\nA:";
   for (const char* key : {"answerA", "answerB", "answerC"})
@@ -277,6 +282,7 @@ std::string capitalize(std::string s) {
 // HellaSwag's line as lm-evaluation-harness asks it.
 ChoiceQuestion harness_hellaswag_question(const nlohmann::json& j, const std::string& at) {
   ChoiceQuestion q;
+  q.draws_one_more = true;
   const auto part = [&](const char* key) {
     const auto it = j.find(key);
     if (it == j.end() || !it->is_string()) {
@@ -307,6 +313,7 @@ ChoiceQuestion plain_question(const nlohmann::json& j, const std::string& at) {
     throw ValueError(at + " has no string \"ctx\" or \"context\" (the text before the choices)");
   }
   q.context = context->get<std::string>();
+  q.draws_one_more = j.contains("ctx") || j.contains("endings");  // HellaSwag's
   const nlohmann::json* choices = field(j, {"endings", "choices"});
   if (!choices || !choices->is_array()) {
     throw ValueError(at + " has no list \"endings\" or \"choices\"");
@@ -321,8 +328,8 @@ ChoiceQuestion plain_question(const nlohmann::json& j, const std::string& at) {
 }
 
 // A line's question, its form told by its fields.
-ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at,
-                           HellaSwagPrompt hellaswag) {
+ChoiceQuestion form_question(const nlohmann::json& j, const std::string& at,
+                             HellaSwagPrompt hellaswag) {
   if (hellaswag == HellaSwagPrompt::Harness && j.contains("ctx_a") && j.contains("endings")) {
     return harness_hellaswag_question(j, at);
   }
@@ -340,6 +347,22 @@ ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at,
     return j["choices"].is_object() ? arc_question(j, at) : mmlu_question(j, at);
   }
   return plain_question(j, at);
+}
+
+// FNV-1a over the bytes.
+uint64_t digest(const std::string& bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (const char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+
+ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at,
+                           HellaSwagPrompt hellaswag) {
+  ChoiceQuestion q = form_question(j, at, hellaswag);
+  // (The object's keys in sorted order: two lines alike as Python's dict
+  // equality sees them hash alike whatever their key order.)
+  q.line_digest = digest(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return q;
 }
 
 }  // namespace
@@ -372,21 +395,38 @@ std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64
 
 void add_examples(std::vector<ChoiceQuestion>& questions,
                   const std::vector<ChoiceQuestion>& examples, int64_t shots,
-                  const std::string& separator, bool same_file, const std::string& where) {
+                  const std::string& separator, bool same_file, const std::string& where,
+                  std::optional<uint64_t> draw_seed) {
   if (shots < 0) {
     throw ValueError(where + ": few-shot examples (" + std::to_string(shots) + ") must be >= 0");
   }
   if (shots == 0) return;
+  std::optional<FewshotDraw> draw;
+  if (draw_seed) draw.emplace(*draw_seed, examples.size(), where);
+  const auto example = [&](size_t k) {
+    const ChoiceQuestion& e = examples[k];
+    const auto right = static_cast<size_t>(e.answer);
+    const std::string& context = e.contexts.empty() ? e.context : e.contexts[right];
+    return context + separator + e.choices[right] + "\n\n";
+  };
   for (size_t i = 0; i < questions.size(); ++i) {
     ChoiceQuestion& q = questions[i];
     std::string prefix;
     int64_t taken = 0;
+    if (draw && q.group.empty()) {
+      // (What the harness shows: one example fewer where a draw that is
+      // the question went without a spare.)
+      for (const size_t k : draw->next(shots, same_file || q.draws_one_more, [&](size_t k) {
+             return (same_file && k == i) || examples[k].line_digest == q.line_digest;
+           })) {
+        prefix += example(k);
+      }
+      taken = shots;
+    }
     for (size_t k = 0; k < examples.size() && taken < shots; ++k) {
       const ChoiceQuestion& e = examples[k];
       if ((same_file && k == i) || (!q.group.empty() && e.group != q.group)) continue;
-      const auto right = static_cast<size_t>(e.answer);
-      const std::string& context = e.contexts.empty() ? e.context : e.contexts[right];
-      prefix += context + separator + e.choices[right] + "\n\n";
+      prefix += example(k);
       ++taken;
     }
     if (taken < shots) {

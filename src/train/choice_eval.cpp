@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "triad/core/error.h"
 #include "triad/data/multiple_choice.h"
@@ -25,9 +26,14 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
     const data::HellaSwagPrompt hellaswag = data::hellaswag_prompt_from_string(e.hellaswag_prompt);
     all = data::read_choice_questions(set.path, e.choices_limit, hellaswag);
     if (e.choices_fewshot > 0) {
-      // Examples from the same file, each question's own left out.
-      data::add_examples(all, data::read_choice_questions(set.path, 0, hellaswag),
-                         e.choices_fewshot, " ", true, "'" + set.path + "'");
+      // Examples from the same file, each question's own left out (the
+      // first, or drawn as lm-evaluation-harness draws them).
+      data::add_examples(
+          all, data::read_choice_questions(set.path, 0, hellaswag), e.choices_fewshot, " ", true,
+          "'" + set.path + "'",
+          e.choices_fewshot_seed >= 0
+              ? std::optional<uint64_t>(static_cast<uint64_t>(e.choices_fewshot_seed))
+              : std::nullopt);
     }
   } catch (const Error& err) {
     throw ConfigError(key + ": " + err.what());

@@ -745,6 +745,11 @@ void validate(const Config& c, bool min_lr_given) {
         "eval.choices_fewshot only says how eval.choices are asked: set eval.choices "
         "(multiple-choice questions) or drop it");
   }
+  if (c.eval.choices_fewshot == 0 && c.eval.choices_fewshot_seed >= 0) {
+    throw ConfigError("eval.choices_fewshot_seed (" + std::to_string(c.eval.choices_fewshot_seed) +
+                      ") draws eval.choices_fewshot's examples: set eval.choices_fewshot (how "
+                      "many) or drop it");
+  }
   if (c.eval.lambada.empty() && c.eval.lambada_limit > 0) {
     throw ConfigError(
         "eval.lambada_limit only says how much of eval.lambada is read: set eval.lambada "
@@ -1643,6 +1648,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { c.eval.choices_limit = non_negative(v, k); }}},
       {"choices_fewshot",
        {false, [&](auto& v, auto& k) { c.eval.choices_fewshot = non_negative(v, k); }}},
+      {"choices_fewshot_seed",
+       {false, [&](auto& v, auto& k) { c.eval.choices_fewshot_seed = non_negative(v, k); }}},
       {"hellaswag_prompt",
        {false,
         [&](auto& v, auto& k) {
@@ -2456,6 +2463,9 @@ std::string to_yaml(const Config& c) {
       emit_named_paths(e, "choices", c.eval.choices);
       e << YAML::Key << "choices_limit" << YAML::Value << c.eval.choices_limit;
       e << YAML::Key << "choices_fewshot" << YAML::Value << c.eval.choices_fewshot;
+      if (c.eval.choices_fewshot_seed >= 0) {
+        e << YAML::Key << "choices_fewshot_seed" << YAML::Value << c.eval.choices_fewshot_seed;
+      }
       e << YAML::Key << "hellaswag_prompt" << YAML::Value << c.eval.hellaswag_prompt;
     }
     if (!c.eval.lambada.empty()) {

@@ -75,6 +75,40 @@ TEST(MathProblems, FirstShotsSkipTheProblemAsked) {
   expect_error([&] { first_shots(pool, -1, -1, "w"); }, {"the few-shot count -1 must be >= 0"});
 }
 
+// GSM8K's examples drawn as lm-evaluation-harness draws them; expected:
+// CPython's random.Random(1234).sample, call after call.
+TEST(MathProblems, DrawnShotsAreTheHarnesss) {
+  std::vector<MathProblem> pool;
+  for (int k = 0; k < 8; ++k)
+    pool.push_back({"q" + std::to_string(k), "#### " + std::to_string(k)});
+  const auto names = [](const std::vector<MathProblem>& v) {
+    std::string s;
+    for (const auto& p : v) s += p.question;
+    return s;
+  };
+  // From train: 2 per problem ([7, 0], [0, 7], [0, 5]).
+  const std::vector<MathProblem> test{{"t0", "#### 1"}, {"t1", "#### 1"}, {"t2", "#### 1"}};
+  auto d = drawn_shots(test, pool, 2, false, 1234, "train");
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(names(d[0]), "q7q0");
+  EXPECT_EQ(names(d[1]), "q0q7");
+  EXPECT_EQ(names(d[2]), "q0q5");
+  // From the file itself: 3 drawn, the problem asked dropped ([7, 0, 6],
+  // [1, 6, 4], [0, 5, 6]).
+  const std::vector<MathProblem> first3(pool.begin(), pool.begin() + 3);
+  d = drawn_shots(first3, pool, 2, true, 1234, "own");
+  EXPECT_EQ(names(d[0]), "q7q6");
+  EXPECT_EQ(names(d[1]), "q6q4");
+  EXPECT_EQ(names(d[2]), "q0q5");
+  // A train problem equal to the one asked is dropped too (one fewer shown).
+  d = drawn_shots({pool[7]}, pool, 2, false, 1234, "train");
+  EXPECT_EQ(names(d[0]), "q0");
+  EXPECT_TRUE(drawn_shots(test, pool, 0, false, 1234, "train")[0].empty());
+  expect_error([&] { drawn_shots(test, pool, 8, true, 1234, "--gsm8k 'g.jsonl'"); },
+               {"--gsm8k 'g.jsonl': question 1 draws 9", "8 and one to spare", "from 8"});
+  expect_error([&] { drawn_shots(test, pool, -2, false, 1, "w"); }, {"-2 must be >= 0"});
+}
+
 TEST(MathProblems, GenerationIsCutAtTheFirstStop) {
   const std::vector<std::string> stops{"Question:", "</s>", ""};
   EXPECT_EQ(cut_at_stops(" 5 + 2 = 7\n#### 7\n\nQuestion: next", stops), " 5 + 2 = 7\n#### 7\n\n");

@@ -179,6 +179,89 @@ TEST(ChoiceQuestions, FewShotExamplesGoBeforeTheContext) {
                 "subject only)"});
 }
 
+// Examples drawn as lm-evaluation-harness draws them (--fewshot-seed): the
+// expected indices are CPython's random.Random(seed).sample, call after
+// call, as the harness's ContextSampler makes them.
+TEST(ChoiceQuestions, DrawnExamplesAreTheHarnesss) {
+  std::string train;
+  for (int k = 0; k < 30; ++k) {
+    train += R"({"context": "c)" + std::to_string(k) + R"(=", "choices": ["x", "y)" +
+             std::to_string(k) + R"("], "answer": 1})" + "\n";
+  }
+  const auto shown = [](const std::vector<int>& ks) {
+    std::string s;
+    for (const int k : ks) s += "c" + std::to_string(k) + "= y" + std::to_string(k) + "\n\n";
+    return s;
+  };
+  // A task with a test split: 2 drawn per question (Random(1234): [24, 14],
+  // [3, 0], [2, 29]).
+  auto plain = read(R"({"context": "t0=", "choices": ["a", "b"], "answer": 0})"
+                    "\n"
+                    R"({"context": "t1=", "choices": ["a", "b"], "answer": 0})"
+                    "\n"
+                    R"({"context": "t2=", "choices": ["a", "b"], "answer": 0})");
+  add_examples(plain, read(train), 2, " ", false, "test.jsonl", 1234);
+  EXPECT_EQ(plain[0].context, shown({24, 14}) + "t0=");
+  EXPECT_EQ(plain[1].context, shown({3, 0}) + "t1=");
+  EXPECT_EQ(plain[2].context, shown({2, 29}) + "t2=");
+  // HellaSwag names no test split: 3 drawn for 2 shown ([24, 14, 3],
+  // [0, 2, 29]), which moves the second question's draw.
+  auto hellaswag = read(R"({"ctx": "h0", "endings": ["a", "b"], "label": 0})"
+                        "\n"
+                        R"({"ctx": "h1", "endings": ["a", "b"], "label": 0})");
+  EXPECT_TRUE(hellaswag[0].draws_one_more);
+  EXPECT_FALSE(plain[0].draws_one_more);
+  add_examples(hellaswag, read(train), 2, " ", false, "val.jsonl", 1234);
+  EXPECT_EQ(hellaswag[0].context, shown({24, 14}) + "h0");
+  EXPECT_EQ(hellaswag[1].context, shown({0, 2}) + "h1");
+  // A question that is a train line (its keys in another order) drops
+  // that draw and, with no spare, shows one example fewer.
+  auto same = read(R"({"answer": 1, "choices": ["x", "y24"], "context": "c24="})");
+  add_examples(same, read(train), 2, " ", false, "test.jsonl", 1234);
+  EXPECT_EQ(same[0].context, shown({14}) + "c24=");
+  // From the questions' own file: one more drawn, the question dropped
+  // (Random(2): [0, 5, 4], [2, 1, 5], [2, 4, 1], [4, 0, 1]).
+  std::string six;
+  for (int k = 0; k < 6; ++k) {
+    six += R"({"context": "c)" + std::to_string(k) + R"(=", "choices": ["x", "y)" +
+           std::to_string(k) + R"("], "answer": 1})" + "\n";
+  }
+  auto own = read(six, 4);
+  add_examples(own, read(six), 2, " ", true, "six.jsonl", 2);
+  EXPECT_EQ(own[0].context, shown({5, 4}) + "c0=");
+  EXPECT_EQ(own[1].context, shown({2, 5}) + "c1=");
+  EXPECT_EQ(own[2].context, shown({4, 1}) + "c2=");
+  EXPECT_EQ(own[3].context, shown({4, 0}) + "c3=");
+  // Too few to draw from, named.
+  auto small = read(R"({"context": "t0=", "choices": ["a", "b"], "answer": 0})");
+  expect_error([&] { add_examples(small, read(six), 7, " ", false, "test.jsonl", 2); },
+               {"test.jsonl: question 1 draws 7 few-shot example(s) from 6"});
+  expect_error([&] { add_examples(own, read(six), 6, " ", true, "six.jsonl", 2); },
+               {"six.jsonl: question 1 draws 7", "6 and one to spare"});
+}
+
+// MMLU's examples stay the first of the subject with a seed, as the
+// harness's first_n sampler takes them from the dev split.
+TEST(ChoiceQuestions, GroupedQuestionsTakeTheFirstExamplesEvenWhenDrawing) {
+  const std::string dev =
+      R"({"question": "Dev 1?", "subject": "law", "choices": ["a", "b"], "answer": 1})"
+      "\n"
+      R"({"question": "Dev 2?", "subject": "art", "choices": ["c", "d"], "answer": 0})"
+      "\n"
+      R"({"question": "Dev 3?", "subject": "law", "choices": ["e", "f"], "answer": 0})"
+      "\n"
+      R"({"question": "Dev 4?", "subject": "law", "choices": ["g", "h"], "answer": 0})"
+      "\n";
+  const std::string test =
+      R"({"question": "Test?", "subject": "law", "choices": ["x", "y"], "answer": 0})";
+  auto first = read(test), drawn = read(test);
+  add_examples(first, read(dev), 2, " ", false, "test.jsonl");
+  add_examples(drawn, read(dev), 2, " ", false, "test.jsonl", 1234);
+  EXPECT_EQ(drawn[0].context_of(0), first[0].context_of(0));
+  EXPECT_NE(drawn[0].context_of(0).find("Dev 1?"), std::string::npos);
+  EXPECT_EQ(drawn[0].context_of(0).find("Dev 4?"), std::string::npos);
+}
+
 // HellaSwag as lm-evaluation-harness asks it: the activity label, ctx_b
 // capitalised, WikiHow's markers cleaned as its preprocess does (the
 // expected strings are that Python function's output for these lines).

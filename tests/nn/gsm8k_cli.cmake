@@ -6,8 +6,8 @@
 # rates are the share of the --predictions lines marked right; few-shot
 # prompts, batches and the bad options are checked too.
 # Variables: EVAL (triad-eval), PYTHON, SCRIPT (constant_reply_model.py),
-# RUN (a triad-train output.dir of the byte-level tiny model), PROBLEMS,
-# WORK.
+# CHECKER (harness_gsm8k_prompts.py), RUN (a triad-train output.dir of the
+# byte-level tiny model), PROBLEMS, WORK.
 include(${CMAKE_CURRENT_LIST_DIR}/eval_common.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/../train/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
@@ -85,9 +85,50 @@ if(NOT reply STREQUAL "'\\ufffd'\n")
   message(FATAL_ERROR "the cut character was written as ${reply}")
 endif()
 
+# --fewshot-seed: the prompts lm-evaluation-harness builds, each problem's
+# examples drawn in turn by Python's random.Random(SEED) (written out by
+# harness_gsm8k_prompts.py to compare): from the file itself, one more drawn
+# than shown and the problem asked dropped; from a train file of 40, two.
+run_for_stdout("drawn shots" drawn ${EVAL} ${model} --json --gen-tokens 1 --fewshot 2
+               --fewshot-seed 1234 --predictions ${WORK}/drawn.jsonl)
+string(JSON seed GET "${drawn}" gsm8k ${PROBLEMS} fewshot_seed)
+string(JSON f GET "${drawn}" gsm8k ${PROBLEMS} exact_match_flexible)
+if(NOT seed EQUAL 1234)
+  message(FATAL_ERROR "the report names fewshot_seed ${seed}: ${drawn}")
+endif()
+expect_within("${f}" "0.666666" 1 "--fewshot-seed: a constant reply scores the same")
+run("the drawn prompts are the harness's" ${PYTHON} ${CHECKER} ${PROBLEMS} ${WORK}/drawn.jsonl
+    1234 2)
+set(train "")
+foreach(k RANGE 1 40)
+  string(APPEND train "{\"question\": \"What is ${k} + 1?\", \"answer\": \"${k} + 1 = ")
+  math(EXPR sum "${k} + 1")
+  string(APPEND train "${sum}\\n#### ${sum}\"}\n")
+endforeach()
+file(WRITE ${WORK}/train.jsonl "${train}")
+foreach(seed 1234 7)
+  run("drawing from train (seed ${seed})" ${EVAL} ${model} --gen-tokens 1 --fewshot 2
+      --fewshot-seed ${seed} --gsm8k-fewshot-from ${WORK}/train.jsonl --predictions
+      ${WORK}/drawn_train.jsonl)
+  run("the prompts drawn from train are the harness's (seed ${seed})" ${PYTHON} ${CHECKER}
+      ${PROBLEMS} ${WORK}/drawn_train.jsonl ${seed} 2 ${WORK}/train.jsonl)
+endforeach()
+# A first-N prompt is not what the harness draws.
+run("first shots" ${EVAL} ${model} --gen-tokens 1 --fewshot 2 --gsm8k-fewshot-from
+    ${WORK}/train.jsonl --predictions ${WORK}/first.jsonl)
+execute_process(COMMAND ${PYTHON} ${CHECKER} ${PROBLEMS} ${WORK}/first.jsonl 1234 2
+                        ${WORK}/train.jsonl RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "the checker passed prompts of the first two train problems")
+endif()
+
 # Bad options are named.
 run_expecting_error(fewshot "3 few-shot examples asked for, but only 2 other problem" ${EVAL}
                     ${model} --fewshot 3)
+run_expecting_error(fewshot_seed "--fewshot-seed needs --fewshot N" ${EVAL} ${model}
+                    --fewshot-seed 1)
+run_expecting_error(negative_seed "--fewshot-seed -2 must be >= 0" ${EVAL} ${model} --fewshot 1
+                    --fewshot-seed -2)
 run_expecting_error(gen_tokens "--gen-tokens 128 must be below the model's seq_len [(]128[)]"
                     ${EVAL} ${model} --gen-tokens 128)
 run_expecting_error(fewshot_from "--gsm8k-fewshot-from needs --gsm8k" ${EVAL} --config

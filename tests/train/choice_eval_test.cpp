@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <tuple>
 
 #include "support/expect_error.h"
 #include "support/temp_dir.h"
@@ -150,9 +151,24 @@ TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
   const auto shown = load(shots, 1, 2);  // questions 1 and 3
   const std::string want = "q0 is a\n\nq1 is bc\n\nq3 is";
   EXPECT_EQ(shown[1].choices[0].context, std::vector<int64_t>(want.begin(), want.end()));
+  // Drawn as lm-evaluation-harness draws them (random.Random(1234), 3
+  // drawn per question, its own dropped: question 1 [0, 4, 2], question 3
+  // [1, 0, 3]), the same whichever rank reads the question.
+  Config drawn = shots;
+  drawn.eval.choices_fewshot_seed = 1234;
+  for (const auto& [part, parts, index] : {std::tuple{1, 2, 0}, std::tuple{0, 1, 1}}) {
+    const auto d = load(drawn, part, parts);
+    const std::string q1 = "q0 is a\n\nq4 is a\n\nq1 is";
+    EXPECT_EQ(d[static_cast<size_t>(index)].choices[0].context,
+              std::vector<int64_t>(q1.begin(), q1.end()));
+  }
+  const std::string q3 = "q1 is bc\n\nq0 is a\n\nq3 is";
+  EXPECT_EQ(load(drawn, 1, 2)[1].choices[0].context, std::vector<int64_t>(q3.begin(), q3.end()));
   shots.eval.choices_fewshot = 5;
   expect_error([&] { load(shots, 0, 1); },
                {"eval.choices: '", "question 1 has 4 example(s) to show, 5 asked"});
+  drawn.eval.choices_fewshot = 5;
+  expect_error([&] { load(drawn, 0, 1); }, {"eval.choices: '", "question 1 draws 6", "from 5"});
 }
 
 TEST(LoadChoiceQuestions, ErrorsNameTheKeyAndTheQuestion) {

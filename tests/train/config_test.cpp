@@ -757,13 +757,14 @@ TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {
 // naming the tokenizer twice, are errors.
 TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
   const Config c = parse_config(to_yaml(parse_config(
-      kValid,
-      {"eval.choices=hellaswag_val.jsonl", "eval.interval=100", "eval.choices_limit=500",
-       "eval.choices_fewshot=5", "eval.hellaswag_prompt=harness", "eval.vocab=gpt2/vocab.json",
-       "eval.merges=gpt2/merges.txt", "eval.bos_token=<|endoftext|>"})));
+      kValid, {"eval.choices=hellaswag_val.jsonl", "eval.interval=100", "eval.choices_limit=500",
+               "eval.choices_fewshot=5", "eval.choices_fewshot_seed=1234",
+               "eval.hellaswag_prompt=harness", "eval.vocab=gpt2/vocab.json",
+               "eval.merges=gpt2/merges.txt", "eval.bos_token=<|endoftext|>"})));
   EXPECT_EQ(c.eval.choices, (std::vector<EvalSection::ChoiceSet>{{"", "hellaswag_val.jsonl"}}));
   EXPECT_EQ(c.eval.choices_limit, 500);
   EXPECT_EQ(c.eval.choices_fewshot, 5);
+  EXPECT_EQ(c.eval.choices_fewshot_seed, 1234);
   EXPECT_EQ(c.eval.hellaswag_prompt, "harness");
   EXPECT_EQ(c.eval.interval, 100);
   EXPECT_EQ(c.eval.vocab, "gpt2/vocab.json");
@@ -794,6 +795,12 @@ TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
                       "eval.choices_fewshot only says how eval.choices are asked");
   expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.choices_fewshot=-2"},
                       "eval.choices_fewshot (-2) must be >= 0");
+  expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.choices_fewshot_seed=7"},
+                      "eval.choices_fewshot_seed (7) draws eval.choices_fewshot's examples");
+  expect_config_error(
+      kValid, {"eval.choices=q.jsonl", "eval.choices_fewshot=1", "eval.choices_fewshot_seed=-1"},
+      "eval.choices_fewshot_seed (-1) must be >= 0");
+  EXPECT_EQ(both.eval.choices_fewshot_seed, -1);  // the first examples
   expect_config_error(kValid, {"eval.hellaswag_prompt=harness"},
                       "eval.hellaswag_prompt only says how eval.choices are asked");
   expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.hellaswag_prompt=eleuther"},
@@ -897,15 +904,15 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
                       "eval.interval (-1) must be >= 0");
   expect_config_error(kValid, {"data.val=v.bin", "eval.batches=-3"},
                       "eval.batches (-3) must be >= 0");
-  expect_config_error(
-      kValid, {"eval.every=3"},
-      "unknown key 'eval.every' (allowed in eval: interval, batches, at_start, "
-      "early_stop_patience, "
-      "early_stop_delta, choices, "
-      "choices_limit, choices_fewshot, hellaswag_prompt, lambada, lambada_limit, samples, "
-      "sample_tokens, "
-      "sample_temperature, sample_top_k, "
-      "tokenizer, vocab, merges, bos_token)");
+  expect_config_error(kValid, {"eval.every=3"},
+                      "unknown key 'eval.every' (allowed in eval: interval, batches, at_start, "
+                      "early_stop_patience, "
+                      "early_stop_delta, choices, "
+                      "choices_limit, choices_fewshot, choices_fewshot_seed, hellaswag_prompt, "
+                      "lambada, lambada_limit, samples, "
+                      "sample_tokens, "
+                      "sample_temperature, sample_top_k, "
+                      "tokenizer, vocab, merges, bos_token)");
   expect_config_error(
       kValid, {"data.test=x"},
       "unknown key 'data.test' (allowed in data: train, val, val_split, shuffle, eod_token, "

@@ -46,6 +46,17 @@ std::string math_prompt(const MathProblem& problem, const std::vector<MathProble
 std::vector<MathProblem> first_shots(const std::vector<MathProblem>& pool, int64_t n, int64_t skip,
                                      const std::string& what);
 
+// Each of `problems`' examples drawn from `pool` as lm-evaluation-harness's
+// gsm8k draws them (fewshot_sampler.h): random.Random(seed), n sampled per
+// problem in turn — n + 1 when `pool` is the problems' own file
+// (`same_file`: pool[k] is problem k), a drawn problem equal to the one
+// asked dropped — and the first n kept. A pool too small for the draw is a
+// ValueError naming `what`.
+std::vector<std::vector<MathProblem>> drawn_shots(const std::vector<MathProblem>& problems,
+                                                  const std::vector<MathProblem>& pool, int64_t n,
+                                                  bool same_file, uint64_t seed,
+                                                  const std::string& what);
+
 // What generation wrote, cut before the first of `stops` it holds (each
 // non-empty stop; lm-evaluation-harness's `until`).
 std::string cut_at_stops(const std::string& text, const std::vector<std::string>& stops);

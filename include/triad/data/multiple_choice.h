@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <istream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,14 @@ struct ChoiceQuestion {
   // Which few-shot examples may show how to answer it (MMLU's subject);
   // empty: any.
   std::string group;
+  // For few-shot examples drawn as lm-evaluation-harness draws them
+  // (fewshot_sampler.h): whether its task draws one example more than it
+  // shows (HellaSwag, PIQA, WinoGrande, BoolQ and Social IQa name no test
+  // split, which the harness takes for drawing from the questions' own),
+  // and its line's JSON object, hashed, which tells a drawn example that
+  // is the question itself (the harness drops it).
+  bool draws_one_more = false;
+  uint64_t line_digest = 0;
   std::string context_of(size_t choice) const {
     return heading + (contexts.empty() ? context : contexts.at(choice));
   }
@@ -88,9 +97,17 @@ std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64
 // `examples` come from the questions' own file (`same_file`: examples[k] is
 // question k). Fewer than `shots` such examples is a ValueError naming
 // `where`, the question and its group.
+//
+// With `draw_seed`, the examples of a question without a group are drawn at
+// random as lm-evaluation-harness draws them (FewshotDraw seeded so, one
+// draw per question in order; one example more drawn from the questions'
+// own file or for a task that draws one more, and a drawn example equal to
+// the question dropped). Grouped questions (MMLU's) still take the first of
+// their group, as the harness's first_n sampler does for MMLU.
 void add_examples(std::vector<ChoiceQuestion>& questions,
                   const std::vector<ChoiceQuestion>& examples, int64_t shots,
-                  const std::string& separator, bool same_file, const std::string& where);
+                  const std::string& separator, bool same_file, const std::string& where,
+                  std::optional<uint64_t> draw_seed = std::nullopt);
 
 // A context's and a continuation's tokens, each encoded alone, the
 // context's trailing whitespace moved to the front of the continuation

@@ -248,7 +248,9 @@ struct EvalSection {
   // ({hellaswag: ..., arc: ...}), each reported by it, the first also as
   // the choices' scores; empty: none. The first choices_limit of each (0:
   // all), each asked after choices_fewshot solved examples from its own
-  // file (data::add_examples; 0: none).
+  // file (data::add_examples; 0: none): its first other questions, or with
+  // choices_fewshot_seed >= 0 drawn at random as lm-evaluation-harness
+  // draws them with that seed (data/fewshot_sampler.h).
   struct ChoiceSet {
     std::string name;
     std::string path;
@@ -257,6 +259,7 @@ struct EvalSection {
   std::vector<ChoiceSet> choices;
   int64_t choices_limit = 0;
   int64_t choices_fewshot = 0;
+  int64_t choices_fewshot_seed = -1;
   // LAMBADA's texts (JSON lines with a "text" each, data/last_word.h) whose
   // last word the model is asked for at every evaluation, as triad-eval
   // --lambada asks: the share greedy decoding gets right and the words'
