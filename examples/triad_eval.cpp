@@ -10,6 +10,8 @@
 //       --lambada lambada_test.jsonl           (last-word accuracy, perplexity)
 //   triad-eval --run out/sft --tokenizer /models/Qwen2.5-0.5B --fewshot 5
 //       --gsm8k test.jsonl --gsm8k-fewshot-from train.jsonl   (exact match)
+//       [--fewshot-seed 1234] [--chat-template model --fewshot-as-multiturn]
+//                                              (the harness's draw; a chat model's turns)
 // The model is given as to triad-generate (--run, --config with --weights,
 // or --checkpoint); tokens are bytes unless --vocab/--merges or --tokenizer
 // name a tokenizer. docs/evaluation.md says how each number is defined.
@@ -38,6 +40,7 @@
 #include "triad/train/config.h"
 #include "triad/train/gsm8k_eval.h"
 
+#include "chat_options.h"
 #include "cli_checks.h"
 #include "model_source.h"
 #include "tokenizer_options.h"
@@ -117,6 +120,20 @@ int main(int argc, char** argv) {
   app.add_option("--fewshot-from", fewshot_files,
                  "take --fewshot's examples from this file instead (a dev or train split; one "
                  "per --choices file, in their order)");
+  std::string chat_template;
+  app.add_option("--chat-template", chat_template,
+                 "--gsm8k: ask each problem as a chat model is asked, lm-evaluation-harness's "
+                 "--apply_chat_template (chatml, llama3, gemma, auto: the --tokenizer model's, or "
+                 "model: its own Jinja program); the reply is the assistant's turn, ending at "
+                 "its end of turn (model: the model's eos_token) too");
+  bool multiturn = false;
+  app.add_flag("--fewshot-as-multiturn", multiturn,
+               "with --chat-template: each few-shot example a user turn and the assistant's "
+               "answer (the harness's --fewshot_as_multiturn), not one user turn holding all");
+  std::string system_instruction;
+  app.add_option("--system-instruction", system_instruction,
+                 "with --chat-template: a system message first (the harness's "
+                 "--system_instruction)");
   int64_t fewshot_seed = -1;
   app.add_option("--fewshot-seed", fewshot_seed,
                  "draw each question's --fewshot examples at random, as lm-evaluation-harness "
@@ -185,6 +202,17 @@ int main(int argc, char** argv) {
     const std::unique_ptr<triad::data::Tokenizer> tok = tokens.make_for(model_cfg.vocab_size);
     std::vector<int64_t> bos;
     if (tokens.has_bos()) bos.push_back(tokens.bos(*tok));
+    if (!chat_template.empty() && gsm8k_files.empty()) {
+      throw triad::ValueError(
+          "--chat-template asks --gsm8k's problems as a chat: give --gsm8k FILE (multiple-choice, "
+          "LAMBADA and text scores are taken without one)");
+    }
+    if ((multiturn || !system_instruction.empty()) && chat_template.empty()) {
+      throw triad::ValueError(
+          std::string(multiturn ? "--fewshot-as-multiturn" : "--system-instruction") +
+          " needs --chat-template (the turns of a chat model's conversation)");
+    }
+    const triad::examples::ChatPrompts chat(chat_template, tokens, *tok);
     // Every file is read before the model is built: a bad line costs no
     // loading time.
     std::vector<std::vector<triad::data::ChoiceQuestion>> question_sets;
@@ -214,7 +242,8 @@ int main(int argc, char** argv) {
     }
     // Each --gsm8k file's problems and each problem's few-shot examples.
     std::vector<std::vector<triad::data::MathProblem>> gsm8k_sets;
-    std::vector<std::vector<std::string>> gsm8k_prompts;
+    std::vector<std::vector<std::string>> gsm8k_prompts;          // each prompt's text
+    std::vector<std::vector<std::vector<int64_t>>> gsm8k_tokens;  // with a chat template
     std::vector<triad::data::MathProblem> gsm8k_pool;
     if (!gsm8k_fewshot_from.empty())
       gsm8k_pool = triad::data::read_math_problems(gsm8k_fewshot_from);
@@ -228,6 +257,19 @@ int main(int argc, char** argv) {
                                               ? own.begin() + static_cast<std::ptrdiff_t>(limit)
                                               : own.end());
       auto& prompts = gsm8k_prompts.emplace_back();
+      auto& prompt_tokens = gsm8k_tokens.emplace_back();
+      // The plain prompt, or the conversation a chat template writes out.
+      const auto ask = [&](const triad::data::MathProblem& problem,
+                           const std::vector<triad::data::MathProblem>& shots) {
+        if (!chat.active()) {
+          prompts.push_back(triad::data::math_prompt(problem, shots));
+          return;
+        }
+        const auto messages = triad::data::math_chat(problem, shots, multiturn, system_instruction);
+        prompts.push_back(chat.text(messages));
+        const auto ids = chat.encode(*tok, messages);
+        prompt_tokens.emplace_back(ids.begin(), ids.end());
+      };
       const std::string pool_name = gsm8k_pool.empty()
                                         ? "--gsm8k '" + f + "'"
                                         : "--gsm8k-fewshot-from '" + gsm8k_fewshot_from + "'";
@@ -236,13 +278,12 @@ int main(int argc, char** argv) {
         // (A fresh generator per file: each is a task of its own to the harness.)
         const auto drawn =
             triad::data::drawn_shots(set, pool, fewshot, gsm8k_pool.empty(), *draw_seed, pool_name);
-        for (size_t i = 0; i < set.size(); ++i)
-          prompts.push_back(triad::data::math_prompt(set[i], drawn[i]));
+        for (size_t i = 0; i < set.size(); ++i) ask(set[i], drawn[i]);
       } else {
         for (size_t i = 0; i < set.size(); ++i) {
           const auto shots = triad::data::first_shots(
               pool, fewshot, gsm8k_pool.empty() ? static_cast<int64_t>(i) : -1, pool_name);
-          prompts.push_back(triad::data::math_prompt(set[i], shots));
+          ask(set[i], shots);
         }
       }
     }
@@ -444,19 +485,23 @@ int main(int argc, char** argv) {
     gsm8k.stops = stops;
     gsm8k.bos = bos;
     gsm8k.eod_token = config.model.eod_token;
+    if (chat.end_of_turn() >= 0) gsm8k.stop_tokens.push_back(chat.end_of_turn());
     for (size_t s = 0; s < gsm8k_sets.size(); ++s) {
       const auto& set = gsm8k_sets[s];
       const std::string& name = gsm8k_files[s];
       auto last_report = Clock::now();
-      const triad::train::Gsm8kResult r = triad::train::answer_gsm8k(
-          model, *tok, set, gsm8k_prompts[s], gsm8k, [&](const triad::train::Gsm8kResult& so_far) {
-            if (std::chrono::duration<double>(Clock::now() - last_report).count() > 10 &&
-                so_far.replies.size() < set.size()) {
-              spdlog::info("{}: {}/{} problems, flexible exact match so far {:.4f}", name,
-                           so_far.replies.size(), set.size(), so_far.exact_match_flexible());
-              last_report = Clock::now();
-            }
-          });
+      const auto progress = [&](const triad::train::Gsm8kResult& so_far) {
+        if (std::chrono::duration<double>(Clock::now() - last_report).count() > 10 &&
+            so_far.replies.size() < set.size()) {
+          spdlog::info("{}: {}/{} problems, flexible exact match so far {:.4f}", name,
+                       so_far.replies.size(), set.size(), so_far.exact_match_flexible());
+          last_report = Clock::now();
+        }
+      };
+      const triad::train::Gsm8kResult r =
+          chat.active()
+              ? triad::train::answer_gsm8k(model, *tok, set, gsm8k_tokens[s], gsm8k, progress)
+              : triad::train::answer_gsm8k(model, *tok, set, gsm8k_prompts[s], gsm8k, progress);
       if (predictions_out) {
         for (size_t i = 0; i < r.replies.size(); ++i) {
           const auto& x = r.replies[i];
@@ -488,6 +533,10 @@ int main(int argc, char** argv) {
                                {"truncated_prompts", r.truncated},
                                {"generated_tokens", r.generated_tokens()}};
       if (draw_seed) report["gsm8k"][name]["fewshot_seed"] = *draw_seed;
+      if (chat.active()) {
+        report["gsm8k"][name]["chat_template"] = chat.name();
+        report["gsm8k"][name]["fewshot_as_multiturn"] = multiturn;
+      }
       if (!json) {
         std::printf("%s: %zu problems, %lld-shot | exact match strict %.4f | flexible %.4f\n",
                     name.c_str(), set.size(), static_cast<long long>(fewshot),

@@ -34,6 +34,7 @@
 #include "triad/nn/generate.h"
 #include "triad/train/config.h"
 
+#include "chat_options.h"
 #include "cli_checks.h"
 #include "model_source.h"
 #include "tokenizer_options.h"
@@ -143,44 +144,12 @@ int main(int argc, char** argv) {
     const std::unique_ptr<triad::data::Tokenizer> tok = tokens.make_for(config.model.vocab_size);
     o.vocab_limit = tok->vocab_size();  // never an id the tokenizer cannot print
     for (const int32_t id : tok->missing_ids()) o.suppress_tokens.push_back(id);
-    std::optional<triad::data::ChatTemplate> chat;
-    std::optional<triad::data::ModelChatTemplate> model_chat;
-    if (chat_template == "model") {
-      model_chat =
-          triad::data::ModelChatTemplate::load(tokens.tokenizer_path(), tok->special_tokens());
-    } else if (!chat_template.empty()) {
-      chat = triad::data::resolve_chat_template(chat_template, tokens.tokenizer_path());
-      chat_template = triad::data::chat_template_name(*chat);
-    }
     // A chat (either kind of template): the prompt is the template's text
     // and the reply the assistant's turn alone.
-    const bool chatting = chat.has_value() || model_chat.has_value();
+    const triad::examples::ChatPrompts chat(chat_template, tokens, *tok);
+    const bool chatting = chat.active();
     if (!system.empty() && !chatting) throw triad::ValueError("--system needs --chat-template");
-    int64_t default_stop = config.model.eod_token;
-    if (model_chat) {
-      // The model's end token (tokenizer_config.json's eos_token): what an
-      // instruction-tuned model's answer ends with.
-      const std::string eos = model_chat->variable("eos_token");
-      default_stop = eos.empty() ? -1 : tok->special_token(eos);
-      if (default_stop < 0 && !eos.empty()) {
-        spdlog::warn(
-            "--chat-template model: the model's eos_token '{}' is not a special token of "
-            "the tokenizer (a generation_config.json beside it, or --stop-token, can name the "
-            "end)",
-            eos);
-      }
-    }
-    if (chatting) {
-      if (chat) {
-        triad::data::require_chat_markers(*tok, *chat, "--chat-template " + chat_template + ":");
-        default_stop = tok->special_token(triad::data::chat_end_of_turn(*chat));
-      }
-      if (tokens.has_bos()) {
-        throw triad::ValueError(
-            "--bos-token with --chat-template: the template writes its own "
-            "beginning (or none)");
-      }
-    }
+    const int64_t default_stop = chatting ? chat.end_of_turn() : config.model.eod_token;
     for (const auto& s : stops) {
       if (s.empty()) throw triad::ValueError("--stop: a stop string must not be empty");
     }
@@ -260,7 +229,7 @@ int main(int argc, char** argv) {
           spdlog::info("stop tokens: {} (with generation_config.json's eos_token_id)", names);
         }
       }
-      if (model_chat && o.stop_tokens.empty()) {
+      if (chat.is_model() && o.stop_tokens.empty()) {
         spdlog::warn(
             "--chat-template model: neither tokenizer_config.json's eos_token nor a "
             "generation_config.json names the model's end token; give --stop-token");
@@ -284,16 +253,7 @@ int main(int argc, char** argv) {
       std::vector<int32_t> ids;
       if (tokens.has_bos()) ids.push_back(static_cast<int32_t>(tokens.bos(*tok)));
       if (chatting) {
-        triad::data::SegmentedDocument prompt;
-        if (chat) {
-          prompt = triad::data::render_chat_prompt(*chat, messages);
-        } else {
-          nlohmann::ordered_json list = nlohmann::ordered_json::array();
-          for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
-          prompt = model_chat->render_prompt(list);
-        }
-        const auto doc = triad::data::tokenize_segmented(*tok, {prompt}, -1, false);
-        for (const int64_t id : doc.tokens.front()) ids.push_back(static_cast<int32_t>(id));
+        for (const int32_t id : chat.encode(*tok, messages)) ids.push_back(id);
       } else {
         for (const int32_t id : tok->encode(messages.back().content)) ids.push_back(id);
       }

@@ -43,6 +43,23 @@ std::string math_prompt(const MathProblem& problem, const std::vector<MathProble
   return out + "Question: " + problem.question + "\nAnswer:";
 }
 
+std::vector<ChatMessage> math_chat(const MathProblem& problem,
+                                   const std::vector<MathProblem>& shots, bool multiturn,
+                                   const std::string& system) {
+  std::vector<ChatMessage> out;
+  if (!system.empty()) out.push_back({"system", system});
+  if (!multiturn) {
+    out.push_back({"user", math_prompt(problem, shots)});
+    return out;
+  }
+  for (const MathProblem& s : shots) {
+    out.push_back({"user", "Question: " + s.question + "\nAnswer:"});
+    out.push_back({"assistant", s.answer});
+  }
+  out.push_back({"user", "Question: " + problem.question + "\nAnswer:"});
+  return out;
+}
+
 std::vector<MathProblem> first_shots(const std::vector<MathProblem>& pool, int64_t n, int64_t skip,
                                      const std::string& what) {
   if (n < 0) throw ValueError(what + ": the few-shot count " + std::to_string(n) + " must be >= 0");

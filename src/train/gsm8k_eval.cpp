@@ -29,6 +29,19 @@ Gsm8kResult answer_gsm8k(const nn::Gpt& model, const data::Tokenizer& tok,
                          const std::vector<data::MathProblem>& problems,
                          const std::vector<std::string>& prompts, const Gsm8kOptions& options,
                          const std::function<void(const Gsm8kResult&)>& progress) {
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& p : prompts) {
+    std::vector<int64_t>& row = ids.emplace_back(options.bos);
+    for (const int32_t id : tok.encode(p)) row.push_back(id);
+  }
+  return answer_gsm8k(model, tok, problems, ids, options, progress);
+}
+
+Gsm8kResult answer_gsm8k(const nn::Gpt& model, const data::Tokenizer& tok,
+                         const std::vector<data::MathProblem>& problems,
+                         const std::vector<std::vector<int64_t>>& prompts,
+                         const Gsm8kOptions& options,
+                         const std::function<void(const Gsm8kResult&)>& progress) {
   const int64_t seq_len = model.config().seq_len;
   if (options.gen_tokens < 1 || options.gen_tokens >= seq_len) {
     throw ValueError("GSM8K: gen_tokens " + std::to_string(options.gen_tokens) +
@@ -48,6 +61,9 @@ Gsm8kResult answer_gsm8k(const nn::Gpt& model, const data::Tokenizer& tok,
   o.vocab_limit = std::min<int64_t>(tok.vocab_size(), model.config().vocab_size);
   for (const int32_t id : tok.missing_ids()) o.suppress_tokens.push_back(id);
   if (options.eod_token >= 0) o.stop_tokens.push_back(options.eod_token);
+  for (const int64_t id : options.stop_tokens) {
+    if (id >= 0 && !o.is_stop(id)) o.stop_tokens.push_back(id);
+  }
   // A reply's text: its tokens but a stop token, decoded alone (as the
   // harness decodes the continuation).
   auto text_of = [&](const std::vector<int64_t>& out) {
@@ -64,8 +80,7 @@ Gsm8kResult answer_gsm8k(const nn::Gpt& model, const data::Tokenizer& tok,
     const size_t last = std::min(problems.size(), first + batch);
     std::vector<std::vector<int64_t>> ids;
     for (size_t i = first; i < last; ++i) {
-      std::vector<int64_t> row = options.bos;
-      for (const int32_t id : tok.encode(prompts[i])) row.push_back(id);
+      std::vector<int64_t> row = prompts[i];
       if (static_cast<int64_t>(row.size()) > keep) {
         row.erase(row.begin(), row.end() - keep);
         ++result.truncated;

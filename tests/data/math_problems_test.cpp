@@ -59,6 +59,25 @@ TEST(MathProblems, PromptsFollowLmEvaluationHarness) {
             "Question: Three?\nAnswer:");
 }
 
+// The conversations lm-evaluation-harness's gsm8k asks a chat model
+// (fewshot_context with apply_chat_template): the plain prompt as one user
+// turn, or each example a user turn and an assistant turn.
+TEST(MathProblems, ChatsAreTheHarnesss) {
+  const MathProblem a{"One?", "1\n#### 1"}, b{"Two?", "2\n#### 2"}, q{"Three?", "#### 3"};
+  const auto flat = [](const std::vector<ChatMessage>& m) {
+    std::string s;
+    for (const auto& x : m) s += "[" + x.role + "]" + x.content;
+    return s;
+  };
+  EXPECT_EQ(flat(math_chat(q, {a, b}, false, "")), "[user]" + math_prompt(q, {a, b}));
+  EXPECT_EQ(flat(math_chat(q, {}, false, "Be brief.")),
+            "[system]Be brief.[user]Question: Three?\nAnswer:");
+  EXPECT_EQ(flat(math_chat(q, {a, b}, true, "S")),
+            "[system]S[user]Question: One?\nAnswer:[assistant]1\n#### 1"
+            "[user]Question: Two?\nAnswer:[assistant]2\n#### 2[user]Question: Three?\nAnswer:");
+  EXPECT_EQ(flat(math_chat(q, {}, true, "")), "[user]Question: Three?\nAnswer:");
+}
+
 TEST(MathProblems, FirstShotsSkipTheProblemAsked) {
   const std::vector<MathProblem> pool{{"a", "#### 1"}, {"b", "#### 2"}, {"c", "#### 3"}};
   auto names = [](const std::vector<MathProblem>& v) {

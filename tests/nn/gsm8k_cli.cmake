@@ -97,8 +97,8 @@ if(NOT seed EQUAL 1234)
   message(FATAL_ERROR "the report names fewshot_seed ${seed}: ${drawn}")
 endif()
 expect_within("${f}" "0.666666" 1 "--fewshot-seed: a constant reply scores the same")
-run("the drawn prompts are the harness's" ${PYTHON} ${CHECKER} ${PROBLEMS} ${WORK}/drawn.jsonl
-    1234 2)
+run("the drawn prompts are the harness's" ${PYTHON} ${CHECKER} ${PROBLEMS} ${WORK}/drawn.jsonl 2
+    --seed 1234)
 set(train "")
 foreach(k RANGE 1 40)
   string(APPEND train "{\"question\": \"What is ${k} + 1?\", \"answer\": \"${k} + 1 = ")
@@ -111,13 +111,16 @@ foreach(seed 1234 7)
       --fewshot-seed ${seed} --gsm8k-fewshot-from ${WORK}/train.jsonl --predictions
       ${WORK}/drawn_train.jsonl)
   run("the prompts drawn from train are the harness's (seed ${seed})" ${PYTHON} ${CHECKER}
-      ${PROBLEMS} ${WORK}/drawn_train.jsonl ${seed} 2 ${WORK}/train.jsonl)
+      ${PROBLEMS} ${WORK}/drawn_train.jsonl 2 --seed ${seed} --pool ${WORK}/train.jsonl)
 endforeach()
-# A first-N prompt is not what the harness draws.
+# A first-N prompt is not what the harness draws (and is what the checker
+# takes without a seed).
 run("first shots" ${EVAL} ${model} --gen-tokens 1 --fewshot 2 --gsm8k-fewshot-from
     ${WORK}/train.jsonl --predictions ${WORK}/first.jsonl)
-execute_process(COMMAND ${PYTHON} ${CHECKER} ${PROBLEMS} ${WORK}/first.jsonl 1234 2
-                        ${WORK}/train.jsonl RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+run("the first prompts" ${PYTHON} ${CHECKER} ${PROBLEMS} ${WORK}/first.jsonl 2 --pool
+    ${WORK}/train.jsonl)
+execute_process(COMMAND ${PYTHON} ${CHECKER} ${PROBLEMS} ${WORK}/first.jsonl 2 --seed 1234
+                        --pool ${WORK}/train.jsonl RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
 if(rc EQUAL 0)
   message(FATAL_ERROR "the checker passed prompts of the first two train problems")
 endif()

@@ -105,6 +105,33 @@ TEST(Gsm8kEval, RepliesAreGeneratedCutAndScored) {
   }
 }
 
+// Prompts given as tokens (a chat template's) are read as they stand, no
+// beginning token put first; options.stop_tokens end a reply as the end of
+// a document does.
+TEST(Gsm8kEval, TokenizedPromptsAndMoreStopTokens) {
+  const auto model = constant_model('7', /*seq_len=*/32);
+  const data::ByteTokenizer tok;
+  Gsm8kOptions o;
+  o.gen_tokens = 2;
+  o.bos = {1};
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& p : prompts({kProblems[1]})) {
+    ids.emplace_back(p.end() - 20, p.end());  // 20 tokens: no room lost, none put first
+  }
+  const std::vector<data::MathProblem> problem{{"Short?", "#### 77"}};
+  const Gsm8kResult r = answer_gsm8k(*model, tok, problem, ids, o);
+  EXPECT_EQ(r.truncated, 0);
+  EXPECT_EQ(r.replies[0].reply, "77");
+  EXPECT_TRUE(r.replies[0].flexible_right);
+  o.stop_tokens = {-1, '7'};
+  const Gsm8kResult stopped = answer_gsm8k(*model, tok, problem, ids, o);
+  EXPECT_EQ(stopped.replies[0].reply, "");
+  EXPECT_EQ(stopped.replies[0].tokens, 1);
+  ids.front().insert(ids.front().begin(), 11, 'x');  // 31 tokens: the first 1 cut
+  EXPECT_EQ(answer_gsm8k(*model, tok, problem, ids, o).truncated, 1);
+  expect_error([&] { answer_gsm8k(*model, tok, kProblems, ids, o); }, {"1 prompts for 3 problems"});
+}
+
 TEST(Gsm8kEval, LongPromptsKeepTheirLastTokens) {
   const auto model = constant_model('7', /*seq_len=*/32);
   const data::ByteTokenizer tok;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "triad/data/chat_template.h"
+
 namespace triad::data {
 
 struct MathProblem {
@@ -37,6 +39,18 @@ std::vector<MathProblem> read_math_problems(const std::string& path, int64_t lim
 // question "\nAnswer: " answer, the examples and the problem joined by a
 // blank line, the problem ending "\nAnswer:" (the model writes the rest).
 std::string math_prompt(const MathProblem& problem, const std::vector<MathProblem>& shots);
+
+// The conversation lm-evaluation-harness's gsm8k asks a chat model
+// (--apply_chat_template), for a chat template to write out with the
+// opening of the assistant's turn: a system message when `system` is not
+// empty (--system_instruction), then either one user message holding
+// math_prompt's text, examples and problem alike, or with `multiturn`
+// (--fewshot_as_multiturn) a user message per example ("Question: "
+// question "\nAnswer:") answered by an assistant message (its solution),
+// then the problem's user message.
+std::vector<ChatMessage> math_chat(const MathProblem& problem,
+                                   const std::vector<MathProblem>& shots, bool multiturn,
+                                   const std::string& system);
 
 // The first n problems of `pool` other than its problem `skip` (-1: none
 // skipped): few-shot examples from the evaluated file itself (skipping the

@@ -26,6 +26,8 @@ struct Gsm8kOptions {
   std::vector<std::string> stops{"Question:", "</s>", "<|im_end|>"};
   std::vector<int64_t> bos;  // put before every prompt (a beginning token)
   int64_t eod_token = -1;    // a token that ends a reply too (-1: none)
+  // More tokens that end a reply (a chat model's end of turn).
+  std::vector<int64_t> stop_tokens;
 };
 
 struct Gsm8kReply {
@@ -49,6 +51,13 @@ struct Gsm8kResult {
 Gsm8kResult answer_gsm8k(const nn::Gpt& model, const data::Tokenizer& tok,
                          const std::vector<data::MathProblem>& problems,
                          const std::vector<std::string>& prompts, const Gsm8kOptions& options,
+                         const std::function<void(const Gsm8kResult&)>& progress = {});
+// The same after prompts already tokenized (a chat template's, its markers
+// by id; options.bos is not put before them).
+Gsm8kResult answer_gsm8k(const nn::Gpt& model, const data::Tokenizer& tok,
+                         const std::vector<data::MathProblem>& problems,
+                         const std::vector<std::vector<int64_t>>& prompt_ids,
+                         const Gsm8kOptions& options,
                          const std::function<void(const Gsm8kResult&)>& progress = {});
 
 }  // namespace triad::train
