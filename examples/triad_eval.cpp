@@ -122,10 +122,11 @@ int main(int argc, char** argv) {
                  "per --choices file, in their order)");
   std::string chat_template;
   app.add_option("--chat-template", chat_template,
-                 "--gsm8k: ask each problem as a chat model is asked, lm-evaluation-harness's "
+                 "--gsm8k and --choices: ask as a chat model is asked, lm-evaluation-harness's "
                  "--apply_chat_template (chatml, llama3, gemma, auto: the --tokenizer model's, or "
-                 "model: its own Jinja program); the reply is the assistant's turn, ending at "
-                 "its end of turn (model: the model's eos_token) too");
+                 "model: its own Jinja program): a choice is scored as the assistant's answer; a "
+                 "reply is the assistant's turn, ending at its end of turn (model: the model's "
+                 "eos_token) too");
   bool multiturn = false;
   app.add_flag("--fewshot-as-multiturn", multiturn,
                "with --chat-template: each few-shot example a user turn and the assistant's "
@@ -202,10 +203,10 @@ int main(int argc, char** argv) {
     const std::unique_ptr<triad::data::Tokenizer> tok = tokens.make_for(model_cfg.vocab_size);
     std::vector<int64_t> bos;
     if (tokens.has_bos()) bos.push_back(tokens.bos(*tok));
-    if (!chat_template.empty() && gsm8k_files.empty()) {
+    if (!chat_template.empty() && gsm8k_files.empty() && choice_files.empty()) {
       throw triad::ValueError(
-          "--chat-template asks --gsm8k's problems as a chat: give --gsm8k FILE (multiple-choice, "
-          "LAMBADA and text scores are taken without one)");
+          "--chat-template asks --gsm8k's problems and --choices' questions as a chat: give "
+          "either (LAMBADA and text scores are taken without one)");
     }
     if ((multiturn || !system_instruction.empty()) && chat_template.empty()) {
       throw triad::ValueError(
@@ -216,6 +217,7 @@ int main(int argc, char** argv) {
     // Every file is read before the model is built: a bad line costs no
     // loading time.
     std::vector<std::vector<triad::data::ChoiceQuestion>> question_sets;
+    std::vector<std::vector<triad::data::SegmentedDocument>> chat_contexts;
     if (!fewshot_files.empty() && fewshot_files.size() != choice_files.size()) {
       throw triad::ValueError("--fewshot-from names " + std::to_string(fewshot_files.size()) +
                               " file(s) for " + std::to_string(choice_files.size()) +
@@ -234,6 +236,14 @@ int main(int argc, char** argv) {
         triad::data::add_examples(question_sets.back(),
                                   triad::data::read_choice_questions(from, 0, hellaswag), fewshot,
                                   separator, own, "--choices '" + f + "'", draw_seed);
+      }
+      // With a chat template: each question's conversation as written out.
+      auto& rendered = chat_contexts.emplace_back();
+      if (chat.active()) {
+        for (const auto& q : question_sets.back()) {
+          rendered.push_back(chat.render(
+              triad::data::choice_chat(q, multiturn, system_instruction, "--choices '" + f + "'")));
+        }
       }
     }
     std::vector<std::vector<triad::data::LastWordText>> lambada_sets;
@@ -334,8 +344,14 @@ int main(int argc, char** argv) {
         std::vector<triad::nn::ContinuationRequest> requests;
         for (size_t q = first; q < last; ++q) {
           for (size_t i = 0; i < questions[q].choices.size(); ++i) {
-            auto [context, continuation] = triad::data::encode_context_and_continuation(
-                *tok, questions[q].context_of(i), separator + questions[q].choices[i]);
+            // A chat model answers with the choice alone (the harness puts
+            // no separator before it).
+            auto [context, continuation] =
+                chat.active()
+                    ? triad::data::encode_chat_context_and_continuation(*tok, chat_contexts[s][q],
+                                                                        questions[q].choices[i])
+                    : triad::data::encode_context_and_continuation(
+                          *tok, questions[q].context_of(i), separator + questions[q].choices[i]);
             std::vector<int64_t> c = bos;
             c.insert(c.end(), context.begin(), context.end());
             requests.push_back({std::move(c), widen(continuation)});
@@ -374,6 +390,19 @@ int main(int argc, char** argv) {
           if (predictions_out) {
             nlohmann::ordered_json row{{"file", name}, {"index", q}, {"answer", question.answer}};
             if (!question.group.empty()) row["subject"] = question.group;
+            // What the choices were scored after (the harness's arguments).
+            if (chat.active()) {
+              std::string text;
+              for (const auto& piece : chat_contexts[s][q]) text += piece.text;
+              row["context"] = text;
+            } else if (question.contexts.empty()) {
+              row["context"] = question.context_of(0);
+            } else {
+              nlohmann::ordered_json contexts = nlohmann::ordered_json::array();
+              for (size_t i = 0; i < question.contexts.size(); ++i)
+                contexts.push_back(question.context_of(i));
+              row["contexts"] = contexts;
+            }
             nlohmann::ordered_json nll = nlohmann::ordered_json::array(),
                                    tokens = nlohmann::ordered_json::array();
             for (const auto& m : mine) {
@@ -405,6 +434,10 @@ int main(int argc, char** argv) {
                                  {"acc", right_total / n},
                                  {"acc_norm", right_char / n},
                                  {"acc_per_token", right_token / n}};
+      if (chat.active()) {
+        report["choices"][name]["chat_template"] = chat.name();
+        report["choices"][name]["fewshot_as_multiturn"] = multiturn;
+      }
       if (!json) {
         std::printf("%s: %zu questions | acc %.4f | acc_norm %.4f | acc_per_token %.4f\n",
                     name.c_str(), questions.size(), right_total / n, right_char / n,

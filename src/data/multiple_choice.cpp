@@ -413,20 +413,27 @@ void add_examples(std::vector<ChoiceQuestion>& questions,
     ChoiceQuestion& q = questions[i];
     std::string prefix;
     int64_t taken = 0;
+    const auto show = [&](size_t k) {
+      const ChoiceQuestion& e = examples[k];
+      const auto right = static_cast<size_t>(e.answer);
+      q.example_turns.emplace_back(e.contexts.empty() ? e.context : e.contexts[right],
+                                   e.choices[right]);
+      prefix += example(k);
+    };
     if (draw && q.group.empty()) {
       // (What the harness shows: one example fewer where a draw that is
       // the question went without a spare.)
       for (const size_t k : draw->next(shots, same_file || q.draws_one_more, [&](size_t k) {
              return (same_file && k == i) || examples[k].line_digest == q.line_digest;
            })) {
-        prefix += example(k);
+        show(k);
       }
       taken = shots;
     }
     for (size_t k = 0; k < examples.size() && taken < shots; ++k) {
       const ChoiceQuestion& e = examples[k];
       if ((same_file && k == i) || (!q.group.empty() && e.group != q.group)) continue;
-      prefix += example(k);
+      show(k);
       ++taken;
     }
     if (taken < shots) {
@@ -437,7 +444,47 @@ void add_examples(std::vector<ChoiceQuestion>& questions,
     }
     q.context = prefix + q.context;
     for (std::string& c : q.contexts) c = prefix + c;
+    q.examples_text = prefix + q.examples_text;
   }
+}
+
+std::vector<ChatMessage> choice_chat(const ChoiceQuestion& q, bool multiturn,
+                                     const std::string& system, const std::string& where) {
+  if (!q.contexts.empty()) {
+    throw ValueError(where +
+                     ": a question with a context per choice (WinoGrande's) is not asked "
+                     "through a chat template (lm-evaluation-harness writes those otherwise)");
+  }
+  std::vector<ChatMessage> out;
+  const std::string described =
+      system.empty() || q.heading.empty() ? system + q.heading : system + "\n\n" + q.heading;
+  if (!described.empty()) out.push_back({"system", described});
+  if (!multiturn) {
+    out.push_back({"user", q.context});
+    return out;
+  }
+  for (const auto& [context, answer] : q.example_turns) {
+    out.push_back({"user", context});
+    out.push_back({"assistant", answer});
+  }
+  out.push_back({"user", q.context.substr(q.examples_text.size())});
+  return out;
+}
+
+std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_chat_context_and_continuation(
+    const Tokenizer& tok, SegmentedDocument context, const std::string& continuation) {
+  std::string moved;
+  while (!context.empty() && !context.back().special) {
+    std::string& text = context.back().text;
+    const size_t end = text.find_last_not_of(kAsciiSpaces) + 1;  // npos + 1: 0
+    moved = text.substr(end) + moved;
+    text.erase(end);
+    if (!text.empty()) break;
+    context.pop_back();
+  }
+  const MaskedDocuments doc = tokenize_segmented(tok, {context}, -1, false);
+  std::vector<int32_t> ids(doc.tokens.front().begin(), doc.tokens.front().end());
+  return {std::move(ids), tok.encode(moved + continuation)};
 }
 
 std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_context_and_continuation(

@@ -131,6 +131,17 @@ TEST(ChoiceQuestions, ReadTheLinesOfTheCommonBenchmarks) {
   EXPECT_EQ(more[2].answer, 1);  // counted from 1
 }
 
+// An MMLU dev split: three law questions, one on art.
+const std::string kMmluDev =
+    R"({"question": "Dev 1?", "subject": "law", "choices": ["a", "b"], "answer": 1})"
+    "\n"
+    R"({"question": "Dev 2?", "subject": "art", "choices": ["c", "d"], "answer": 0})"
+    "\n"
+    R"({"question": "Dev 3?", "subject": "law", "choices": ["e", "f"], "answer": 0})"
+    "\n"
+    R"({"question": "Dev 4?", "subject": "law", "choices": ["g", "h"], "answer": 0})"
+    "\n";
+
 // Few-shot examples: each solved (its context, the separator, its right
 // choice, a blank line) before the question's context, after its heading;
 // from the questions' own file without the question itself, or from
@@ -159,13 +170,7 @@ TEST(ChoiceQuestions, FewShotExamplesGoBeforeTheContext) {
 
   // MMLU: the examples of the question's subject alone, after its heading;
   // another file's examples (a dev split) are all candidates.
-  const std::string dev =
-      R"({"question": "Dev 1?", "subject": "law", "choices": ["a", "b"], "answer": 1})"
-      "\n"
-      R"({"question": "Dev 2?", "subject": "art", "choices": ["c", "d"], "answer": 0})"
-      "\n"
-      R"({"question": "Dev 3?", "subject": "law", "choices": ["e", "f"], "answer": 0})"
-      "\n";
+  const std::string& dev = kMmluDev;
   auto mmlu =
       read(R"({"question": "Test?", "subject": "law", "choices": ["x", "y"], "answer": 0})");
   add_examples(mmlu, read(dev), 2, " ", false, "test.jsonl");
@@ -243,15 +248,7 @@ TEST(ChoiceQuestions, DrawnExamplesAreTheHarnesss) {
 // MMLU's examples stay the first of the subject with a seed, as the
 // harness's first_n sampler takes them from the dev split.
 TEST(ChoiceQuestions, GroupedQuestionsTakeTheFirstExamplesEvenWhenDrawing) {
-  const std::string dev =
-      R"({"question": "Dev 1?", "subject": "law", "choices": ["a", "b"], "answer": 1})"
-      "\n"
-      R"({"question": "Dev 2?", "subject": "art", "choices": ["c", "d"], "answer": 0})"
-      "\n"
-      R"({"question": "Dev 3?", "subject": "law", "choices": ["e", "f"], "answer": 0})"
-      "\n"
-      R"({"question": "Dev 4?", "subject": "law", "choices": ["g", "h"], "answer": 0})"
-      "\n";
+  const std::string& dev = kMmluDev;
   const std::string test =
       R"({"question": "Test?", "subject": "law", "choices": ["x", "y"], "answer": 0})";
   auto first = read(test), drawn = read(test);
@@ -415,6 +412,68 @@ TEST(ChoiceQuestions, TheContextsTrailingSpaceMovesToTheContinuation) {
   std::tie(c, n) = encode_context_and_continuation(bytes, "  ", "x");
   EXPECT_TRUE(c.empty());
   EXPECT_EQ(n, ids("  x"));
+}
+
+// A chat template's context: its trailing whitespace (the newline after
+// the assistant's header) moves to the continuation, as the harness moves
+// it; markers go in by id.
+TEST(ChoiceQuestions, AChatContextsTrailingSpaceMovesToTheContinuation) {
+  const auto tok = make_tokenizer(
+      "", "", std::string(TRIAD_SOURCE_DIR) + "/tests/data/fixtures/chat_model/tokenizer.json");
+  const int32_t start = static_cast<int32_t>(tok->special_token("<|im_start|>")),
+                end = static_cast<int32_t>(tok->special_token("<|im_end|>"));
+  const auto join = [](std::vector<std::vector<int32_t>> parts) {
+    std::vector<int32_t> out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  auto [c, n] = encode_chat_context_and_continuation(
+      *tok, render_chat_prompt(ChatTemplate::ChatML, {{"user", "Q?"}}), "A");
+  EXPECT_EQ(c, join({{start},
+                     tok->encode("user\nQ?"),
+                     {end},
+                     tok->encode("\n"),
+                     {start},
+                     tok->encode("assistant")}));
+  EXPECT_EQ(n, tok->encode("\nA"));
+  // A last piece of whitespace alone goes whole, and the piece before it
+  // (a marker) stays.
+  const SegmentedDocument spaced{{"<|im_start|>", false, true}, {" \n", false, false}};
+  std::tie(c, n) = encode_chat_context_and_continuation(*tok, spaced, "B");
+  EXPECT_EQ(c, std::vector<int32_t>{start});
+  EXPECT_EQ(n, tok->encode(" \nB"));
+}
+
+// The conversation a chat model is asked a multiple-choice question in:
+// the heading (the task's description) a system message, after
+// --system_instruction's text; the examples one user turn with the
+// question, or a user turn and the right answer each.
+TEST(ChoiceQuestions, ChatsAreTheHarnesss) {
+  auto q = read(R"({"question": "Test?", "subject": "law", "choices": ["x", "y"], "answer": 0})");
+  add_examples(q, read(kMmluDev), 2, " ", false, "test.jsonl");
+  EXPECT_EQ(q[0].example_turns.size(), 2u);
+  const auto flat = [](const std::vector<ChatMessage>& m) {
+    std::string s;
+    for (const auto& x : m) s += "[" + x.role + "]" + x.content;
+    return s;
+  };
+  const std::string heading =
+      "The following are multiple choice questions (with answers) about law.\n\n";
+  const std::string dev1 = "Dev 1?\nA. a\nB. b\nAnswer:", dev3 = "Dev 3?\nA. e\nB. f\nAnswer:",
+                    test = "Test?\nA. x\nB. y\nAnswer:";
+  EXPECT_EQ(flat(choice_chat(q[0], false, "", "t")),
+            "[system]" + heading + "[user]" + dev1 + " B\n\n" + dev3 + " A\n\n" + test);
+  EXPECT_EQ(flat(choice_chat(q[0], true, "Think.", "t")),
+            "[system]Think.\n\n" + heading + "[user]" + dev1 + "[assistant]B[user]" + dev3 +
+                "[assistant]A[user]" + test);
+  // No heading, no system message; zero-shot, the context alone.
+  auto plain = read(R"({"context": "1+1=", "choices": ["2", "3"], "answer": 0})");
+  EXPECT_EQ(flat(choice_chat(plain[0], true, "", "t")), "[user]1+1=");
+  EXPECT_EQ(flat(choice_chat(plain[0], false, "S", "t")), "[system]S[user]1+1=");
+  const auto wino =
+      read(R"({"sentence": "A _ barks.", "option1": "cat", "option2": "dog", "answer": "2"})");
+  expect_error([&] { choice_chat(wino[0], false, "", "w.jsonl"); },
+               {"w.jsonl: a question with a context per choice (WinoGrande's) is not asked"});
 }
 
 TEST(ChoiceQuestions, CharactersAreCodePoints) {

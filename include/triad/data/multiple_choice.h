@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "triad/data/chat_template.h"
 #include "triad/data/tokenizer.h"
 
 namespace triad::data {
@@ -39,6 +40,11 @@ struct ChoiceQuestion {
   // is the question itself (the harness drops it).
   bool draws_one_more = false;
   uint64_t line_digest = 0;
+  // The few-shot examples add_examples put before the context (and each of
+  // contexts): their text, and each example's context and right choice (a
+  // chat model's turns, choice_chat).
+  std::string examples_text;
+  std::vector<std::pair<std::string, std::string>> example_turns;
   std::string context_of(size_t choice) const {
     return heading + (contexts.empty() ? context : contexts.at(choice));
   }
@@ -115,6 +121,27 @@ void add_examples(std::vector<ChoiceQuestion>& questions,
 // "Answer:" + " Paris", the split a BPE tokenizer makes of the whole).
 std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_context_and_continuation(
     const Tokenizer& tok, const std::string& context, const std::string& continuation);
+
+// The conversation lm-evaluation-harness asks a chat model for question
+// `q` (fewshot_context under --apply_chat_template; each choice is then
+// scored as what the assistant answers, no separator before it): a system
+// message of `system` and q's heading (the task's description, MMLU's),
+// joined by a blank line, when either is given; then q's context, its
+// few-shot examples with it, as one user message, or with `multiturn`
+// (--fewshot_as_multiturn) each example's context as a user message
+// answered by its right choice, then q's own context. A question with a
+// context per choice (WinoGrande's, which the harness asks otherwise) is a
+// ValueError naming `where`.
+std::vector<ChatMessage> choice_chat(const ChoiceQuestion& q, bool multiturn,
+                                     const std::string& system, const std::string& where);
+
+// encode_context_and_continuation for a context a chat template wrote out
+// (its markers as special pieces): the context's trailing whitespace moved
+// to the front of the continuation, as the harness moves it, then the
+// context tokenized piece by piece (markers by id) and the continuation
+// encoded alone.
+std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_chat_context_and_continuation(
+    const Tokenizer& tok, SegmentedDocument context, const std::string& continuation);
 
 // Unicode characters (code points) in UTF-8 text, as Python's len counts
 // them: the bytes that do not continue a character.
