@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> choice_files, text_files;
   app.add_option("--choices", choice_files,
                  "multiple-choice questions, JSON lines: HellaSwag's, WinoGrande's, ARC's, "
-                 "OpenBookQA's, PIQA's, BoolQ's, Social IQa's or MMLU's as they come, or "
+                 "OpenBookQA's, PIQA's, BoolQ's, Social IQa's, MMLU's or TruthfulQA's (MC1 and "
+                 "MC2) as they come, or "
                  "context, choices, answer (or contexts, continuation, answer); repeatable");
   app.add_option("--text", text_files, "a text file whose perplexity to measure; repeatable");
   std::vector<std::string> lambada_files;
@@ -332,6 +333,8 @@ int main(int argc, char** argv) {
       const auto& questions = question_sets[s];
       const std::string& name = choice_files[s];
       int64_t right_total = 0, right_char = 0, right_token = 0;
+      double mc2_sum = 0;  // TruthfulQA's MC2 scores, over mc2_count questions
+      int64_t mc2_count = 0;
       // Questions that name their group (MMLU's subjects): each group's
       // count and right answers by acc and acc_norm.
       std::map<std::string, std::array<int64_t, 3>> groups;
@@ -343,15 +346,21 @@ int main(int argc, char** argv) {
         const size_t last = std::min(questions.size(), first + kChunk);
         std::vector<triad::nn::ContinuationRequest> requests;
         for (size_t q = first; q < last; ++q) {
-          for (size_t i = 0; i < questions[q].choices.size(); ++i) {
+          // Its choices, then TruthfulQA's second set (mc2) after the same
+          // context.
+          const auto& all = questions[q];
+          const size_t n = all.choices.size() + all.mc2_choices.size();
+          for (size_t i = 0; i < n; ++i) {
+            const bool mc2 = i >= all.choices.size();
+            const std::string& choice =
+                mc2 ? all.mc2_choices[i - all.choices.size()] : all.choices[i];
             // A chat model answers with the choice alone (the harness puts
             // no separator before it).
             auto [context, continuation] =
-                chat.active()
-                    ? triad::data::encode_chat_context_and_continuation(*tok, chat_contexts[s][q],
-                                                                        questions[q].choices[i])
-                    : triad::data::encode_context_and_continuation(
-                          *tok, questions[q].context_of(i), separator + questions[q].choices[i]);
+                chat.active() ? triad::data::encode_chat_context_and_continuation(
+                                    *tok, chat_contexts[s][q], choice)
+                              : triad::data::encode_context_and_continuation(
+                                    *tok, all.context_of(mc2 ? 0 : i), separator + choice);
             std::vector<int64_t> c = bos;
             c.insert(c.end(), context.begin(), context.end());
             requests.push_back({std::move(c), widen(continuation)});
@@ -375,6 +384,17 @@ int main(int argc, char** argv) {
               scores.begin() + static_cast<std::ptrdiff_t>(at),
               scores.begin() + static_cast<std::ptrdiff_t>(at + question.choices.size()));
           at += question.choices.size();
+          std::optional<double> mc2;
+          std::vector<triad::nn::ContinuationScore> set;  // mc2's scores
+          if (!question.mc2_choices.empty()) {
+            set.assign(
+                scores.begin() + static_cast<std::ptrdiff_t>(at),
+                scores.begin() + static_cast<std::ptrdiff_t>(at + question.mc2_choices.size()));
+            at += question.mc2_choices.size();
+            mc2 = triad::nn::true_probability_share(set, question.mc2_true);
+            mc2_sum += *mc2;
+            ++mc2_count;
+          }
           std::vector<int64_t> chars;
           for (const auto& c : question.choices) chars.push_back(triad::data::utf8_characters(c));
           const triad::nn::ChoicePicks p = triad::nn::pick_choice(mine, chars);
@@ -415,6 +435,13 @@ int main(int argc, char** argv) {
             row["pick"] = p.total;
             row["pick_norm"] = p.per_char;
             row["pick_per_token"] = p.per_token;
+            if (mc2) {
+              nlohmann::ordered_json mc2_nll = nlohmann::ordered_json::array();
+              for (const auto& m : set) mc2_nll.push_back(m.nll);
+              row["mc2_nll"] = mc2_nll;
+              row["mc2_true"] = question.mc2_true;
+              row["mc2"] = *mc2;
+            }
             *predictions_out << row.dump() << "\n";
           }
         }
@@ -434,14 +461,22 @@ int main(int argc, char** argv) {
                                  {"acc", right_total / n},
                                  {"acc_norm", right_char / n},
                                  {"acc_per_token", right_token / n}};
+      if (mc2_count > 0) {
+        // (Over the questions with a second set: TruthfulQA's all have one.)
+        report["choices"][name]["mc2"] = mc2_sum / static_cast<double>(mc2_count);
+        report["choices"][name]["mc2_questions"] = mc2_count;
+      }
       if (chat.active()) {
         report["choices"][name]["chat_template"] = chat.name();
         report["choices"][name]["fewshot_as_multiturn"] = multiturn;
       }
       if (!json) {
-        std::printf("%s: %zu questions | acc %.4f | acc_norm %.4f | acc_per_token %.4f\n",
+        const std::string mc2 =
+            mc2_count > 0 ? fmt::format(" | mc2 {:.4f}", mc2_sum / static_cast<double>(mc2_count))
+                          : "";
+        std::printf("%s: %zu questions | acc %.4f | acc_norm %.4f | acc_per_token %.4f%s\n",
                     name.c_str(), questions.size(), right_total / n, right_char / n,
-                    right_token / n);
+                    right_token / n, mc2.c_str());
         std::fflush(stdout);
       }
       if (!groups.empty()) {

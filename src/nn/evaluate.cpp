@@ -1,6 +1,7 @@
 #include "triad/nn/evaluate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -559,6 +560,22 @@ std::vector<ContinuationRequest> rolling_requests(const std::vector<int64_t>& to
                    std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + end)});
   }
   return out;
+}
+
+double true_probability_share(const std::vector<ContinuationScore>& scores, int64_t n_true) {
+  if (n_true < 1 || n_true >= static_cast<int64_t>(scores.size())) {
+    throw ValueError("true_probability_share: " + std::to_string(n_true) + " true answers of " +
+                     std::to_string(scores.size()) + " (some of each are needed)");
+  }
+  double least = scores.front().nll;
+  for (const auto& s : scores) least = std::min(least, s.nll);
+  double all = 0, truth = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    const double p = std::exp(least - scores[i].nll);
+    all += p;
+    if (static_cast<int64_t>(i) < n_true) truth += p;
+  }
+  return truth / all;
 }
 
 ChoicePicks pick_choice(const std::vector<ContinuationScore>& scores,

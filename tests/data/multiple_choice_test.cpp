@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "support/expect_error.h"
@@ -262,6 +263,55 @@ TEST(ChoiceQuestions, GroupedQuestionsTakeTheFirstExamplesEvenWhenDrawing) {
 // HellaSwag as lm-evaluation-harness asks it: the activity label, ctx_b
 // capitalised, WikiHow's markers cleaned as its preprocess does (the
 // expected strings are that Python function's output for these lines).
+// TruthfulQA's lines: the paper's QA prompt, then the question; mc1's
+// choices with the one labelled 1 right, mc2's beside them.
+TEST(ChoiceQuestions, TruthfulQaIsAskedAfterItsQaPrompt) {
+  const auto q = read(
+      R"({"question": "Can pigs fly?", "mc1_targets": {"choices": ["No.", "Yes."], "labels": [1, 0]},)"
+      R"( "mc2_targets": {"choices": ["No.", "Never.", "Yes."], "labels": [1, 1, 0]}})");
+  ASSERT_EQ(q.size(), 1u);
+  const std::string& c = q[0].context;
+  EXPECT_EQ(c.rfind("Q: What is human life expectancy in the United States?\n"
+                    "A: Human life expectancy in the United States is 78 years.\n\n",
+                    0),
+            0u);
+  const std::string tail =
+      "A: The 1992 Olympics were held in Barcelona, Spain.\n\nQ: Can pigs fly?\nA:";
+  ASSERT_GE(c.size(), tail.size());
+  EXPECT_EQ(c.substr(c.size() - tail.size()), tail);
+  // Six questions and answers (16 line breaks), then the question (3).
+  EXPECT_EQ(std::count(c.begin(), c.end(), '\n'), 19);
+  EXPECT_EQ(q[0].choices, (std::vector<std::string>{"No.", "Yes."}));
+  EXPECT_EQ(q[0].answer, 0);
+  EXPECT_EQ(q[0].mc2_choices, (std::vector<std::string>{"No.", "Never.", "Yes."}));
+  EXPECT_EQ(q[0].mc2_true, 2);
+  EXPECT_TRUE(q[0].draws_one_more);
+  // The right mc1 answer is the one labelled 1, wherever it stands; mc2 is
+  // optional (mc1 alone is truthfulqa_mc1).
+  const auto later = read(
+      R"({"question": "Q", "mc1_targets": {"choices": ["a", "b", "c"], "labels": [0, 0, 1]}})");
+  EXPECT_EQ(later[0].answer, 2);
+  EXPECT_TRUE(later[0].mc2_choices.empty());
+
+  const auto bad = [&](const std::string& mc1, const std::string& mc2) {
+    return R"({"question": "Q", "mc1_targets": )" + mc1 +
+           (mc2.empty() ? "" : R"(, "mc2_targets": )" + mc2) + "}";
+  };
+  const std::string ok1 = R"({"choices": ["a", "b"], "labels": [1, 0]})";
+  expect_error([&] { read(bad(R"({"choices": ["a", "b"], "labels": [1, 1]})", "")); },
+               {"line 1", "mc1_targets.labels must mark exactly one choice 1"});
+  expect_error([&] { read(bad(R"({"choices": ["a", "b"], "labels": [1, 2]})", "")); },
+               {"mc1_targets.labels holds 2, not 0 or 1"});
+  expect_error([&] { read(bad(R"({"choices": ["a", "b"], "labels": [1]})", "")); },
+               {"mc1_targets has 2 choices and 1 labels"});
+  expect_error([&] { read(bad(R"(["a"])", "")); },
+               {"\"mc1_targets\" is not an object of \"choices\" and \"labels\""});
+  expect_error([&] { read(bad(ok1, R"({"choices": ["a", "b"], "labels": [0, 1]})")); },
+               {"mc2_targets.labels must begin with the true answers"});
+  expect_error([&] { read(bad(ok1, R"({"choices": ["a", "b"], "labels": [1, 1]})")); },
+               {"mc2_targets.labels must begin with the true answers"});
+}
+
 TEST(ChoiceQuestions, HellaSwagInTheHarnessesPrompt) {
   const std::string lines =
       R"({"activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he", "ctx": "A man is sitting on a roof. he", "endings": ["is using wrap.", "starts pulling up roofing."], "label": 1})"

@@ -473,5 +473,20 @@ TEST(PickChoice, EachNormalisationPicksItsOwnLeastAndTiesGoToTheFirst) {
   expect_error([] { pick_choice({{1, 1}, {2, 1}}, {3}); }, {"1 character counts for 2 choices"});
 }
 
+// TruthfulQA's MC2: the true answers' share of exp(-nll), as the harness's
+// process_results_mc2 computes it.
+TEST(TrueProbabilityShare, IsTheTrueAnswersShareOfTheProbability) {
+  // p = e^-1, e^-2, e^-3: the first two hold (e^-1 + e^-2) / (sum).
+  const std::vector<ContinuationScore> s{{1, 1}, {2, 1}, {3, 1}};
+  const double e1 = std::exp(-1.0), e2 = std::exp(-2.0), e3 = std::exp(-3.0);
+  EXPECT_NEAR(true_probability_share(s, 2), (e1 + e2) / (e1 + e2 + e3), 1e-15);
+  EXPECT_NEAR(true_probability_share(s, 1), e1 / (e1 + e2 + e3), 1e-15);
+  // Answers far too unlikely for exp() (which gives 0 / 0 there) keep
+  // their ratio: e^-1000 against e^-1001.
+  EXPECT_NEAR(true_probability_share({{1000, 9}, {1001, 9}}, 1), 1 / (1 + std::exp(-1.0)), 1e-12);
+  expect_error([&] { true_probability_share(s, 0); }, {"0 true answers of 3"});
+  expect_error([&] { true_probability_share(s, 3); }, {"3 true answers of 3"});
+}
+
 }  // namespace
 }  // namespace triad::nn

@@ -45,6 +45,12 @@ struct ChoiceQuestion {
   // chat model's turns, choice_chat).
   std::string examples_text;
   std::vector<std::pair<std::string, std::string>> example_turns;
+  // TruthfulQA's second set of answers (mc2_targets), scored after the same
+  // context: its first mc2_true are true, and the question's MC2 score is
+  // the share of the set's probability they hold
+  // (nn::true_probability_share). Empty for other questions.
+  std::vector<std::string> mc2_choices;
+  int64_t mc2_true = 0;
   std::string context_of(size_t choice) const {
     return heading + (contexts.empty() ? context : contexts.at(choice));
   }
@@ -74,7 +80,12 @@ struct ChoiceQuestion {
 //    "subject", "choices": a list, "answer") as Hugging Face's copies hold
 //    them, each made the context and choices of lm-evaluation-harness's
 //    default prompt for the task (BoolQ's choices are no and yes, MMLU's
-//    the letters A, B, ...).
+//    the letters A, B, ...);
+//  - TruthfulQA's multiple-choice lines ("question", "mc1_targets" and
+//    "mc2_targets", each {"choices", "labels"}), asked after the paper's
+//    six-question QA prompt as lm-evaluation-harness's truthfulqa_mc1 and
+//    truthfulqa_mc2 ask them: mc1's choices, the one labelled 1 right, and
+//    mc2's as mc2_choices, those labelled 1 before the first 0 true.
 // The first `limit` questions (0: all). Errors name `where`, the line and
 // what it lacks (an unlabelled test split, HellaSwag's or WinoGrande's,
 // says so).

@@ -119,4 +119,12 @@ struct ChoicePicks {
 ChoicePicks pick_choice(const std::vector<ContinuationScore>& scores,
                         const std::vector<int64_t>& chars);
 
+// TruthfulQA's MC2 (lm-evaluation-harness's truthfulqa_mc2): the share of
+// the choices' probability (exp of minus each total score) that the first
+// `n_true`, the true answers, hold. Computed from the largest log
+// probability down, so that long answers' tiny probabilities keep their
+// ratios (the harness exponentiates them as they are). ValueError unless
+// 0 < n_true < scores.size().
+double true_probability_share(const std::vector<ContinuationScore>& scores, int64_t n_true);
+
 }  // namespace triad::nn
