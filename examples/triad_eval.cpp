@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> choice_files, text_files;
   app.add_option("--choices", choice_files,
                  "multiple-choice questions, JSON lines: HellaSwag's, WinoGrande's, ARC's, "
-                 "OpenBookQA's, PIQA's, BoolQ's, Social IQa's, MMLU's or TruthfulQA's (MC1 and "
-                 "MC2) as they come, or "
+                 "OpenBookQA's, PIQA's, BoolQ's, Social IQa's, MMLU's, MMLU-Pro's or TruthfulQA's "
+                 "(MC1 and MC2) as they come, or "
                  "context, choices, answer (or contexts, continuation, answer); repeatable");
   app.add_option("--text", text_files, "a text file whose perplexity to measure; repeatable");
   std::vector<std::string> lambada_files;
@@ -356,11 +356,12 @@ int main(int argc, char** argv) {
                 mc2 ? all.mc2_choices[i - all.choices.size()] : all.choices[i];
             // A chat model answers with the choice alone (the harness puts
             // no separator before it).
-            auto [context, continuation] =
-                chat.active() ? triad::data::encode_chat_context_and_continuation(
-                                    *tok, chat_contexts[s][q], choice)
-                              : triad::data::encode_context_and_continuation(
-                                    *tok, all.context_of(mc2 ? 0 : i), separator + choice);
+            auto [context, continuation] = chat.active()
+                                               ? triad::data::encode_chat_context_and_continuation(
+                                                     *tok, chat_contexts[s][q], choice)
+                                               : triad::data::encode_context_and_continuation(
+                                                     *tok, all.context_of(mc2 ? 0 : i),
+                                                     all.separator.value_or(separator) + choice);
             std::vector<int64_t> c = bos;
             c.insert(c.end(), context.begin(), context.end());
             requests.push_back({std::move(c), widen(continuation)});

@@ -209,6 +209,37 @@ ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
   }
   q.context += "Answer:";
   q.answer = answer_index(field(j, {"answer"}), q.choices.size(), 0, at);
+  q.first_examples = true;
+  return q;
+}
+
+ChoiceQuestion mmlu_pro_question(const nlohmann::json& j, const std::string& at) {
+  const std::vector<std::string> options = string_list(j.at("options"), "options", "option", at);
+  if (options.size() < 2 || options.size() > 26) {
+    throw ValueError(at + " has " + std::to_string(options.size()) +
+                     " option(s); a question needs 2 to 26 (lettered A to Z)");
+  }
+  ChoiceQuestion q;
+  q.context = text_field(j, "question", at, "MMLU-Pro's") + "\n";
+  for (size_t i = 0; i < options.size(); ++i) {
+    const std::string letter(1, static_cast<char>('A' + i));
+    q.context += letter + ". " + options[i] + "\n";
+    q.choices.push_back(letter);
+  }
+  q.context += "Answer:";
+  // The letter under "answer" (what the harness reads), else answer_index.
+  if (const auto a = j.find("answer"); a != j.end() && a->is_string()) {
+    const auto it = std::find(q.choices.begin(), q.choices.end(), a->get<std::string>());
+    if (it == q.choices.end()) {
+      throw ValueError(at + ": answer \"" + a->get<std::string>() + "\" is none of the " +
+                       std::to_string(q.choices.size()) + " options' letters");
+    }
+    q.answer = it - q.choices.begin();
+  } else {
+    q.answer = answer_index(field(j, {"answer_index"}), q.choices.size(), 0, at);
+  }
+  q.first_examples = true;
+  q.separator = "";
   return q;
 }
 
@@ -413,6 +444,7 @@ ChoiceQuestion form_question(const nlohmann::json& j, const std::string& at,
   if (j.contains("answerA")) return siqa_question(j, at);
   if (j.contains("question_stem")) return openbookqa_question(j, at);
   if (j.contains("mc1_targets")) return truthfulqa_question(j, at);
+  if (j.contains("question") && j.contains("options")) return mmlu_pro_question(j, at);
   if (j.contains("question") && j.contains("choices")) {
     return j["choices"].is_object() ? arc_question(j, at) : mmlu_question(j, at);
   }
@@ -477,7 +509,7 @@ void add_examples(std::vector<ChoiceQuestion>& questions,
     const ChoiceQuestion& e = examples[k];
     const auto right = static_cast<size_t>(e.answer);
     const std::string& context = e.contexts.empty() ? e.context : e.contexts[right];
-    return context + separator + e.choices[right] + "\n\n";
+    return context + e.separator.value_or(separator) + e.choices[right] + "\n\n";
   };
   for (size_t i = 0; i < questions.size(); ++i) {
     ChoiceQuestion& q = questions[i];
@@ -490,7 +522,7 @@ void add_examples(std::vector<ChoiceQuestion>& questions,
                                    e.choices[right]);
       prefix += example(k);
     };
-    if (draw && q.group.empty()) {
+    if (draw && q.group.empty() && !q.first_examples) {
       // (What the harness shows: one example fewer where a draw that is
       // the question went without a spare.)
       for (const size_t k : draw->next(shots, same_file || q.draws_one_more, [&](size_t k) {

@@ -45,8 +45,8 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
     t.answer = all[q].answer;
     for (size_t i = 0; i < all[q].choices.size(); ++i) {
       const std::string& choice = all[q].choices[i];
-      auto [context, continuation] =
-          data::encode_context_and_continuation(*tok, all[q].context_of(i), " " + choice);
+      auto [context, continuation] = data::encode_context_and_continuation(
+          *tok, all[q].context_of(i), all[q].separator.value_or(" ") + choice);
       std::vector<int64_t> ctx = bos;
       ctx.insert(ctx.end(), context.begin(), context.end());
       const std::string where = key + " '" + set.path + "': question " + std::to_string(q + 1);

@@ -312,6 +312,40 @@ TEST(ChoiceQuestions, TruthfulQaIsAskedAfterItsQaPrompt) {
                {"mc2_targets.labels must begin with the true answers"});
 }
 
+// MMLU-Pro as the harness's leaderboard_mmlu_pro asks it: the letters
+// scored right after "Answer:" (its target_delimiter is ""), its examples
+// the first of the few-shot file even when drawing (first_n).
+TEST(ChoiceQuestions, MmluProIsAskedWithoutASeparatorAfterTheFirstExamples) {
+  const std::string pro =
+      R"({"question": "Q1?", "options": ["a", "b", "c"], "answer": "C", "category": "x"})"
+      "\n"
+      R"({"question": "Q2?", "options": ["d", "e"], "answer_index": 0})"
+      "\n"
+      R"({"question": "Q3?", "options": ["f", "g"], "answer": "B"})"
+      "\n";
+  auto q = read(pro);
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].context, "Q1?\nA. a\nB. b\nC. c\nAnswer:");
+  EXPECT_EQ(q[0].choices, (std::vector<std::string>{"A", "B", "C"}));
+  EXPECT_EQ(q[0].answer, 2);
+  EXPECT_EQ(q[1].answer, 0);
+  EXPECT_EQ(q[0].separator, std::optional<std::string>(""));
+  EXPECT_TRUE(q[0].first_examples);
+  EXPECT_TRUE(q[0].group.empty());  // (the harness draws across categories)
+  auto asked = read(R"({"question": "T?", "options": ["x", "y"], "answer": "A"})");
+  auto drawn = asked;
+  add_examples(asked, q, 2, " ", false, "test.jsonl");
+  add_examples(drawn, q, 2, " ", false, "test.jsonl", 1234);
+  const std::string want =
+      "Q1?\nA. a\nB. b\nC. c\nAnswer:C\n\nQ2?\nA. d\nB. e\nAnswer:A\n\nT?\nA. x\nB. y\nAnswer:";
+  EXPECT_EQ(asked[0].context, want);
+  EXPECT_EQ(drawn[0].context, want);
+  expect_error([&] { read(R"({"question": "Q?", "options": ["a", "b"], "answer": "D"})"); },
+               {"line 1: answer \"D\" is none of the 2 options' letters"});
+  expect_error([&] { read(R"({"question": "Q?", "options": ["a"], "answer": "A"})"); },
+               {"has 1 option(s); a question needs 2 to 26"});
+}
+
 TEST(ChoiceQuestions, HellaSwagInTheHarnessesPrompt) {
   const std::string lines =
       R"({"activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he", "ctx": "A man is sitting on a roof. he", "endings": ["is using wrap.", "starts pulling up roofing."], "label": 1})"

@@ -166,7 +166,8 @@ def text_input_seeds():
 def choice_questions_seeds():
     fixtures = ROOT / "tests" / "data" / "fixtures"
     for name in ["choice_questions", "mmlu_questions", "winogrande_questions",
-                 "short_choice_questions", "truthfulqa_questions"]:
+                 "short_choice_questions", "truthfulqa_questions",
+                 "mmlu_pro_questions"]:
         write("choice_questions", name, (fixtures / f"{name}.jsonl").read_bytes())
 
 

@@ -40,6 +40,12 @@ struct ChoiceQuestion {
   // is the question itself (the harness drops it).
   bool draws_one_more = false;
   uint64_t line_digest = 0;
+  // Its task's examples are the first of its file even when drawing (the
+  // harness's first_n sampler: MMLU's, MMLU-Pro's).
+  bool first_examples = false;
+  // Its task's own separator between the context and a choice, used for it
+  // instead of the one given (MMLU-Pro's target_delimiter is "").
+  std::optional<std::string> separator;
   // The few-shot examples add_examples put before the context (and each of
   // contexts): their text, and each example's context and right choice (a
   // chat model's turns, choice_chat).
@@ -81,6 +87,10 @@ struct ChoiceQuestion {
 //    them, each made the context and choices of lm-evaluation-harness's
 //    default prompt for the task (BoolQ's choices are no and yes, MMLU's
 //    the letters A, B, ...);
+//  - MMLU-Pro's (TIGER-Lab/MMLU-Pro: "question", "options", "answer" a
+//    letter, or "answer_index"), as the harness's leaderboard_mmlu_pro asks
+//    them: the question, each option after its letter on a line of its
+//    own, "Answer:", the letters scored right after it (no separator);
 //  - TruthfulQA's multiple-choice lines ("question", "mc1_targets" and
 //    "mc2_targets", each {"choices", "labels"}), asked after the paper's
 //    six-question QA prompt as lm-evaluation-harness's truthfulqa_mc1 and
@@ -119,8 +129,10 @@ std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64
 // random as lm-evaluation-harness draws them (FewshotDraw seeded so, one
 // draw per question in order; one example more drawn from the questions'
 // own file or for a task that draws one more, and a drawn example equal to
-// the question dropped). Grouped questions (MMLU's) still take the first of
-// their group, as the harness's first_n sampler does for MMLU.
+// the question dropped). Grouped questions and those whose task takes the
+// first examples (MMLU's, MMLU-Pro's: first_examples) still take the first
+// (of their group), as the harness's first_n sampler does for them. An
+// example's own separator, where its task has one, goes in its place.
 void add_examples(std::vector<ChoiceQuestion>& questions,
                   const std::vector<ChoiceQuestion>& examples, int64_t shots,
                   const std::string& separator, bool same_file, const std::string& where,
