@@ -7,6 +7,7 @@
 #include "ascii_space.h"
 #include "json_lines.h"
 #include "triad/core/error.h"
+#include "triad/core/rng.h"
 #include "triad/data/fewshot_sampler.h"
 #include "unicode_classes.h"
 #include "utf8.h"
@@ -451,19 +452,12 @@ ChoiceQuestion form_question(const nlohmann::json& j, const std::string& at,
   return plain_question(j, at);
 }
 
-// FNV-1a over the bytes.
-uint64_t digest(const std::string& bytes) {
-  uint64_t h = 14695981039346656037ull;
-  for (const char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return h;
-}
-
 ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at,
                            HellaSwagPrompt hellaswag) {
   ChoiceQuestion q = form_question(j, at, hellaswag);
   // (The object's keys in sorted order: two lines alike as Python's dict
   // equality sees them hash alike whatever their key order.)
-  q.line_digest = digest(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  q.line_digest = stable_hash(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   return q;
 }
 
