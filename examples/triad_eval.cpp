@@ -140,8 +140,8 @@ int main(int argc, char** argv) {
   app.add_option("--fewshot-seed", fewshot_seed,
                  "draw each question's --fewshot examples at random, as lm-evaluation-harness "
                  "draws them with its fewshot seed (1234 by default there): Python's "
-                 "random.Random(SEED), one draw per question in file order (MMLU's still the "
-                 "first of its subject, as the harness takes them)");
+                 "random.Random(SEED), one draw per question in file order (MMLU's and "
+                 "MMLU-Pro's still the first, as the harness takes them)");
   int64_t stride = 0;
   app.add_option("--stride", stride,
                  "--text: tokens scored per window, each after the text before it (default: "
