@@ -43,10 +43,15 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
   for (size_t q = static_cast<size_t>(part); q < all.size(); q += static_cast<size_t>(parts)) {
     TokenizedQuestion t;
     t.answer = all[q].answer;
-    for (size_t i = 0; i < all[q].choices.size(); ++i) {
-      const std::string& choice = all[q].choices[i];
+    t.mc2_true = all[q].mc2_true;
+    // Its choices, then TruthfulQA's mc2 set after the same context.
+    const size_t n = all[q].choices.size() + all[q].mc2_choices.size();
+    for (size_t i = 0; i < n; ++i) {
+      const bool mc2 = i >= all[q].choices.size();
+      const std::string& choice =
+          mc2 ? all[q].mc2_choices[i - all[q].choices.size()] : all[q].choices[i];
       auto [context, continuation] = data::encode_context_and_continuation(
-          *tok, all[q].context_of(i), all[q].separator.value_or(" ") + choice);
+          *tok, all[q].context_of(mc2 ? 0 : i), all[q].separator.value_or(" ") + choice);
       std::vector<int64_t> ctx = bos;
       ctx.insert(ctx.end(), context.begin(), context.end());
       const std::string where = key + " '" + set.path + "': question " + std::to_string(q + 1);
@@ -57,9 +62,10 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
         throw ConfigError(where + " has a choice of " + std::to_string(continuation.size()) +
                           " tokens, more than model.seq_len " + std::to_string(c.model.seq_len));
       }
-      t.choices.push_back(
-          {std::move(ctx), std::vector<int64_t>(continuation.begin(), continuation.end())});
-      t.chars.push_back(data::utf8_characters(choice));
+      (mc2 ? t.mc2 : t.choices)
+          .push_back(
+              {std::move(ctx), std::vector<int64_t>(continuation.begin(), continuation.end())});
+      if (!mc2) t.chars.push_back(data::utf8_characters(choice));
     }
     out.push_back(std::move(t));
   }
@@ -127,38 +133,57 @@ RequestRows request_batches(const std::vector<nn::ContinuationRequest>& requests
   return out;
 }
 
+std::vector<nn::ContinuationRequest> question_requests(
+    const std::vector<TokenizedQuestion>& questions) {
+  std::vector<nn::ContinuationRequest> all;
+  for (const auto& q : questions) {
+    all.insert(all.end(), q.choices.begin(), q.choices.end());
+    all.insert(all.end(), q.mc2.begin(), q.mc2.end());
+  }
+  return all;
+}
+
 RequestRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64_t seq_len,
                            int64_t rows, int64_t pad, int64_t width_multiple, int64_t short_rows,
                            int64_t short_multiple) {
-  std::vector<nn::ContinuationRequest> all;
-  for (const auto& q : questions) all.insert(all.end(), q.choices.begin(), q.choices.end());
-  return request_batches(all, seq_len, rows, pad, width_multiple, short_rows, short_multiple);
+  return request_batches(question_requests(questions), seq_len, rows, pad, width_multiple,
+                         short_rows, short_multiple);
 }
 
 std::vector<double> ChoiceTally::to_vector() const {
-  return {questions, right, right_norm, right_per_token, answer_nll, answer_tokens};
+  return {questions,  right,         right_norm, right_per_token,
+          answer_nll, answer_tokens, mc2,        mc2_questions};
 }
 
 ChoiceTally ChoiceTally::from_vector(const std::vector<double>& v) {
-  if (v.size() != 6) {
-    throw ValueError("ChoiceTally: " + std::to_string(v.size()) + " values, expected 6");
+  if (v.size() != 8) {
+    throw ValueError("ChoiceTally: " + std::to_string(v.size()) + " values, expected 8");
   }
-  return {v[0], v[1], v[2], v[3], v[4], v[5]};
+  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
 }
 
 ChoiceTally tally_choices(const std::vector<TokenizedQuestion>& questions,
                           const std::vector<double>& row_means) {
   ChoiceTally t;
   size_t row = 0;
-  for (const auto& q : questions) {
-    if (row + q.choices.size() > row_means.size()) {
+  // Requests' scores from their mean losses, in order.
+  const auto scored = [&](const std::vector<nn::ContinuationRequest>& requests) {
+    if (row + requests.size() > row_means.size()) {
       throw ValueError("tally_choices: " + std::to_string(row_means.size()) +
                        " row losses for more rows than that");
     }
     std::vector<nn::ContinuationScore> scores;
-    for (const auto& r : q.choices) {
+    for (const auto& r : requests) {
       const auto n = static_cast<int64_t>(r.continuation.size());
       scores.push_back({row_means[row++] * static_cast<double>(n), n});
+    }
+    return scores;
+  };
+  for (const auto& q : questions) {
+    const std::vector<nn::ContinuationScore> scores = scored(q.choices);
+    if (!q.mc2.empty()) {
+      t.mc2 += nn::true_probability_share(scored(q.mc2), q.mc2_true);
+      t.mc2_questions += 1;
     }
     const nn::ChoicePicks p = nn::pick_choice(scores, q.chars);
     t.questions += 1;

@@ -162,11 +162,13 @@ void MetricsWriter::write(const StepMetrics& m) {
     j["val_ema_losses"] = sets;
   }
   auto scores = [](const StepMetrics::ChoiceScores& c) {
-    return nlohmann::json{{"questions", c.questions},
-                          {"acc", c.acc},
-                          {"acc_norm", c.acc_norm},
-                          {"acc_per_token", c.acc_per_token},
-                          {"answer_loss", c.answer_loss}};
+    nlohmann::json j{{"questions", c.questions},
+                     {"acc", c.acc},
+                     {"acc_norm", c.acc_norm},
+                     {"acc_per_token", c.acc_per_token},
+                     {"answer_loss", c.answer_loss}};
+    if (c.mc2) j["mc2"] = *c.mc2;
+    return j;
   };
   auto lambada = [](const StepMetrics::LambadaScores& l) {
     return nlohmann::json{

@@ -226,6 +226,7 @@ void TensorBoardWriter::write(const StepMetrics& m) {
     scalar(prefix + "acc_norm", m.step, c.acc_norm, t);
     scalar(prefix + "acc_per_token", m.step, c.acc_per_token, t);
     scalar(prefix + "answer_loss", m.step, c.answer_loss, t);
+    if (c.mc2) scalar(prefix + "mc2", m.step, *c.mc2, t);
   };
   if (m.choices) choices("eval/", *m.choices);
   for (const auto& [name, c] : m.choice_sets) choices("eval/" + name + "/", c);

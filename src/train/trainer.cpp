@@ -2769,10 +2769,10 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
     constexpr size_t kChunk = 64;
     std::vector<double> means;
     for (size_t first = 0; first < questions.size(); first += kChunk) {
-      std::vector<nn::ContinuationRequest> requests;
-      for (size_t q = first; q < std::min(questions.size(), first + kChunk); ++q) {
-        requests.insert(requests.end(), questions[q].choices.begin(), questions[q].choices.end());
-      }
+      const std::vector<nn::ContinuationRequest> requests =
+          question_requests({questions.begin() + static_cast<std::ptrdiff_t>(first),
+                             questions.begin() + static_cast<std::ptrdiff_t>(
+                                                     std::min(questions.size(), first + kChunk))});
       for (const auto& s :
            nn::score_continuations(*model_, requests, config_.train.micro_batch_size)) {
         means.push_back(s.nll / static_cast<double>(s.tokens));
@@ -2782,8 +2782,7 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
   } else if (!questions.empty() || config_.parallel.ep > 1) {
     // (More data-parallel ranks than questions leave some none; under expert
     // parallelism those run padding with their group.)
-    std::vector<nn::ContinuationRequest> all;
-    for (const auto& q : questions) all.insert(all.end(), q.choices.begin(), q.choices.end());
+    const std::vector<nn::ContinuationRequest> all = question_requests(questions);
     const RequestRows rows = scoring_rows(all);
     const std::vector<double> losses = row_losses(rows.batches);
     std::vector<double> in_order(all.size());
@@ -2794,12 +2793,20 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
   }
   if (mesh_ && data_parallel_ranks() > 1) {
     // (A replica's context-parallel ranks tally its questions alike.)
-    Tensor sums = scale(from_vector(t.to_vector(), {6}, DType::F64), 1.0 / cp_);
+    const std::vector<double> tally = t.to_vector();
+    Tensor sums =
+        scale(from_vector(tally, {static_cast<int64_t>(tally.size())}, DType::F64), 1.0 / cp_);
     mesh_->dp()->all_reduce(sums, dist::ReduceOp::Sum)->wait();
     t = ChoiceTally::from_vector(to_double_vector(sums));
   }
-  return {static_cast<int64_t>(t.questions), t.right / t.questions, t.right_norm / t.questions,
-          t.right_per_token / t.questions, t.answer_nll / t.answer_tokens};
+  StepMetrics::ChoiceScores scores;
+  scores.questions = static_cast<int64_t>(t.questions);
+  scores.acc = t.right / t.questions;
+  scores.acc_norm = t.right_norm / t.questions;
+  scores.acc_per_token = t.right_per_token / t.questions;
+  scores.answer_loss = t.answer_nll / t.answer_tokens;
+  if (t.mc2_questions > 0) scores.mc2 = t.mc2 / t.mc2_questions;
+  return scores;
 }
 
 RequestRows Trainer::scoring_rows(const std::vector<nn::ContinuationRequest>& requests) const {
@@ -2897,10 +2904,10 @@ namespace {
 // acc_norm ..." for a named one.
 std::string choices_summary(const std::string& name, const StepMetrics::ChoiceScores& c) {
   return fmt::format(
-      "choices{} acc_norm {:.4f} | acc {:.4f} | acc_per_token {:.4f} | answer loss {:.4f} | {} "
+      "choices{} acc_norm {:.4f} | acc {:.4f} | acc_per_token {:.4f} | answer loss {:.4f}{} | {} "
       "questions",
       name.empty() ? "" : " (" + name + ")", c.acc_norm, c.acc, c.acc_per_token, c.answer_loss,
-      c.questions);
+      c.mc2 ? fmt::format(" | mc2 {:.4f}", *c.mc2) : "", c.questions);
 }
 
 // A set's line: "lambada acc 0.3254 | perplexity 40.123 | 5153 texts",

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <tuple>
 
@@ -106,6 +107,31 @@ TEST(TallyChoices, EachNormalisationCountsItsRightPicks) {
   expect_error([&] { tally_choices({a, b}, {1.0, 2.0, 3.0}); }, {"3 row losses"});
 }
 
+// TruthfulQA's mc2 set: scored after the question's choices, its MC2 the
+// true answers' share of exp(-total) (nn::true_probability_share), summed
+// over the questions that have one.
+TEST(TallyChoices, TheMc2SetsShareIsSummed) {
+  TokenizedQuestion a, plain;
+  a.choices = {{{1}, {2}}, {{1}, {3}}};
+  a.chars = {1, 1};
+  a.mc2 = {{{1}, {4}}, {{1}, {5, 6}}, {{1}, {7}}};  // 1, 2 and 1 tokens
+  a.mc2_true = 2;
+  plain.choices = {{{1}, {2}}, {{1}, {3}}};
+  plain.chars = {1, 1};
+  EXPECT_EQ(question_requests({a, plain}).size(), 7u);
+  EXPECT_EQ(question_requests({a, plain})[3].continuation, (std::vector<int64_t>{5, 6}));
+  // Means: a's choices 1 and 2, its mc2 set 1, 0.5 (total 1) and 3; plain's 2, 1.
+  const ChoiceTally t = tally_choices({a, plain}, {1.0, 2.0, 1.0, 0.5, 3.0, 2.0, 1.0});
+  const double e1 = std::exp(-1.0), e3 = std::exp(-3.0);
+  EXPECT_NEAR(t.mc2, (e1 + e1) / (e1 + e1 + e3), 1e-12);
+  EXPECT_EQ(t.mc2_questions, 1);
+  EXPECT_EQ(t.right, 1);  // a picks 0 (its answer), plain picks 1
+  const ChoiceTally back = ChoiceTally::from_vector(t.to_vector());
+  EXPECT_EQ(back.mc2, t.mc2);
+  EXPECT_EQ(back.mc2_questions, 1);
+  expect_error([&] { ChoiceTally::from_vector({1, 2, 3, 4, 5, 6}); }, {"6 values, expected 8"});
+}
+
 Config with_questions(const TempDir& dir, const std::string& lines, int64_t vocab = 256) {
   std::ofstream(dir.file("q.jsonl")) << lines;
   Config c = parse_config(
@@ -169,6 +195,24 @@ TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
                {"eval.choices: '", "question 1 has 4 example(s) to show, 5 asked"});
   drawn.eval.choices_fewshot = 5;
   expect_error([&] { load(drawn, 0, 1); }, {"eval.choices: '", "question 1 draws 6", "from 5"});
+}
+
+// TruthfulQA's lines: mc1's choices as the question's, mc2's after the
+// same context (the QA prompt and the question) as its mc2 set.
+TEST(LoadChoiceQuestions, TruthfulQasMc2SetFollowsTheSameContext) {
+  TempDir dir;
+  const Config c = with_questions(
+      dir, R"({"question": "Q?", "mc1_targets": {"choices": ["No.", "Yes."], "labels": [1, 0]},)"
+           R"( "mc2_targets": {"choices": ["No.", "Nope.", "Yes."], "labels": [1, 1, 0]}})"
+           "\n");
+  const auto q = load(c, 0, 1);
+  ASSERT_EQ(q.size(), 1u);
+  ASSERT_EQ(q[0].choices.size(), 2u);
+  ASSERT_EQ(q[0].mc2.size(), 3u);
+  EXPECT_EQ(q[0].mc2_true, 2);
+  EXPECT_EQ(q[0].chars, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(q[0].mc2[0].context, q[0].choices[0].context);
+  EXPECT_EQ(q[0].mc2[1].continuation, (std::vector<int64_t>{' ', 'N', 'o', 'p', 'e', '.'}));
 }
 
 TEST(LoadChoiceQuestions, ErrorsNameTheKeyAndTheQuestion) {

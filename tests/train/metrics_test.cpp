@@ -68,10 +68,11 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
     m.step = 1;
     m.peak_memory_bytes = 1000;
     m.reserved_memory_bytes = 4096;
-    m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5};
-    m.choice_sets = {{"hella", *m.choices}, {"arc", {50, 0.75, 0.625, 0.125, 1.5}}};
-    m.choices_ema = StepMetrics::ChoiceScores{100, 0.5, 0.625, 0.25, 2.25};
-    m.choice_ema_sets = {{"hella", *m.choices_ema}, {"arc", {50, 0.5, 0.5, 0.5, 1.25}}};
+    m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5, std::nullopt};
+    m.choice_sets = {{"hella", *m.choices}, {"arc", {50, 0.75, 0.625, 0.125, 1.5, 0.5}}};
+    m.choices_ema = StepMetrics::ChoiceScores{100, 0.5, 0.625, 0.25, 2.25, std::nullopt};
+    m.choice_ema_sets = {{"hella", *m.choices_ema},
+                         {"arc", {50, 0.5, 0.5, 0.5, 1.25, std::nullopt}}};
     m.lambada = StepMetrics::LambadaScores{10, 0.5, 3.5, 33.0};
     m.lambada_sets = {{"en", *m.lambada}};
     m.lambada_ema = StepMetrics::LambadaScores{10, 0.625, 3.25, 25.5};
@@ -91,6 +92,8 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
   const auto a = nlohmann::json::parse(first), b = nlohmann::json::parse(second);
   EXPECT_EQ(a.at("reserved_memory_bytes"), 4096);
   EXPECT_EQ(a.at("choice_sets").at("arc").at("acc"), 0.75);
+  EXPECT_EQ(a.at("choice_sets").at("arc").at("mc2"), 0.5);  // (a set with TruthfulQA's MC2)
+  EXPECT_FALSE(a.at("choice_sets").at("hella").contains("mc2"));
   EXPECT_EQ(a.at("choices_ema").at("answer_loss"), 2.25);
   EXPECT_EQ(a.at("choice_ema_sets").at("arc").at("answer_loss"), 1.25);
   EXPECT_EQ(a.at("choice_ema_sets").at("hella").at("acc_norm"), 0.625);

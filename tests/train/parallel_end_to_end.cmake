@@ -20,7 +20,8 @@
 # "loss divisor,norm divisor" (200,10: losses within 0.5%, norms within 10%).
 # With QUESTIONS (multiple-choice JSON lines), every evaluation also scores
 # them (eval.choices): the right answers' loss must match one process's at
-# the same tolerance, and in fp32 every accuracy must be one process's.
+# the same tolerance (and so must TruthfulQA's MC2, for its lines), and in
+# fp32 every accuracy must be one process's.
 # With LAMBADA (LAMBADA's JSON lines), every evaluation also asks for the
 # texts' last words (eval.lambada): the words' loss must match one
 # process's at the same tolerance, and in fp32 the share greedy decoding
@@ -200,6 +201,8 @@ if(QUESTIONS)
   foreach(name acc acc_norm acc_per_token)
     field(${WORK}/reference "choices;${name}" reference_${name})
   endforeach()
+  # (TruthfulQA's MC2, where the file has its lines.)
+  field(${WORK}/reference "choices;mc2" reference_mc2)
   field(${WORK}/reference "choices_ema;answer_loss" reference_ema_answers)
   if(reference_val_ema AND NOT reference_ema_answers)
     message(FATAL_ERROR "one process scored eval.choices without the averaged weights")
@@ -334,6 +337,11 @@ foreach(layout IN LISTS layouts)
     field(${dir} "choices;answer_loss" got_answers)
     expect_close("${ranks} ranks ${flags} eval.choices answer loss" "${reference_answers}"
                  "${got_answers}" ${loss_div})
+    if(reference_mc2)
+      field(${dir} "choices;mc2" got_mc2)
+      expect_close("${ranks} ranks ${flags} eval.choices mc2" "${reference_mc2}" "${got_mc2}"
+                   ${loss_div})
+    endif()
     if(reference_ema_answers)
       field(${dir} "choices_ema;answer_loss" got_ema_answers)
       expect_close("${ranks} ranks ${flags} eval.choices answer loss of the averaged weights"

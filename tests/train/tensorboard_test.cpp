@@ -112,12 +112,13 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.rank_peak_memory = StepMetrics::RankMemory{1'500'000'000, 2'000'000'000, 2'500'000'000, 0};
     m.val_loss = 2.75;
     m.val_losses = {{"web", 2.75}, {"code", 1.25}};
-    m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5};
-    m.choice_sets = {{"hella", *m.choices}, {"arc", {50, 0.75, 0.625, 0.125, 1.5}}};
+    m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5, std::nullopt};
+    m.choice_sets = {{"hella", *m.choices}, {"arc", {50, 0.75, 0.625, 0.125, 1.5, 0.5}}};
     m.lambada = StepMetrics::LambadaScores{5153, 0.375, 3.5, 33.125};
     m.lambada_sets = {{"en", *m.lambada}, {"de", {5000, 0.25, 4.5, 90.0}}};
-    m.choices_ema = StepMetrics::ChoiceScores{100, 0.5, 0.625, 0.25, 2.25};  // (train.ema_decay)
-    m.choice_ema_sets = {{"arc", {50, 0.5, 0.5, 0.5, 1.25}}};
+    m.choices_ema =
+        StepMetrics::ChoiceScores{100, 0.5, 0.625, 0.25, 2.25, std::nullopt};  // (train.ema_decay)
+    m.choice_ema_sets = {{"arc", {50, 0.5, 0.5, 0.5, 1.25, std::nullopt}}};
     m.lambada_ema = StepMetrics::LambadaScores{5153, 0.5, 3.25, 25.5};
     m.lambada_ema_sets = {{"de", {5000, 0.375, 4.25, 70.0}}};
     m.z_loss = 20.5;  // (model.z_loss_coef's)
@@ -171,6 +172,8 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[3].at("eval/hella/acc_norm"), 0.5f);
   EXPECT_EQ(by_step[3].at("eval/arc/acc"), 0.75f);
   EXPECT_EQ(by_step[3].at("eval/arc/answer_loss"), 1.5f);
+  EXPECT_EQ(by_step[3].at("eval/arc/mc2"), 0.5f);  // (a set with TruthfulQA's MC2)
+  EXPECT_EQ(by_step[3].count("eval/hella/mc2"), 0u);
   EXPECT_EQ(by_step[4].count("eval/acc_norm"), 0u);
   EXPECT_EQ(by_step[3].at("lambada/acc"), 0.375f);
   EXPECT_EQ(by_step[3].at("lambada/loss"), 3.5f);

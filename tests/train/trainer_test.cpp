@@ -1508,6 +1508,66 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
   EXPECT_EQ(both.choices->answer_loss, both.choice_sets[0].second.answer_loss);
 }
 
+// TruthfulQA's lines: MC1 as acc and MC2 (the true answers' share of the
+// mc2 set's probability) as triad-eval computes them for the same weights;
+// a set without mc2 answers reports none, and metrics.jsonl carries it.
+TEST(Trainer, ScoresTruthfulQasMc2AsTriadEvalDoes) {
+  TempDir dir;
+  Config c = small_config(dir, 1);
+  c.model.vocab_size = 256;  // byte tokens
+  c.train.global_batch_size = 3;
+  c.train.micro_batch_size = 3;
+  c.train.steps = 2;
+  {
+    std::ofstream q(dir.file("tqa.jsonl"));
+    q << R"({"question": "Can fish fly?", "mc1_targets": {"choices": ["No.", "Yes."], "labels":)"
+      << R"( [1, 0]}, "mc2_targets": {"choices": ["No.", "Not far.", "Yes.", "Always."],)"
+      << R"( "labels": [1, 1, 0, 0]}})"
+      << "\n"
+      << R"({"question": "Is ice cold?", "mc1_targets": {"choices": ["Yes.", "No.", "Hot."],)"
+      << R"( "labels": [1, 0, 0]}, "mc2_targets": {"choices": ["Yes.", "No."], "labels": [1, 0]}})"
+      << "\n";
+  }
+  c.eval.choices = {{"tqa", dir.file("tqa.jsonl")}, {"plain", dir.file("plain.jsonl")}};
+  std::ofstream(dir.file("plain.jsonl"))
+      << R"({"context": "ab", "choices": ["c", "d"], "answer": 0})"
+      << "\n";
+  c.eval.interval = 2;
+  c.output_dir = dir.file("out_tqa");
+  Trainer t(c);
+  const auto steps = t.run();
+  ASSERT_EQ(steps.back().choice_sets.size(), 2u);
+  const auto& got = steps.back().choice_sets[0].second;
+  ASSERT_TRUE(got.mc2.has_value());
+  EXPECT_FALSE(steps.back().choice_sets[1].second.mc2.has_value());
+  nn::Gpt model(c.model, 7);
+  model.load_state_dict(t.full_state_dict());
+  const data::ByteTokenizer bytes;
+  double mc2 = 0, right = 0;
+  const auto questions = data::read_choice_questions(dir.file("tqa.jsonl"));
+  for (const auto& q : questions) {
+    const auto score = [&](const std::vector<std::string>& choices) {
+      std::vector<nn::ContinuationRequest> requests;
+      for (const std::string& choice : choices) {
+        auto [ctx, cont] = data::encode_context_and_continuation(bytes, q.context, " " + choice);
+        requests.push_back({std::vector<int64_t>(ctx.begin(), ctx.end()),
+                            std::vector<int64_t>(cont.begin(), cont.end())});
+      }
+      return nn::score_continuations(model, requests, 2);
+    };
+    const auto mc1 = score(q.choices);
+    // (acc picks by the total: the character counts do not matter to it.)
+    right += nn::pick_choice(mc1, std::vector<int64_t>(mc1.size(), 1)).total == q.answer;
+    mc2 += nn::true_probability_share(score(q.mc2_choices), q.mc2_true);
+  }
+  EXPECT_DOUBLE_EQ(got.acc, right / 2);
+  EXPECT_NEAR(*got.mc2, mc2 / 2, 1e-6);
+  std::ifstream in(dir.file("out_tqa/metrics.jsonl"));
+  int with_mc2 = 0;
+  for (std::string line; std::getline(in, line);) with_mc2 += line.find("\"mc2\"") != line.npos;
+  EXPECT_EQ(with_mc2, 1);
+}
+
 // A longrope model's questions: each request takes the factors Hugging
 // Face's rule gives it read alone (the long ones only when it reaches past
 // the original context of 20). One process scores them with triad-eval's

@@ -22,7 +22,15 @@ struct TokenizedQuestion {
   std::vector<nn::ContinuationRequest> choices;
   std::vector<int64_t> chars;
   int64_t answer = 0;
+  // TruthfulQA's second set (data::ChoiceQuestion::mc2_choices), its first
+  // mc2_true true; empty for other questions.
+  std::vector<nn::ContinuationRequest> mc2;
+  int64_t mc2_true = 0;
 };
+// Every request of `questions`, each question's choices then its mc2 set:
+// the order choice_batches' rows and tally_choices' scores follow.
+std::vector<nn::ContinuationRequest> question_requests(
+    const std::vector<TokenizedQuestion>& questions);
 
 // The questions of `set` (one of eval.choices) with index % parts == part
 // (a data-parallel rank's share), tokenized by eval.tokenizer (or
@@ -64,16 +72,18 @@ RequestRows choice_batches(const std::vector<TokenizedQuestion>& questions, int6
                            int64_t short_rows = 0, int64_t short_multiple = 1);
 
 // What the questions scored: how many, how many each normalisation
-// (nn::pick_choice) got right, and the right choices' summed -log p and
-// tokens. Sums over data-parallel ranks add up.
+// (nn::pick_choice) got right, the right choices' summed -log p and
+// tokens, and TruthfulQA's MC2 summed over the questions with an mc2 set
+// (nn::true_probability_share). Sums over data-parallel ranks add up.
 struct ChoiceTally {
   double questions = 0, right = 0, right_norm = 0, right_per_token = 0;
   double answer_nll = 0, answer_tokens = 0;
+  double mc2 = 0, mc2_questions = 0;
   std::vector<double> to_vector() const;
   static ChoiceTally from_vector(const std::vector<double>& v);
 };
-// From each row's mean loss over its scored targets, in choice_batches'
-// row order (the filler rows after them ignored).
+// From each request's mean loss over its scored targets, in
+// question_requests' order (rows past them ignored).
 ChoiceTally tally_choices(const std::vector<TokenizedQuestion>& questions,
                           const std::vector<double>& row_means);
 

@@ -140,6 +140,7 @@ struct StepMetrics {
   struct ChoiceScores {
     int64_t questions = 0;
     double acc = 0, acc_norm = 0, acc_per_token = 0, answer_loss = 0;
+    std::optional<double> mc2;  // TruthfulQA's MC2, for a set with mc2 answers
   };
   std::optional<ChoiceScores> choices;
   std::vector<std::pair<std::string, ChoiceScores>> choice_sets;
