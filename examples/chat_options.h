@@ -71,18 +71,17 @@ class ChatPrompts {
     for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
     return model_->render_prompt(list);
   }
-  // render's tokens: its markers by id, the text between them encoded.
-  std::vector<int32_t> encode(const data::Tokenizer& tok,
-                              const std::vector<data::ChatMessage>& messages) const {
-    const auto doc = data::tokenize_segmented(tok, {render(messages)}, -1, false);
-    std::vector<int32_t> ids;
-    for (const int64_t id : doc.tokens.front()) ids.push_back(static_cast<int32_t>(id));
-    return ids;
+  // A rendered prompt's tokens: its markers by id, the text between them
+  // encoded.
+  static std::vector<int32_t> encode(const data::Tokenizer& tok,
+                                     const data::SegmentedDocument& prompt) {
+    const auto doc = data::tokenize_segmented(tok, {prompt}, -1, false);
+    return std::vector<int32_t>(doc.tokens.front().begin(), doc.tokens.front().end());
   }
-  // render's text, the markers written out.
-  std::string text(const std::vector<data::ChatMessage>& messages) const {
+  // A rendered prompt's text, the markers written out.
+  static std::string text(const data::SegmentedDocument& prompt) {
     std::string out;
-    for (const data::TextSegment& s : render(messages)) out += s.text;
+    for (const data::TextSegment& s : prompt) out += s.text;
     return out;
   }
 

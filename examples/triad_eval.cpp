@@ -277,8 +277,9 @@ int main(int argc, char** argv) {
           return;
         }
         const auto messages = triad::data::math_chat(problem, shots, multiturn, system_instruction);
-        prompts.push_back(chat.text(messages));
-        const auto ids = chat.encode(*tok, messages);
+        const triad::data::SegmentedDocument prompt = chat.render(messages);
+        prompts.push_back(triad::examples::ChatPrompts::text(prompt));
+        const auto ids = triad::examples::ChatPrompts::encode(*tok, prompt);
         prompt_tokens.emplace_back(ids.begin(), ids.end());
       };
       const std::string pool_name = gsm8k_pool.empty()
@@ -413,9 +414,7 @@ int main(int argc, char** argv) {
             if (!question.group.empty()) row["subject"] = question.group;
             // What the choices were scored after (the harness's arguments).
             if (chat.active()) {
-              std::string text;
-              for (const auto& piece : chat_contexts[s][q]) text += piece.text;
-              row["context"] = text;
+              row["context"] = triad::examples::ChatPrompts::text(chat_contexts[s][q]);
             } else if (question.contexts.empty()) {
               row["context"] = question.context_of(0);
             } else {

@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
       std::vector<int32_t> ids;
       if (tokens.has_bos()) ids.push_back(static_cast<int32_t>(tokens.bos(*tok)));
       if (chatting) {
-        for (const int32_t id : chat.encode(*tok, messages)) ids.push_back(id);
+        for (const int32_t id : chat.encode(*tok, chat.render(messages))) ids.push_back(id);
       } else {
         for (const int32_t id : tok->encode(messages.back().content)) ids.push_back(id);
       }

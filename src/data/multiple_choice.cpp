@@ -188,12 +188,26 @@ ChoiceQuestion piqa_question(const nlohmann::json& j, const std::string& at) {
   return q;
 }
 
-ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
-  const std::vector<std::string> options = string_list(j.at("choices"), "choices", "choice", at);
+// MMLU's and MMLU-Pro's body: the list under `key` (each a `what`) lettered
+// after `question` and a newline, a line each, then "Answer:"; the letters
+// are the choices.
+void lettered_options(ChoiceQuestion& q, const std::string& question, const nlohmann::json& j,
+                      const char* key, const char* what, const std::string& at) {
+  const std::vector<std::string> options = string_list(j.at(key), key, what, at);
   if (options.size() < 2 || options.size() > 26) {
-    throw ValueError(at + " has " + std::to_string(options.size()) +
-                     " choice(s); a question needs 2 to 26 (lettered A to Z)");
+    throw ValueError(at + " has " + std::to_string(options.size()) + " " + what +
+                     "(s); a question needs 2 to 26 (lettered A to Z)");
   }
+  q.context = question + "\n";
+  for (size_t i = 0; i < options.size(); ++i) {
+    const std::string letter(1, static_cast<char>('A' + i));
+    q.context += letter + ". " + options[i] + "\n";
+    q.choices.push_back(letter);
+  }
+  q.context += "Answer:";
+}
+
+ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
   ChoiceQuestion q;
   if (const auto s = j.find("subject"); s != j.end() && s->is_string() && !s->empty()) {
     q.group = s->get<std::string>();
@@ -202,32 +216,16 @@ ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
     q.heading =
         "The following are multiple choice questions (with answers) about " + subject + ".\n\n";
   }
-  q.context = strip_ascii_spaces(text_field(j, "question", at, "MMLU's")) + "\n";
-  for (size_t i = 0; i < options.size(); ++i) {
-    const std::string letter(1, static_cast<char>('A' + i));
-    q.context += letter + ". " + options[i] + "\n";
-    q.choices.push_back(letter);
-  }
-  q.context += "Answer:";
+  lettered_options(q, strip_ascii_spaces(text_field(j, "question", at, "MMLU's")), j, "choices",
+                   "choice", at);
   q.answer = answer_index(field(j, {"answer"}), q.choices.size(), 0, at);
   q.first_examples = true;
   return q;
 }
 
 ChoiceQuestion mmlu_pro_question(const nlohmann::json& j, const std::string& at) {
-  const std::vector<std::string> options = string_list(j.at("options"), "options", "option", at);
-  if (options.size() < 2 || options.size() > 26) {
-    throw ValueError(at + " has " + std::to_string(options.size()) +
-                     " option(s); a question needs 2 to 26 (lettered A to Z)");
-  }
   ChoiceQuestion q;
-  q.context = text_field(j, "question", at, "MMLU-Pro's") + "\n";
-  for (size_t i = 0; i < options.size(); ++i) {
-    const std::string letter(1, static_cast<char>('A' + i));
-    q.context += letter + ". " + options[i] + "\n";
-    q.choices.push_back(letter);
-  }
-  q.context += "Answer:";
+  lettered_options(q, text_field(j, "question", at, "MMLU-Pro's"), j, "options", "option", at);
   // The letter under "answer" (what the harness reads), else answer_index.
   if (const auto a = j.find("answer"); a != j.end() && a->is_string()) {
     const auto it = std::find(q.choices.begin(), q.choices.end(), a->get<std::string>());
