@@ -314,7 +314,7 @@ done
 batch=$(batch_of 124m)
 # GPT-2's own vocabulary (50257, odd): linear_cross_entropy's padded logits
 # rows should keep it at the padded 50304's speed.
-bench_train --preset 124m --batch "$batch" --vocab 50257
+bench_train --preset 124m --batch "$batch" --vocab 50257 --profile-steps 2
 # Activation recomputation: the device memory it saves (peak_memory_gib
 # against the first run) and the time it costs (tokens/s).
 for recompute in selective full; do

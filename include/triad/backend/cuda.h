@@ -113,10 +113,14 @@ struct GemmSettings {
   // gradient, in cuBLASLt's epilogues; false: a plain product, then Triad's
   // bias and GELU kernels.
   bool epilogues = true;
-  // A bf16/f16 product may add its split-k partial sums in bf16/f16
-  // (cuBLASLt's choice, as PyTorch's allow_bf16_reduced_precision_reduction
-  // allows by default); false: only in f32, rounded once at the end.
-  bool half_reduced_precision_reduction = true;
+  // true: a bf16/f16 product may add its split-k partial sums in bf16/f16
+  // (cuBLASLt's in-place and output-type schemes, as PyTorch's
+  // allow_bf16_reduced_precision_reduction allows); false (the default):
+  // only in f32, rounded once at the end. On the H200 the half-precision
+  // reductions of the head's input gradient (k = the vocabulary) made bf16
+  // training of GPT-2 124M drift from f32 within 8 steps; with f32
+  // reductions it tracks f32 as the CPU's bf16 does (docs/benchmarks.md).
+  bool half_reduced_precision_reduction = false;
   // bf16/f16 products run on the half-precision tensor cores; false: their
   // operands are widened to f32 and the product runs in f32 (no TF32),
   // rounded once: slower, for diagnosis.

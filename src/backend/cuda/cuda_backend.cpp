@@ -112,9 +112,20 @@ class CudaRawMemory final : public RawMemory {
     }
     return p;
   }
-  void deallocate(void* ptr, size_t) override {
-    DeviceGuard g(device_);
+  // Never throws: it runs from destructors, the backend's own among them,
+  // which a static object's destruction can reach after the CUDA runtime
+  // has begun to unload at exit. Every call then answers
+  // cudaErrorCudartUnloading, and the driver reclaims the memory itself.
+  void deallocate(void* ptr, size_t) noexcept override {
+    int previous = 0;
+    if (cudaGetDevice(&previous) != cudaSuccess ||
+        (previous != device_ && cudaSetDevice(device_) != cudaSuccess)) {
+      cudaGetLastError();
+      return;
+    }
     cudaFree(ptr);
+    if (previous != device_) cudaSetDevice(previous);
+    cudaGetLastError();
   }
   Device device() const override { return Device::cuda(device_); }
 

@@ -282,6 +282,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* p) {
+  if (triad_sim::runtime_unloading()) return set(cudaErrorCudartUnloading);
   if (p == nullptr) return cudaSuccess;
   triad_sim::run_every_queue();  // cudaFree synchronises the device
   std::lock_guard<std::mutex> lock(memory().mutex);
@@ -301,6 +302,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
+  if (triad_sim::runtime_unloading()) return set(cudaErrorCudartUnloading);
   if (p == nullptr) return cudaSuccess;
   triad_sim::run_every_queue();  // as cudaFree
   {
@@ -325,6 +327,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "device not ready";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
+    case cudaErrorCudartUnloading:
+      return "driver shutting down";
     default:
       return "cuda_sim error";
   }
@@ -343,6 +347,8 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorNotReady";
     case cudaErrorLaunchFailure:
       return "cudaErrorLaunchFailure";
+    case cudaErrorCudartUnloading:
+      return "cudaErrorCudartUnloading";
     default:
       return "cudaErrorUnknown";
   }
@@ -362,11 +368,13 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
+  if (triad_sim::runtime_unloading()) return set(cudaErrorCudartUnloading);
   if (device < 0 || device >= device_count()) return set(cudaErrorInvalidDevice);
   g_current_device = device;
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
+  if (triad_sim::runtime_unloading()) return set(cudaErrorCudartUnloading);
   if (device == nullptr) return set(cudaErrorInvalidValue);
   *device = g_current_device;
   return cudaSuccess;
@@ -441,6 +449,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) {
   return cudaStreamCreateWithFlags(s, cudaStreamDefault);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (triad_sim::runtime_unloading()) return set(cudaErrorCudartUnloading);
   if (reinterpret_cast<uintptr_t>(s) <= 2) return set(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   // Work queued before the destruction still runs (now, here).
@@ -486,6 +495,7 @@ cudaError_t cudaEventCreate(cudaEvent_t* e) {
   return cudaEventCreateWithFlags(e, cudaEventDefault);
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (triad_sim::runtime_unloading()) return set(cudaErrorCudartUnloading);
   delete e;  // a record still queued keeps its mark
   return cudaSuccess;
 }

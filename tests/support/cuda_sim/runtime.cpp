@@ -10,6 +10,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -567,6 +568,15 @@ void fail(const std::string& what) {
 
 void set_order(Order order) {
   g_order = order;
+}
+namespace {
+std::atomic<bool> g_unloading{false};
+}
+void set_runtime_unloading(bool unloading) {
+  g_unloading = unloading;
+}
+bool runtime_unloading() {
+  return g_unloading;
 }
 Order order() {
   return g_order;

@@ -30,6 +30,14 @@ enum class Order { Forward, Reverse };
 void set_order(Order order);
 Order order();
 
+// The runtime as it is while a process exits, after the CUDA runtime has
+// begun to unload (static objects destroyed after it): cudaGetDevice,
+// cudaSetDevice, cudaFree, cudaFreeHost, cudaStreamDestroy and
+// cudaEventDestroy answer cudaErrorCudartUnloading and do nothing, as the
+// real runtime's do then. Code run from destructors must not throw on it.
+void set_runtime_unloading(bool unloading);
+bool runtime_unloading();
+
 struct Counters {
   int64_t launches = 0;
   int64_t blocks = 0;
