@@ -2851,8 +2851,9 @@ TEST(CudaTraining, ZeroOneStepMatchesAdamWInAFewLaunches) {
 #ifdef TRIAD_CUDA_SIM
 // GPT-2's vocabulary (50257, odd) in one process: the head's logits rows are
 // padded (linear_cross_entropy), so no GEMM of a training step has a leading
-// dimension cuBLASLt's aligned kernels cannot take, and the loss is the
-// unpadded model's.
+// dimension cuBLASLt's aligned kernels cannot take, nor an odd m or k (the
+// forward and input-gradient products run against a zero-padded copy of the
+// weight), and the loss is the unpadded model's.
 TEST(CudaTraining, OneProcessHeadGemmsStayAlignedWithAnOddVocabulary) {
   namespace mock = testing::mock_cublaslt;
   testing::TempDir dir;
@@ -2864,6 +2865,7 @@ TEST(CudaTraining, OneProcessHeadGemmsStayAlignedWithAnOddVocabulary) {
   const double loss = gpu.step(0).loss;
   EXPECT_GT(mock::counters().matmuls, 0);
   EXPECT_EQ(mock::counters().unaligned_matmuls, 0);
+  EXPECT_EQ(mock::counters().odd_extent_matmuls, 0);
   EXPECT_NEAR(loss, reference, 0.01 * reference);
   // The unfused head (forward(), generation) still has the odd leading
   // dimension: the counter sees it.
@@ -3438,15 +3440,18 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
     std::printf("[ note ] bf16, %s: attention %s; update cosines with f32, lowest: %s\n",
                 variant.name.c_str(), ran.c_str(), least.c_str());
     SCOPED_TRACE(table);
-    // Stated tolerance, from the same two runs on the CPU (2026-11-22, in
-    // docs/benchmarks.md): the first 8 steps, before the two runs'
-    // roundings have moved their weights apart, agree within 0.25% (CPU:
-    // 0.03%). Later steps are compared as a mean: each step's loss is one
-    // batch's, and two trajectories that differ in rounding differ by up to
-    // 0.25 in single steps (the CPU's bf16 and fp32 runs do) while their
-    // means over steps 11-50 agree within 0.1 (CPU, steps 11-30: 0.03). And
-    // bf16 learns: its last 10 steps average at least 0.2 below its first 5
-    // (CPU: 0.43; the simulator's small model, 0.22, is held to 0.1).
+    // Stated tolerance. The first 8 steps, before the two runs' roundings
+    // have moved their weights apart, agree within 0.1%: the CPU's bf16 and
+    // fp32 runs within 0.03% (2026-11-22, docs/benchmarks.md), every
+    // variant on the H200 within 0.024% (2026-12-04), where cuBLASLt's
+    // half-precision reductions were 0.36% off by step 6. Later steps are
+    // compared as a mean, and loosely: each step's loss is one batch's, and
+    // at this learning rate and batch the f32 run itself is chaotic (its
+    // gradient norm jumps from 0.5 to 16 and back); on the H200, correct
+    // variants' means over steps 11-50 lie 0.12 below to 0.07 above f32's,
+    // so they are held to 0.2. And bf16 learns: its last 10 steps average at
+    // least 0.1 below its first 5 (H200: 0.19 to 0.37; the broken run of the
+    // first GPU session ended above its start).
     auto mean = [](const std::vector<double>& x, size_t from, size_t to) {
       double sum = 0;
       for (size_t k = from; k < to; ++k) sum += x[k];
@@ -3464,10 +3469,9 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
     // above f32's); that run is kept for its notes, not held to f32's.
     if (variant.name == kHalfReductions) continue;
     for (size_t k = 0; k < 8; ++k)
-      EXPECT_NEAR(b.loss[k], a.loss[k], 0.0025 * a.loss[k]) << "step " << k;
-    EXPECT_NEAR(mean(b.loss, 10, 50), mean(a.loss, 10, 50), 0.1) << "mean loss over steps 11-50";
-    const double progress = kOnSimulator ? 0.1 : 0.2;
-    EXPECT_LT(mean(b.loss, 40, 50), mean(b.loss, 0, 5) - progress) << "bf16's progress";
+      EXPECT_NEAR(b.loss[k], a.loss[k], 0.001 * a.loss[k]) << "step " << k;
+    EXPECT_NEAR(mean(b.loss, 10, 50), mean(a.loss, 10, 50), 0.2) << "mean loss over steps 11-50";
+    EXPECT_LT(mean(b.loss, 40, 50), mean(b.loss, 0, 5) - 0.1) << "bf16's progress";
   }
 }
 

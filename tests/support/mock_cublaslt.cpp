@@ -368,6 +368,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     return (l.ld * bytes) % 16 == 0;
   };
   if (!aligned(la) || !aligned(lb) || !aligned(lc) || !aligned(ld)) ++s.counters.unaligned_matmuls;
+  if (m % 8 != 0 || k % 8 != 0) ++s.counters.odd_extent_matmuls;
   if (ta == CUDA_R_16BF || ta == CUDA_R_16F) ++s.counters.half_matmuls;
   if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) ++s.counters.epilogue_matmuls;
   const double factor = s.output_factor;

@@ -13,6 +13,10 @@ struct Counters {
   // Products with a matrix whose leading dimension is not a multiple of 16
   // bytes (cuBLASLt's fast kernels need 16-byte aligned rows).
   int64_t unaligned_matmuls = 0;
+  // Products whose m or k (cuBLASLt's, column-major) is not a multiple of
+  // 8: on the H200 cuBLASLt ran GPT-2's head 8 times slower with m or k =
+  // 50257 (n = 50257, the weight gradient's, ran at full speed).
+  int64_t odd_extent_matmuls = 0;
   // Products with bf16/f16 operands, and products with an epilogue.
   int64_t half_matmuls = 0;
   int64_t epilogue_matmuls = 0;
