@@ -7,6 +7,7 @@
 // shared memory, the column sums of its rows (no atomics), which each block adds in warp order into
 // its partial row; the second adds the blocks' partials in order. Wider rows take three: dx, the
 // column sums per row chunk, the chunks in order.
+#include <algorithm>
 #include <type_traits>
 
 #include "device_utils.cuh"
@@ -17,13 +18,12 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // warps per block, one row each
 constexpr int64_t kChunks = 64;   // row chunks of the column-sum stage
-// The fused backward: warps per block, blocks at most (each block's warps
-// stride over the rows), and the widest row whose per-warp column sums fit
-// 48 KiB of shared memory (2 floats per column per warp).
+// The fused backward: warps per block (each block's warps stride over the
+// rows), and the widest row whose per-warp column sums fit 48 KiB of shared
+// memory (2 floats per column per warp). Its blocks: as many as the device
+// holds at once by their shared memory (fused_blocks), at most one per
+// kFusedWarps rows; kFusedBlocks where the device cannot be asked.
 constexpr int kFusedWarps = 4;
-// 512: about four blocks per multiprocessor of an H100/H200, enough warps
-// with 16-byte packs in flight to keep memory busy, while the partial rows
-// the second launch reads stay small (2 x 512 x C floats).
 constexpr int64_t kFusedBlocks = 512;
 constexpr int64_t kFusedMaxC = 48 * 1024 / (2 * kFusedWarps * int64_t(sizeof(float)));
 
@@ -294,11 +294,37 @@ void norm_forward(const char* name, const void* x, const void* weight, const voi
   check_launch(name);
 }
 
+// The fused backward's blocks on the current device for rows of C: every
+// multiprocessor full by the blocks' shared memory (the column sums of both
+// pack widths' layouts, the largest, and the 1 KiB the device reserves per
+// block), at most 8 blocks of 4 warps a multiprocessor (32 of its 64 warps;
+// the kernel's 40 registers a thread allow 12 blocks). On the H200 the
+// fixed 512 it had before left a multiprocessor 16 warps (3.9 blocks) where
+// 24 fit at C 1024, and the backward ran at 40% of the memory's bandwidth.
+// The count, and so the order the partial sums are added in, depends on the
+// device and the shape only.
+int64_t fused_blocks(int64_t C) {
+  int device = 0, sms = 0, smem = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
+          cudaSuccess ||
+      sms <= 0 || smem <= 0) {
+    cudaGetLastError();
+    return kFusedBlocks;
+  }
+  const int64_t slots =
+      std::max({slots_per_lane(C, 1), slots_per_lane(C, 4), slots_per_lane(C, 8)});
+  const int64_t block_smem = 2 * kFusedWarps * slots * 32 * int64_t(sizeof(float)) + 1024;
+  const int64_t per_sm = std::clamp<int64_t>(smem / block_smem, 1, 8);
+  return sms * per_sm;
+}
+
 // Partial rows of the column sums: the fused kernel's blocks, or the
 // three-launch path's row chunks.
 int64_t partial_rows(int64_t N, int64_t C) {
   if (C <= kFusedMaxC) {
-    return std::min<int64_t>(kFusedBlocks,
+    return std::min<int64_t>(fused_blocks(C),
                              std::max<int64_t>((N + kFusedWarps - 1) / kFusedWarps, 1));
   }
   return std::min<int64_t>(kChunks, std::max<int64_t>(N, 1));

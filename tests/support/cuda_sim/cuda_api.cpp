@@ -423,6 +423,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
       *value = 227 * 1024;
       return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
+      *value = 228 * 1024;
+      return cudaSuccess;
     default:
       return set(cudaErrorInvalidValue);
   }
