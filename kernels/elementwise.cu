@@ -447,20 +447,7 @@ __global__ void __launch_bounds__(kTilePacks* kRowGroups)
   double acc[V] = {};
   if (c0 < inner) {
     const T* base = x + a * n * inner + c0;
-    // kUnroll rows' loads in flight before their sums (added in row order,
-    // as one at a time would): one 16-byte load per thread at a time left
-    // the H200's memory half idle (2.3 TB/s of 4.8).
-    constexpr int kUnroll = 4;
-    int64_t r = r0 + ty;
-    for (; r + (kUnroll - 1) * kRowGroups < r1; r += kUnroll * kRowGroups) {
-      compute_t<T> v[kUnroll][V];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) load_n<V>(base, (r + u * kRowGroups) * inner, v[u]);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        for (int j = 0; j < V; ++j) acc[j] += static_cast<double>(v[u][j]);
-    }
-    for (; r < r1; r += kRowGroups) {
+    for (int64_t r = r0 + ty; r < r1; r += kRowGroups) {
       compute_t<T> v[V];
       load_n<V>(base, r * inner, v);
       for (int j = 0; j < V; ++j) acc[j] += static_cast<double>(v[j]);
