@@ -192,6 +192,7 @@ compile() {
       >>"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | tail -40; exit 1; }
   fi
   echo "built"
+  rm -f "$BUILD_DIR/unpacked"
   cp "$OUT/build.log" "$BUILD_DIR/run_all_build.log"  # for later calls' stages
 }
 
@@ -201,11 +202,7 @@ if want build || want pack; then
     echo "== build: unpacking $pack (made from these sources, $stamp)"
     mkdir -p "$BUILD_DIR"
     tar -C "$BUILD_DIR" -xJf "$pack" || exit 1
-    # Its programs look for the CUDA runtime and NCCL where the packing
-    # machine had them; here, also the toolkit's folder, then PyTorch's NCCL
-    # wheel.
-    nccl_wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null || true)
-    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64${nccl_wheel:+:$nccl_wheel}"
+    touch "$BUILD_DIR/unpacked"
     grep "triad: TRIAD_WITH_CUDA" "$BUILD_DIR/run_all_build.log"
     cp "$BUILD_DIR/run_all_build.log" "$OUT/build.log"
   else
@@ -224,6 +221,14 @@ if want build || want pack; then
     echo "== packed $(du -h "$pack" | cut -f1) into $pack (sources $stamp); carry $PREBUILT and .deps"
   fi
   took build
+fi
+# Programs unpacked from a pack (in this call or, with SKIP_BUILD=1, an
+# earlier one) look for the CUDA runtime and NCCL where the packing machine
+# had them; here, also the toolkit's folder, then PyTorch's NCCL wheel.
+if [ -f "$BUILD_DIR/unpacked" ]; then
+  nccl_wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64${nccl_wheel:+:$nccl_wheel}"
+  echo "== programs from a pack: the CUDA runtime and NCCL also from /usr/local/cuda/lib64${nccl_wheel:+ and $nccl_wheel}"
 fi
 # What the build has (its configure summary), also in a later call.
 build_log="$OUT/build.log"

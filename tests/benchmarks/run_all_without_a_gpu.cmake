@@ -7,7 +7,8 @@
 # - unpacking a pack made from these sources (a tar.xz of the programs,
 #   here links to this build's, and the stamp source_stamp.sh prints), its
 #   build and test stages must run to their end, list each gpu test as
-#   skipped (never passed) and finish with status 0; a pack from other
+#   skipped (never passed) and finish with status 0, and a second call
+#   with SKIP_BUILD=1 must find the unpacked programs' libraries; a pack from other
 #   sources must not be unpacked (the script compiles instead, here a
 #   stand-in `cmake` that fails);
 # - with a budget too small for anything (BUDGET_S=1), it must skip its
@@ -104,6 +105,14 @@ foreach(log gpu_tests.log summary.log build.log)
     message(FATAL_ERROR "run_all.sh left no ${log} in OUT")
   endif()
 endforeach()
+
+# A second call on the same machine (SKIP_BUILD=1) runs the programs
+# unpacked by the first, still pointed at the machine's CUDA and NCCL.
+run_all(SKIP_BUILD=1 "STAGES=tests" OUT=${WORK}/out_again)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "== programs from a pack: the CUDA runtime and NCCL also from"
+   OR out MATCHES "== build")
+  message(FATAL_ERROR "run_all.sh SKIP_BUILD=1 after an unpacked pack did not find its libraries")
+endif()
 
 run_all("STAGES=tests kernels" BUDGET_S=1 OUT=${WORK}/out_budget)
 if(rc EQUAL 0)
