@@ -330,6 +330,22 @@ int main(int argc, char** argv) {
   Tensor dwq = triad::empty({3 * C, C}, bf, gpu);
   report("gemm_qkv_weight_grad", time_ms([&] { be.gemm(yq, x, dwq, true, false, 1, 0); }, iters), 0,
          2.0 * N * C * 3 * C);
+  // A mixture's expert products, whose token extent is the rows routed to
+  // the expert and rarely a multiple of 8 (on the H200 cuBLASLt ran the
+  // head's products 8 times slower with an odd m or k): the MLP's first
+  // layer forward (n odd) and its weight gradient into f32 (k odd), at N
+  // rows and at N - 3.
+  for (const int64_t rows : {N, N - 3}) {
+    Tensor xe = rnd({rows, C}, 18), he = triad::empty({rows, 4 * C}, bf, gpu);
+    Tensor we = rnd({4 * C, C}, 19), dwe = triad::empty({4 * C, C}, DType::F32, gpu);
+    const std::string tokens = "_tokens" + std::to_string(rows);
+    report("gemm_expert_forward" + tokens,
+           time_ms([&] { be.gemm(xe, we, he, false, true, 1, 0); }, iters), 0,
+           2.0 * rows * C * 4 * C);
+    report("gemm_expert_weight_grad" + tokens,
+           time_ms([&] { be.gemm(he, xe, dwe, true, false, 1, 0); }, iters), 0,
+           2.0 * rows * C * 4 * C);
+  }
   // The MLP's first layer, fused (bias + GELU in cuBLASLt's epilogue) and
   // composed (bias broadcast, GEMM, GELU pass), as the reference does it.
   Tensor wfc = rnd({4 * C, C}, 11), bfc = rnd({4 * C}, 12);
