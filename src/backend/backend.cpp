@@ -129,6 +129,17 @@ void Backend::sum_rows_into(const Tensor& x, Tensor& acc, double beta) {
   add_scaled_into(*this, sums, acc, beta);
 }
 
+void Backend::linear_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& gw, Tensor& gb,
+                                      double beta) {
+  if (dy.dim() != 2 || x.dim() != 2 || dy.size(0) != x.size(0)) {
+    throw ShapeError("linear_weight_bias_grad: output gradient " + shape_str(dy.shape()) +
+                     " and input " + shape_str(x.shape()) +
+                     " (expected (rows, out) and (rows, in))");
+  }
+  gemm(dy, x, gw, true, false, 1.0, beta);
+  sum_rows_into(dy, gb, beta);
+}
+
 void Backend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
   for (AdamWEntry& e : entries) {
     AdamWStep h = hp;

@@ -157,6 +157,15 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
                       need_b = has_bias && bias.requires_grad()](
                          const Tensor& x2, const TensorList& g) -> TensorList {
     Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
+    // Both leaves' buffers at once where they can take it: one backend call
+    // (on CUDA the bias's sums come from the GEMM's epilogue).
+    if (need_w && need_b &&
+        autograd::accumulate_into_leaf_grads(
+            {leaf_weight, leaf_bias}, [&](std::vector<Tensor>& grads, double beta) {
+              backend_for(g2).linear_weight_bias_grad(g2, x2, grads[0], grads[1], beta);
+            })) {
+      return {Tensor(), Tensor(), Tensor()};
+    }
     Tensor gw;
     const bool added =
         !need_w || autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {

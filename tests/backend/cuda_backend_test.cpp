@@ -1926,6 +1926,47 @@ TEST(CudaKernels, HalfGemmIntoF32MatchesTheCpu) {
                ValueError);
 }
 
+// A linear layer's weight and bias gradients in one call, as the training
+// step makes it: half operands into f32 buffers, fresh (beta 0) and added to
+// (beta 1), at aligned and odd extents. On the GPU the bias's sums come from
+// the weight GEMM's epilogue; the CPU's are a GEMM and a column sum.
+TEST(CudaKernels, LinearWeightAndBiasGradientsMatchTheCpu) {
+  struct Extents {
+    int64_t rows, out, in;
+  };
+  for (DType d : {DType::BF16, DType::F16}) {
+    for (const Extents e : {Extents{64, 48, 40}, Extents{256, 96, 32}, Extents{37, 24, 19}}) {
+      for (double beta : {0.0, 1.0}) {
+        SCOPED_TRACE(std::string(dtype_name(d)) + " rows " + std::to_string(e.rows) + " out " +
+                     std::to_string(e.out) + " in " + std::to_string(e.in) + " beta " +
+                     std::to_string(beta));
+        const Tensor dy = cast(randn({e.rows, e.out}, 13, 1), d);
+        const Tensor x = cast(randn({e.rows, e.in}, 13, 2), d);
+        const Tensor gw = randn({e.out, e.in}, 13, 3), gb = randn({e.out}, 13, 4);
+        Tensor cpu_gw = clone(gw), cpu_gb = clone(gb);
+        backend_for(DeviceType::CPU).linear_weight_bias_grad(dy, x, cpu_gw, cpu_gb, beta);
+        Tensor dev_gw = to_device(gw, kGpu), dev_gb = to_device(gb, kGpu);
+        backend_for(DeviceType::CUDA)
+            .linear_weight_bias_grad(to_device(dy, kGpu), to_device(x, kGpu), dev_gw, dev_gb, beta);
+        // (f32 sums of exact products in another order: a few roundings of
+        // partial sums that grow as the root of the rows.)
+        const double tol = 2e-6 * std::sqrt(static_cast<double>(e.rows));
+        const auto got = to_double_vector(dev_gw), want = to_double_vector(cpu_gw);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "weight element " << i;
+        const auto got_b = to_double_vector(dev_gb), want_b = to_double_vector(cpu_gb);
+        for (size_t i = 0; i < want_b.size(); ++i)
+          ASSERT_NEAR(got_b[i], want_b[i], tol * (1 + std::abs(want_b[i]))) << "bias element " << i;
+      }
+    }
+  }
+  Tensor gw = empty({24, 19}, DType::F32, kGpu), gb = empty({24}, DType::F32, kGpu);
+  EXPECT_THROW(backend_for(DeviceType::CUDA)
+                   .linear_weight_bias_grad(empty({37, 24}, DType::BF16, kGpu),
+                                            empty({36, 19}, DType::BF16, kGpu), gw, gb, 0.0),
+               ShapeError);
+}
+
 TEST(CudaKernels, SumRowsIntoMatchesTheCpu) {
   // Column sums added into an f32 accumulator (bias gradients): one pass
   // (few rows) and two stages (many), odd widths, widths of whole 16-byte
@@ -2113,9 +2154,12 @@ TEST(CudaRuntime, AHalfLinearWeightGradientIsOneGemmIntoTheF32Gradient) {
     const int64_t before = triad_sim::counters().launches;
     autograd::backward({y}, {dy_dev});
     cuda::synchronize(0);
-    // Besides the GEMMs, only the bias's column sums, straight into its
-    // f32 gradient (a bf16 sum and then an add or conversion: 2).
-    EXPECT_EQ(triad_sim::counters().launches - before, 1) << "micro-batch " << micro;
+    // The bias's sums come from the weight GEMM's epilogue, straight into
+    // its f32 gradient; added to it (the second micro-batch) through one
+    // small add (a column-sum kernel besides, or a bf16 sum and then a
+    // conversion, fail this).
+    EXPECT_EQ(triad_sim::counters().launches - before, micro == 0 ? 0 : 1)
+        << "micro-batch " << micro;
     const auto xv = to_double_vector(x), dv = to_double_vector(dy);
     for (size_t o = 0; o < 24; ++o)
       for (size_t r = 0; r < 16; ++r) want_b[o] += dv[r * 24 + o];
@@ -2131,6 +2175,42 @@ TEST(CudaRuntime, AHalfLinearWeightGradientIsOneGemmIntoTheF32Gradient) {
   const auto got_b = to_double_vector(b.grad());
   for (size_t k = 0; k < want_b.size(); ++k)
     ASSERT_NEAR(got_b[k], want_b[k], 2e-6 * (1 + std::abs(want_b[k]))) << "bias element " << k;
+}
+
+// Where cuBLASLt has no bias-gradient epilogue for the problem, the
+// gradients are the same, from a plain GEMM and the column-sum kernel; where
+// it has one, the product carries the epilogue and no kernel is launched.
+TEST(CudaRuntime, ALinearsBiasGradientWithoutAnEpilogueAlgorithmIsTheSame) {
+  namespace mock = testing::mock_cublaslt;
+  // (Each case a shape of its own: the backend remembers a problem without
+  // an algorithm for good.)
+  auto check = [&](int64_t rows, bool epilogue_algorithms, int64_t launches, int64_t epilogues) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const Tensor dy = cast(randn({rows, 40}, 14, 1), DType::BF16);
+    const Tensor x = cast(randn({rows, 24}, 14, 2), DType::BF16);
+    const Tensor gw = randn({40, 24}, 14, 3), gb = randn({40}, 14, 4);
+    Tensor cpu_gw = clone(gw), cpu_gb = clone(gb);
+    backend_for(DeviceType::CPU).linear_weight_bias_grad(dy, x, cpu_gw, cpu_gb, 1.0);
+    Tensor dev_gw = to_device(gw, kGpu), dev_gb = to_device(gb, kGpu);
+    const Tensor dev_dy = to_device(dy, kGpu), dev_x = to_device(x, kGpu);
+    cuda::synchronize(0);
+    mock::reset();
+    mock::set_no_bias_grad_algorithms(!epilogue_algorithms);
+    const int64_t before = triad_sim::counters().launches;
+    backend_for(DeviceType::CUDA).linear_weight_bias_grad(dev_dy, dev_x, dev_gw, dev_gb, 1.0);
+    cuda::synchronize(0);
+    EXPECT_EQ(triad_sim::counters().launches - before, launches);
+    EXPECT_EQ(mock::counters().epilogue_matmuls, epilogues);
+    mock::reset();
+    const auto got = to_double_vector(dev_gw), want = to_double_vector(cpu_gw);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << "weight element " << i;
+    const auto got_b = to_double_vector(dev_gb), want_b = to_double_vector(cpu_gb);
+    for (size_t i = 0; i < want_b.size(); ++i)
+      ASSERT_NEAR(got_b[i], want_b[i], 1e-5 * (1 + std::abs(want_b[i]))) << "bias element " << i;
+  };
+  check(48, true, 1, 1);   // the epilogue; its sums added into gb (beta 1)
+  check(56, false, 1, 0);  // a plain product and the column-sum kernel
 }
 
 // A half-precision parameter's gradient arrives in its own dtype and is
@@ -2415,9 +2495,12 @@ TEST(CudaRuntime, OpProfileTimesEachOpOfAStep) {
   EXPECT_EQ(by_op["gelu_linear_input_grad"].calls, 2 * cfg.n_layer);
   EXPECT_EQ(by_op["cross_entropy_forward"].calls, 2);
   EXPECT_EQ(by_op["cross_entropy_backward"].calls, 2);
-  // Weight gradients go straight into the f32 buffers: four per layer and
-  // the head's (tied to the token table).
-  EXPECT_EQ(by_op["gemm_into_f32"].calls, 2 * (4 * cfg.n_layer + 1));
+  // Weight gradients go straight into the f32 buffers: four per layer,
+  // each with its bias's gradient from the GEMM's epilogue (no column-sum
+  // kernel), and the head's (tied to the token table, no bias).
+  EXPECT_EQ(by_op["gemm_bias_grad_into_f32"].calls, 2 * 4 * cfg.n_layer);
+  EXPECT_EQ(by_op["gemm_into_f32"].calls, 2);
+  EXPECT_EQ(by_op.count("sum_rows_into"), 0u);
   // Off: nothing more is recorded, and what was read is gone.
   step();
   EXPECT_TRUE(cuda::op_profile(0).empty());

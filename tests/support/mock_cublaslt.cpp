@@ -50,6 +50,7 @@ struct State {
   std::map<const void*, MatmulDesc> descs;
   std::map<const void*, uint32_t> reduction_masks;  // per preference
   bool no_algorithms = false;
+  bool no_bias_grad_algorithms = false;
   double output_factor = 1;
   Counters counters;
   std::string error;
@@ -127,12 +128,14 @@ bool fits(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c
       return false;
     }
   // One type throughout, or (cuBLASLt's mixed-precision row) bf16/f16 A and
-  // B into f32 C and D under f32 compute, without an epilogue.
+  // B into f32 C and D under f32 compute, without an epilogue or with a
+  // bias gradient's (BGRADB; its sums in D's type).
   const bool half_in = a.type == CUDA_R_16BF || a.type == CUDA_R_16F;
   const bool mixed = a.type != dd.type;
   if (a.type != b.type || c.type != dd.type ||
-      (mixed && (!half_in || dd.type != CUDA_R_32F || d.compute != CUBLAS_COMPUTE_32F ||
-                 d.epilogue != CUBLASLT_EPILOGUE_DEFAULT))) {
+      (mixed &&
+       (!half_in || dd.type != CUDA_R_32F || d.compute != CUBLAS_COMPUTE_32F ||
+        (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BGRADB)))) {
     *why = "operand types " + std::to_string(a.type) + ", " + std::to_string(b.type) + " -> " +
            std::to_string(c.type) + ", " + std::to_string(dd.type) +
            " are not a combination cuBLASLt takes";
@@ -142,7 +145,12 @@ bool fits(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c
     *why = "batch counts differ";
     return false;
   }
-  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+  if (d.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+    if (!d.bias || dd.batch != 1) {
+      *why = "a bias-gradient epilogue needs a bias pointer (and, in the mock, one batch)";
+      return false;
+    }
+  } else if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     if (d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
         d.epilogue != CUBLASLT_EPILOGUE_DGELU) {
       *why = "epilogue " + std::to_string(d.epilogue) + " is not known to the mock";
@@ -168,11 +176,15 @@ Counters counters() {
 void reset() {
   state().counters = Counters{};
   state().no_algorithms = false;
+  state().no_bias_grad_algorithms = false;
   state().output_factor = 1;
   state().error.clear();
 }
 void set_no_algorithms(bool none) {
   state().no_algorithms = none;
+}
+void set_no_bias_grad_algorithms(bool none) {
+  state().no_bias_grad_algorithms = none;
 }
 void set_output_factor(double factor) {
   state().output_factor = factor;
@@ -333,7 +345,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (!mock::fits(s.descs[desc], s.layouts[a], s.layouts[b], s.layouts[c], s.layouts[d], &m, &n, &k,
                   &why))
     return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "heuristic: " + why);
-  if (s.no_algorithms) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (s.no_algorithms ||
+      (s.no_bias_grad_algorithms && s.descs[desc].epilogue == CUBLASLT_EPILOGUE_BGRADB))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   results[0] = cublasLtMatmulHeuristicResult_t{};
   results[0].state = CUBLAS_STATUS_SUCCESS;
   *found = 1;
@@ -404,7 +418,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
             const double k0 = 0.7978845608028654, u = k0 * (x + 0.044715 * x * x * x);
             const double th = std::tanh(u);
             v *= 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
-          } else if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+          } else if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+                     md.epilogue != CUBLASLT_EPILOGUE_BGRADB) {
             v += mock::load(t, md.bias, i);
           }
           if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
@@ -417,6 +432,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < m; ++i)
           mock::store(t, D, od + i + j * ld.ld, out[static_cast<size_t>(i + j * m)]);
+      if (md.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+        // op(B)'s sums over k, one per column of D, written (not added).
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t kk = 0; kk < k; ++kk) sum += pb[static_cast<size_t>(j * k + kk)];
+          mock::store(t, const_cast<void*>(md.bias), j, sum * factor);
+        }
+      }
     }
   });
   return CUBLAS_STATUS_SUCCESS;

@@ -29,6 +29,9 @@ Counters counters();
 void reset();
 // When set, heuristics find no algorithm (as for a layout cuBLASLt lacks).
 void set_no_algorithms(bool none);
+// When set, heuristics find no algorithm for a bias-gradient epilogue
+// (BGRADB) only, as a cuBLASLt without one for the types would.
+void set_no_bias_grad_algorithms(bool none);
 // Multiplies every product's output by `factor` (1 after reset()): a wrong
 // product, for the tests of cuda::GemmSettings::verify.
 void set_output_factor(double factor);

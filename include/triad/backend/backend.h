@@ -78,6 +78,15 @@ class Backend {
   // acc's contents. The default composes reduce and an add; the CUDA
   // backend sums straight into acc.
   virtual void sum_rows_into(const Tensor& x, Tensor& acc, double beta);
+  // A linear layer's weight and bias gradients added into their buffers in
+  // one call: gw (out, in) = beta * gw + dy^T x and gb (out) = beta * gb +
+  // the column sums of dy, for dy (rows, out) and x (rows, in), all
+  // contiguous; gw and gb have dy's dtype, or f32 under bf16/f16 dy. The
+  // default composes gemm and sum_rows_into; the CUDA backend sums the bias
+  // gradient in the weight-gradient GEMM's epilogue (one read of dy, not
+  // two, and one launch fewer).
+  virtual void linear_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& gw, Tensor& gb,
+                                       double beta);
   // out = alpha * x + beta (out may alias x).
   virtual void affine(const Tensor& x, double alpha, double beta, Tensor& out) = 0;
 

@@ -101,6 +101,8 @@ cublasLtEpilogue_t epilogue_of(GemmEpilogue::Kind k) {
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case GemmEpilogue::Kind::DGelu:
       return CUBLASLT_EPILOGUE_DGELU;
+    case GemmEpilogue::Kind::BiasGrad:
+      return CUBLASLT_EPILOGUE_BGRADB;
     default:
       return CUBLASLT_EPILOGUE_DEFAULT;
   }
@@ -110,7 +112,11 @@ cublasLtEpilogue_t epilogue_of(GemmEpilogue::Kind k) {
 // set for the heuristic (it reads their alignment) and before every call.
 void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmPlan& p, const GemmEpilogue& e) {
   if (e.kind == GemmEpilogue::Kind::None) return;
-  if (e.kind != GemmEpilogue::Kind::DGelu) {
+  if (e.kind == GemmEpilogue::Kind::BiasGrad) {
+    check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                               &e.bias_grad, sizeof(e.bias_grad)),
+             "desc bias gradient pointer");
+  } else if (e.kind != GemmEpilogue::Kind::DGelu) {
     check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
                                                sizeof(e.bias)),
              "desc bias pointer");
@@ -153,14 +159,16 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
   auto known = unsupported_.find(key);
   if (known != unsupported_.end()) throw NotSupportedError(known->second);
 
-  if (types.output != types.inputs && (types.output != DType::F32 || !is_half(types.inputs) ||
-                                       epilogue.kind != GemmEpilogue::Kind::None)) {
+  const bool widening_epilogue =
+      epilogue.kind == GemmEpilogue::Kind::None || epilogue.kind == GemmEpilogue::Kind::BiasGrad;
+  if (types.output != types.inputs &&
+      (types.output != DType::F32 || !is_half(types.inputs) || !widening_epilogue)) {
     throw NotSupportedError(
         std::string("gemm: ") + dtype_name(types.inputs) + " inputs into a " +
         dtype_name(types.output) + " output" +
-        (types.output == DType::F32 && is_half(types.inputs) ? " with an epilogue" : "") +
+        (types.output == DType::F32 && is_half(types.inputs) ? " with this epilogue" : "") +
         " is not supported on device cuda (same type throughout, or bf16/f16 "
-        "inputs into f32 without an epilogue)");
+        "inputs into f32 with no epilogue or a bias gradient's)");
   }
   auto entry = std::make_unique<Cached>();
   const cudaDataType_t type = data_type(types.inputs), out_type = data_type(types.output);
@@ -215,11 +223,12 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
   cublaslt().MatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(st, "AlgoGetHeuristic");
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
-    const char* what = epilogue.kind == GemmEpilogue::Kind::None   ? ""
-                       : epilogue.kind == GemmEpilogue::Kind::Bias ? " with a bias epilogue"
-                       : epilogue.kind == GemmEpilogue::Kind::DGelu
-                           ? " with a GELU-derivative epilogue"
-                           : " with a bias + GELU epilogue";
+    const char* what =
+        epilogue.kind == GemmEpilogue::Kind::None       ? ""
+        : epilogue.kind == GemmEpilogue::Kind::Bias     ? " with a bias epilogue"
+        : epilogue.kind == GemmEpilogue::Kind::DGelu    ? " with a GELU-derivative epilogue"
+        : epilogue.kind == GemmEpilogue::Kind::BiasGrad ? " with a bias-gradient epilogue"
+                                                        : " with a bias + GELU epilogue";
     const std::string why =
         "gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) + ", n " +
         std::to_string(p.n) + ", k " + std::to_string(p.k) + " in " + dtype_name(types.inputs) +
@@ -240,6 +249,7 @@ void CublasLtGemm::run(const GemmPlan& p, GemmTypes types, const void* a, const 
   int alignment = std::min({alignment_of(a), alignment_of(b), alignment_of(c)});
   if (epilogue.bias) alignment = std::min(alignment, alignment_of(epilogue.bias));
   if (epilogue.gelu_input) alignment = std::min(alignment, alignment_of(epilogue.gelu_input));
+  if (epilogue.bias_grad) alignment = std::min(alignment, alignment_of(epilogue.bias_grad));
   Cached& e = lookup(p, types, alignment, epilogue, reduction);
   set_epilogue_pointers(e.desc, p, epilogue);
   const float af = static_cast<float>(alpha), bf = static_cast<float>(beta);

@@ -27,12 +27,16 @@ namespace triad::detail {
 // column-major row (Triad's output feature; `bias` has plan.m elements);
 // BiasGelu then applies GELU (tanh form), storing the pre-activation in
 // `gelu_input` (laid out as the output); DGelu multiplies by GELU's
-// derivative at `gelu_input` (read, laid out as the output).
+// derivative at `gelu_input` (read, laid out as the output); BiasGrad writes
+// the column sums of op(second) over k, Triad's a (the output gradient of a
+// weight-gradient product), to `bias_grad`: plan.n elements of the output's
+// type (cuBLASLt's BGRADB; overwritten, never added to).
 struct GemmEpilogue {
-  enum class Kind : uint8_t { None, Bias, BiasGelu, DGelu };
+  enum class Kind : uint8_t { None, Bias, BiasGelu, DGelu, BiasGrad };
   Kind kind = Kind::None;
   const void* bias = nullptr;
   void* gelu_input = nullptr;
+  void* bias_grad = nullptr;
 };
 
 // The operands' element types: a and b share `inputs`; c is `output`,
@@ -58,7 +62,8 @@ class CublasLtGemm {
 
   // c = alpha * op(a) op(b) + beta * c for the plan's geometry.
   // NotSupportedError when cuBLASLt has no algorithm (for this epilogue), or
-  // for a type pair it does not take (epilogues need one type throughout).
+  // for a type pair it does not take (epilogues need one type throughout,
+  // but for BiasGrad, which also takes bf16/f16 inputs into f32).
   void run(const GemmPlan& plan, GemmTypes types, const void* a, const void* b, void* c,
            double alpha, double beta, cudaStream_t stream, const GemmEpilogue& epilogue = {},
            GemmReduction reduction = GemmReduction::Any);

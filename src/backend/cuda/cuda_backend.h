@@ -32,6 +32,8 @@ class CudaBackend final : public Backend {
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
   void accumulate(const Tensor& src, Tensor& acc) override;
   void sum_rows_into(const Tensor& x, Tensor& acc, double beta) override;
+  void linear_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& gw, Tensor& gb,
+                               double beta) override;
   void affine(const Tensor& x, double alpha, double beta, Tensor& out) override;
   void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, double alpha,
             double beta) override;
