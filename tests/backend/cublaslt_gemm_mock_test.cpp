@@ -240,9 +240,39 @@ TEST_F(CublasLtGemmMock, HalfInputsIntoAnF32Output) {
              ep);
     FAIL() << "a mixed-type epilogue was accepted";
   } catch (const NotSupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("with an epilogue"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("with a bias or GELU epilogue"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(mock::counters().heuristic_queries, queries);
+}
+
+// A weight gradient's product with its bias gradient in the epilogue
+// (BGRADB): half operands into the f32 gradient, beta 1, and the column
+// sums of Triad's a (the output gradient, (rows, out)) written, in f32, to
+// the epilogue's vector, whatever it held.
+TEST_F(CublasLtGemmMock, ABiasGradientEpilogueWritesTheOutputGradientsColumnSums) {
+  const Case k{"weight gradient", {9, 5}, {9, 6}, {5, 6}, true, false};
+  const DType in = DType::BF16;
+  CublasLtGemm gemm(0);
+  Buffer a(in, numel(k.a), 1), b(in, numel(k.b), 2), c(DType::F32, numel(k.c), 3);
+  Buffer sums(DType::F32, 5, 4);
+  const std::vector<double> want = reference(k, a.values(), b.values(), c.values(), 1.0, 1.0);
+  const std::vector<double> av = a.values();
+  GemmEpilogue ep;
+  ep.kind = GemmEpilogue::Kind::BiasGrad;
+  ep.bias_grad = sums.data();
+  const int64_t epilogues = mock::counters().epilogue_matmuls;
+  gemm.run(plan_gemm(k.a, k.b, k.c, k.ta, k.tb), GemmTypes(in, DType::F32), a.data(), b.data(),
+           c.data(), 1.0, 1.0, nullptr, ep);
+  EXPECT_EQ(mock::counters().epilogue_matmuls, epilogues + 1);
+  const std::vector<double> got = c.values(), got_sums = sums.values();
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "element " << i;
+  for (size_t o = 0; o < 5; ++o) {
+    double sum = 0;
+    for (size_t r = 0; r < 9; ++r) sum += av[r * 5 + o];
+    ASSERT_NEAR(got_sums[o], sum, 1e-5 * (1 + std::fabs(sum))) << "column " << o;
+  }
 }
 
 // GemmReduction::ComputeType asks the heuristic for algorithms that keep

@@ -163,12 +163,13 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
       epilogue.kind == GemmEpilogue::Kind::None || epilogue.kind == GemmEpilogue::Kind::BiasGrad;
   if (types.output != types.inputs &&
       (types.output != DType::F32 || !is_half(types.inputs) || !widening_epilogue)) {
-    throw NotSupportedError(
-        std::string("gemm: ") + dtype_name(types.inputs) + " inputs into a " +
-        dtype_name(types.output) + " output" +
-        (types.output == DType::F32 && is_half(types.inputs) ? " with this epilogue" : "") +
-        " is not supported on device cuda (same type throughout, or bf16/f16 "
-        "inputs into f32 with no epilogue or a bias gradient's)");
+    throw NotSupportedError(std::string("gemm: ") + dtype_name(types.inputs) + " inputs into a " +
+                            dtype_name(types.output) + " output" +
+                            (types.output == DType::F32 && is_half(types.inputs)
+                                 ? " with a bias or GELU epilogue"
+                                 : "") +
+                            " is not supported on device cuda (same type throughout, or bf16/f16 "
+                            "inputs into f32 with no epilogue or a bias gradient's)");
   }
   auto entry = std::make_unique<Cached>();
   const cudaDataType_t type = data_type(types.inputs), out_type = data_type(types.output);
