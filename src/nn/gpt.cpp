@@ -1131,10 +1131,32 @@ Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
     const Tensor n2 = ln_2_ ? ln_2_->forward(x) : n1;  // model.shared_norm: ln_1's for both
     return add(add(x, a), joining(post_mlp_norm_, mlp_forward(n2, ctx)));
   }
-  // The attention's residual add and ln_2 run as one op.
-  const AddNorm h =
-      ln_2_->forward_add(x, joining(post_attn_norm_, attn_->forward(ln_1_->forward(x), ctx)));
-  return add(h.sum, joining(post_mlp_norm_, mlp_forward(h.norm, ctx)));
+  const Stream out = forward_stream({x, Tensor()}, ctx);
+  return add(out.base, out.pending);
+}
+
+bool Block::defers_residual() const {
+  return ln_1_ && ln_2_ && !parallel_residual_;
+}
+
+Block::Stream Block::forward_stream(const Stream& in, const ForwardContext& ctx) const {
+  if (!defers_residual()) {
+    throw NotSupportedError(
+        "Block::forward_stream: a block with model.parallel_residual, model.shared_norm or no "
+        "model.pre_norms has no fused residual adds (use forward)");
+  }
+  // The previous block's MLP add and ln_1 run as one op, and so do the
+  // attention's residual add and ln_2.
+  Tensor x = in.base, normed;
+  if (in.pending.defined()) {
+    const AddNorm a = ln_1_->forward_add(in.base, in.pending);
+    x = a.sum;
+    normed = a.norm;
+  } else {
+    normed = ln_1_->forward(x);
+  }
+  const AddNorm h = ln_2_->forward_add(x, joining(post_attn_norm_, attn_->forward(normed, ctx)));
+  return {h.sum, joining(post_mlp_norm_, mlp_forward(h.norm, ctx))};
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
@@ -1243,34 +1265,52 @@ Tensor Gpt::head(const Tensor& hidden) const {
 }
 
 Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
-  return head(trunk(ids, ctx));
+  const AddNorm h = final_norm(trunk_stream(ids, ctx));
+  const Tensor logits = linear(scale_for_head(cfg_, h.norm), head_weight(), head_bias());
+  return cfg_.final_logit_softcap > 0 ? soft_cap(logits, cfg_.final_logit_softcap) : logits;
 }
 
-Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& in) const {
+Block::Stream Gpt::trunk_stream(const Tensor& ids, const ForwardContext& in) const {
   const ForwardContext ctx = with_documents(cfg_, ids, in, wte_->weight().device());
-  Tensor x = embed(ids, ctx);
+  Block::Stream s{embed(ids, ctx), Tensor()};
+  auto added = [&s] {
+    if (s.pending.defined()) s = {add(s.base, s.pending), Tensor()};
+    return s.base;
+  };
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const auto& b = blocks_[i];
     if (cfg_.recomputes(static_cast<int64_t>(i))) {
       // By value: the recomputation runs in backward, after this frame.
-      x = autograd::checkpoint([b, ctx](const Tensor& in) { return b->forward(in, ctx); }, x,
-                               b->parameters());
+      s.base = autograd::checkpoint([b, ctx](const Tensor& x) { return b->forward(x, ctx); },
+                                    added(), b->parameters());
+    } else if (b->defers_residual()) {
+      s = b->forward_stream(s, ctx);
     } else {
-      x = b->forward(x, ctx);
+      s.base = b->forward(added(), ctx);
     }
   }
-  return x;
+  return s;
+}
+
+Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& ctx) const {
+  const Block::Stream s = trunk_stream(ids, ctx);
+  return s.pending.defined() ? add(s.base, s.pending) : s.base;
+}
+
+AddNorm Gpt::final_norm(const Block::Stream& s) const {
+  if (s.pending.defined()) return ln_f_->forward_add(s.base, s.pending);
+  return {s.base, ln_f_->forward(s.base)};
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& in) const {
   const ForwardContext ctx = with_documents(cfg_, ids, in, wte_->weight().device());
-  const Tensor hidden = trunk(ids, ctx);
+  const AddNorm h = final_norm(trunk_stream(ids, ctx));
+  const Tensor& hidden = h.sum;
   // The head and the loss in one op: padded logits rows, aligned GEMMs.
   const bool z = cfg_.z_loss_coef > 0 && ctx.training;
   Tensor z_loss;
-  Tensor loss =
-      linear_cross_entropy(scale_for_head(cfg_, ln_f_->forward(hidden)), head_weight(), targets,
-                           -100, cfg_.final_logit_softcap, head_bias(), z ? &z_loss : nullptr);
+  Tensor loss = linear_cross_entropy(scale_for_head(cfg_, h.norm), head_weight(), targets, -100,
+                                     cfg_.final_logit_softcap, head_bias(), z ? &z_loss : nullptr);
   if (z) loss = with_z_loss(cfg_, loss, z_loss, ctx);
   if (mtp_.empty() || !ctx.training) return loss;
   return with_mtp_losses(cfg_, loss, mtp_losses(hidden, ids, targets, ctx), ctx);

@@ -2711,7 +2711,7 @@ std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& given,
     auto row = [&](int64_t i, const Tensor& x) { return narrow(x, 0, i, 1); };
     if (tp_model_) {
       Tensor x = tp_model_->embed(b.inputs, ctx);
-      for (int64_t i : tp_model_->plan().layers) x = tp_model_->block(i, x, ctx);
+      x = tp_model_->blocks(tp_model_->plan().layers, x, ctx);
       for (int64_t i = 0; i < b.inputs.size(0); ++i) {
         losses.push_back(tp_model_->head_loss(row(i, x), row(i, b.targets)));
       }

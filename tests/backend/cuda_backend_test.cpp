@@ -2501,6 +2501,12 @@ TEST(CudaRuntime, OpProfileTimesEachOpOfAStep) {
   EXPECT_EQ(by_op["gemm_bias_grad_into_f32"].calls, 2 * 4 * cfg.n_layer);
   EXPECT_EQ(by_op["gemm_into_f32"].calls, 2);
   EXPECT_EQ(by_op.count("sum_rows_into"), 0u);
+  // Every residual add runs in the norm after it (ln_2, the next block's
+  // ln_1, ln_f), forward and backward: one norm each way per add, and no
+  // elementwise add per layer (the few left per step are the embeddings').
+  EXPECT_EQ(by_op["layer_norm_forward"].calls, 2 * (2 * cfg.n_layer + 1));
+  EXPECT_EQ(by_op["layer_norm_backward"].calls, 2 * (2 * cfg.n_layer + 1));
+  EXPECT_LE(by_op["binary"].calls, 2 * 2);
   // Off: nothing more is recorded, and what was read is gone.
   step();
   EXPECT_TRUE(cuda::op_profile(0).empty());

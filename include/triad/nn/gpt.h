@@ -785,6 +785,19 @@ class Block : public Module {
  public:
   Block(const GptConfig& cfg, int64_t layer);
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
+  // The residual stream between blocks as its sum so far (`base`) and the
+  // last sublayer's output not yet added to it (`pending`; undefined when
+  // there is none). The next block's ln_1 adds it in its fused add + norm,
+  // as ln_2 adds the attention's: no separate add runs, forward or backward
+  // (the add's backward sum is the norm kernel's too). The same values as
+  // forward(base + pending).
+  struct Stream {
+    Tensor base, pending;
+  };
+  // Whether forward_stream applies: pre-norms with an ln_2, the sublayers in
+  // turn (not model.parallel_residual).
+  bool defers_residual() const;
+  Stream forward_stream(const Stream& in, const ForwardContext& ctx) const;
   // Inference with a key/value cache (CausalSelfAttention::forward_cached).
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
                         const ForwardContext& ctx = {false, 0, 0},
@@ -935,8 +948,13 @@ class Gpt : public Module {
   std::shared_ptr<LayerNorm> ln_f_;
   std::vector<std::shared_ptr<MtpModule>> mtp_;  // model.mtp_layers
 
-  // embed and every block: ids (B, T) -> hidden (B, T, C) before ln_f.
+  // embed and every block: ids (B, T) -> hidden (B, T, C) before ln_f, as
+  // a stream whose last add may still be pending (Block::Stream).
+  Block::Stream trunk_stream(const Tensor& ids, const ForwardContext& ctx) const;
+  // The same, added up.
   Tensor trunk(const Tensor& ids, const ForwardContext& ctx) const;
+  // ln_f of a trunk's stream, a pending add fused into it: {hidden, normed}.
+  AddNorm final_norm(const Block::Stream& s) const;
 };
 
 }  // namespace triad::nn

@@ -671,7 +671,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
             x = inputs.at(k);
             x.set_requires_grad(true);
           }
-          for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, cctx);
+          x = chunk.blocks(chunk.plan().layers, x, cctx);
           if (stage == S - 1) {
             losses[k] = chunk.head_objective(x, micro[mb].inputs, micro[mb].targets, cctx);
           } else {
@@ -771,7 +771,7 @@ void PipelineExecutor::forward_only(
         pp->batch_isend_irecv({{false, x, schedule_.rank_of(stage - 1), 0}})->wait();
         x = transfer.whole(x, shape);
       }
-      for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, ctx);
+      x = chunk.blocks(chunk.plan().layers, x, ctx);
       if (stage == S - 1) {
         at_head(chunk, x, batch);
       } else if (schedule_.rank_of(stage + 1) == r) {

@@ -751,26 +751,63 @@ Tensor TensorParallelGpt::block(int64_t i, const Tensor& x, const nn::ForwardCon
                      std::to_string(i));
   }
   fence(it->second.module.get());
-  const auto& mine = plan_.layers;
-  const int64_t position = std::find(mine.begin(), mine.end(), i) - mine.begin();
-  if (!cfg_.recomputes(position)) return block_forward(i, x, ctx);
+  auto added = [](const nn::Block::Stream& s) {
+    return s.pending.defined() ? add(s.base, s.pending) : s.base;
+  };
+  if (!recomputed(i)) return added(block_stream(i, {x, Tensor()}, ctx));
   // By value: the recomputation runs in backward, after this frame.
   return autograd::checkpoint(
-      [this, i, ctx](const Tensor& in) { return block_forward(i, in, ctx); }, x,
-      it->second.module->parameters());
+      [this, i, ctx, added](const Tensor& in) {
+        return added(block_stream(i, {in, Tensor()}, ctx));
+      },
+      x, it->second.module->parameters());
 }
 
-Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
-                                        const nn::ForwardContext& ctx) const {
+bool TensorParallelGpt::recomputed(int64_t i) const {
+  const auto& mine = plan_.layers;
+  return cfg_.recomputes(std::find(mine.begin(), mine.end(), i) - mine.begin());
+}
+
+Tensor TensorParallelGpt::blocks(const std::vector<int64_t>& layers, const Tensor& x,
+                                 const nn::ForwardContext& ctx) const {
+  nn::Block::Stream s{x, Tensor()};
+  auto added = [&s] {
+    if (s.pending.defined()) s = {add(s.base, s.pending), Tensor()};
+    return s.base;
+  };
+  for (int64_t i : layers) {
+    auto it = layers_.find(i);
+    if (it == layers_.end() || recomputed(i)) {
+      // (block() names a layer this stage does not hold.)
+      s.base = block(i, added(), ctx);
+      continue;
+    }
+    fence(it->second.module.get());
+    s = block_stream(i, s, ctx);
+  }
+  return added();
+}
+
+nn::Block::Stream TensorParallelGpt::block_stream(int64_t i, const nn::Block::Stream& in,
+                                                  const nn::ForwardContext& ctx) const {
   auto it = layers_.find(i);
   if (it == layers_.end())
     throw ValueError("TensorParallelGpt: this pipeline stage does not hold layer " +
                      std::to_string(i));
   const Layer& L = it->second;
+  // The stream's pending add (the previous block's MLP's) runs in ln_1.
+  Tensor x = in.base, normed;  // (no ln_1 without model.pre_norms)
+  if (in.pending.defined() && L.ln_1) {
+    const AddNorm a = L.ln_1->forward_add(in.base, in.pending);
+    x = a.sum;
+    normed = a.norm;
+  } else {
+    if (in.pending.defined()) x = add(in.base, in.pending);
+    normed = L.ln_1 ? L.ln_1->forward(x) : x;
+  }
   const int64_t chunk = sp_ ? x.size(1) * group_->size() : x.size(1);
   if (cp_) require_chunk_positions(ctx, x.size(0), chunk);
   const nn::DropoutDraw draw = ctx.draw();
-  const Tensor normed = L.ln_1 ? L.ln_1->forward(x) : x;  // (none without model.pre_norms)
   // The whole sequence, local heads. Latent attention enters the region
   // itself (its first layers are on every rank), then makes its heads.
   Tensor qkv =
@@ -826,12 +863,12 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     const Tensor h = add(x, nn::to_residual(cfg_, L.post_attn_norm->forward(a)));
     Tensor m = mlp_reduce(mlp_share(h));
     m = site_dropout(m, ctx, i, "mlp.resid");
-    return add(h, nn::to_residual(cfg_, L.post_mlp_norm->forward(m)));
+    return {add(h, nn::to_residual(cfg_, L.post_mlp_norm->forward(m))), Tensor()};
   }
   if (cfg_.reduces_sublayers_at_once()) {
     const Tensor shares = add(L.attn_proj->partial(core, draw), mlp_share(parallel_input()));
     // (mlp_proj is null for experts.)
-    return add(x, nn::to_residual(cfg_, L.attn_proj->reduce(shares, L.mlp_proj.get())));
+    return {add(x, nn::to_residual(cfg_, L.attn_proj->reduce(shares, L.mlp_proj.get()))), Tensor()};
   }
   Tensor a = L.attn_proj->forward(core, draw);
   a = site_dropout(a, ctx, i, "attn.resid");
@@ -848,7 +885,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   Tensor m = mlp_reduce(mlp_share(h.norm));
   m = site_dropout(m, ctx, i, "mlp.resid");
   if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
-  return add(h.sum, nn::to_residual(cfg_, m));
+  return {h.sum, nn::to_residual(cfg_, m)};  // added by the next ln_1, or by the caller
 }
 
 Tensor TensorParallelGpt::enter_heads(const Tensor& x) const {
@@ -1072,7 +1109,7 @@ Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
                                const nn::ForwardContext& in) const {
   const nn::ForwardContext ctx = with_documents(ids, in);
   Tensor x = embed(ids, ctx);
-  for (int64_t i : plan_.layers) x = block(i, x, ctx);
+  x = blocks(plan_.layers, x, ctx);
   return head_objective(x, ids, targets, ctx);
 }
 
@@ -1137,7 +1174,7 @@ Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& in
   require(plan_.head, "the output head");
   const nn::ForwardContext ctx = with_documents(ids, in);
   Tensor x = embed(ids, ctx);
-  for (int64_t i : plan_.layers) x = block(i, x, ctx);
+  x = blocks(plan_.layers, x, ctx);
   return head_logits(x);
 }
 

@@ -110,6 +110,13 @@ class TensorParallelGpt : public nn::Module {
   // ids (B, T) -> hidden (B, T, C), or (B, T/tp, C) with sequence parallelism.
   Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const;
   Tensor block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
+  // The blocks `layers` (this stage's, in order) from x, the values of
+  // block() run one after another; but each MLP's residual add runs inside
+  // the next block's ln_1 (nn::Block::Stream), so no add of its own runs
+  // between them, forward or backward. Only the last block's add runs
+  // apart (the stage's output is one tensor).
+  Tensor blocks(const std::vector<int64_t>& layers, const Tensor& x,
+                const nn::ForwardContext& ctx) const;
   // hidden -> mean loss against targets (B, T).
   Tensor head_loss(const Tensor& hidden, const Tensor& targets) const;
   // With model.mtp_layers or model.z_loss_coef, while training, the
@@ -210,7 +217,13 @@ class TensorParallelGpt : public nn::Module {
   // `groups` is given (else one element).
   Tensor norm_squared(bool count_embedding, bool of_grads,
                       const optim::NormGroups* groups = nullptr) const;
-  Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
+  // Block i on the stream `in` (its pending add run first, in ln_1 where
+  // the block has one); the MLP's add left pending in the sequential
+  // pre-norm block, none pending after the others.
+  nn::Block::Stream block_stream(int64_t i, const nn::Block::Stream& in,
+                                 const nn::ForwardContext& ctx) const;
+  // Whether block i recomputes in backward (model.recompute).
+  bool recomputed(int64_t i) const;
   // head_loss with `norm` in ln_f's place (a prediction module's ln_out);
   // z_loss, when not null, receives the cross entropy's z-loss beside it.
   Tensor head_loss_after(const nn::LayerNorm& norm, const Tensor& hidden, const Tensor& targets,
