@@ -181,6 +181,36 @@ TEST(Gpt, TiedHeadGetsGradientFromBothUses) {
   EXPECT_GT(row20, 0.0);
 }
 
+// The trunk hands each block's MLP add to the next norm (Block::Stream):
+// on the CPU the logits and every gradient are those of the blocks run one
+// by one, each adding its MLP's output itself, bit for bit, in f32 and bf16.
+TEST(Gpt, ResidualAddsInTheNextNormChangeNoBit) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Gpt m(tiny(3), 5, dtype);
+    const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
+    const Tensor seed = cast(randn({2, 4, 23}, 9, 1), dtype);
+    auto grads = [&](const Tensor& logits) {
+      autograd::backward({sum(mul(logits, seed))});
+      std::map<std::string, std::vector<double>> g;
+      for (auto& [name, p] : m.named_parameters()) {
+        g[name] = to_double_vector(p.grad());
+        p.set_grad(Tensor());
+      }
+      return g;
+    };
+    const Tensor fused = m.forward(ids);
+    const auto fused_grads = grads(fused);
+    Tensor x = m.embed(ids, ForwardContext{});
+    for (int64_t i = 0; i < 3; ++i) x = m.block(i).forward(x, ForwardContext{});
+    const Tensor apart = m.head(x);
+    EXPECT_EQ(to_double_vector(fused), to_double_vector(apart));
+    const auto apart_grads = grads(apart);
+    ASSERT_EQ(fused_grads.size(), apart_grads.size());
+    for (const auto& [name, g] : apart_grads) EXPECT_EQ(fused_grads.at(name), g) << name;
+  }
+}
+
 TEST(Gpt, RejectsBadConfigsAndInputs) {
   GptConfig c = tiny();
   c.n_head = 3;
