@@ -335,6 +335,9 @@ bench_train --preset 124m --batch "$batch" --moment-precision bf16 --grad-precis
 # MFU against the dense model's at twice its MLP FLOPs per token (each
 # layer's routing waits for the host once).
 bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --profile-steps 2
+# 350M with its bias gradients by the column-sum kernel, not from the weight
+# gradients' GEMM epilogue (BGRADB): what the epilogue saves, or costs.
+bench_train --preset 350m --batch "$(batch_of 350m)" --bias-grad-column-sums
 # cuDNN's faster, non-deterministic attention backward (what PyTorch's
 # flash attention does), when this build has cuDNN.
 if grep -q "cuDNN=ON" "$build_log" 2>/dev/null; then

@@ -52,6 +52,10 @@ int run(int argc, char** argv) {
   bool nondeterministic = false;
   app.add_flag("--attention-nondeterministic", nondeterministic,
                "let cuDNN's attention backward accumulate dQ with atomics");
+  bool column_sums = false;
+  app.add_flag("--bias-grad-column-sums", column_sums,
+               "the linear layers' bias gradients by the column-sum kernel, not in the weight "
+               "gradient GEMM's epilogue (cuda::GemmSettings::bias_grad_epilogue false)");
   std::string recompute = "none";
   app.add_option("--recompute", recompute,
                  "activation recomputation: none | selective (attention core) | full (each "
@@ -81,6 +85,11 @@ int run(int argc, char** argv) {
 
   triad::cuda::set_attention_kernel(triad::cuda::attention_kernel_from_string(attention));
   triad::cuda::set_attention_deterministic(!nondeterministic);
+  {
+    triad::cuda::GemmSettings gemm = triad::cuda::gemm_settings();
+    gemm.bias_grad_epilogue = !column_sums;
+    triad::cuda::set_gemm_settings(gemm);
+  }
   triad::nn::GptConfig cfg;
   if (preset == "350m") {
     cfg.n_layer = 24, cfg.n_head = 16, cfg.d_model = 1024;
@@ -176,6 +185,7 @@ int run(int argc, char** argv) {
                    {"precision", precision},
                    {"attention_kernel", attention},
                    {"attention_deterministic", !nondeterministic},
+                   {"bias_grad_epilogue", !column_sums},
                    {"recompute", recompute},
                    {"moment_precision", moments},
                    {"grad_precision", grads},

@@ -2177,15 +2177,21 @@ TEST(CudaRuntime, AHalfLinearWeightGradientIsOneGemmIntoTheF32Gradient) {
     ASSERT_NEAR(got_b[k], want_b[k], 2e-6 * (1 + std::abs(want_b[k]))) << "bias element " << k;
 }
 
-// Where cuBLASLt has no bias-gradient epilogue for the problem, the
-// gradients are the same, from a plain GEMM and the column-sum kernel; where
-// it has one, the product carries the epilogue and no kernel is launched.
+// Where cuBLASLt has no bias-gradient epilogue for the problem, or
+// cuda::GemmSettings::bias_grad_epilogue is off, the gradients are the same,
+// from a plain GEMM and the column-sum kernel; where it has one, the product
+// carries the epilogue and no column-sum kernel is launched.
 TEST(CudaRuntime, ALinearsBiasGradientWithoutAnEpilogueAlgorithmIsTheSame) {
   namespace mock = testing::mock_cublaslt;
   // (Each case a shape of its own: the backend remembers a problem without
   // an algorithm for good.)
-  auto check = [&](int64_t rows, bool epilogue_algorithms, int64_t launches, int64_t epilogues) {
+  const GemmSettingsScope restore;
+  auto check = [&](int64_t rows, bool epilogue_algorithms, bool setting, int64_t launches,
+                   int64_t epilogues) {
     SCOPED_TRACE("rows " + std::to_string(rows));
+    cuda::GemmSettings settings;
+    settings.bias_grad_epilogue = setting;
+    cuda::set_gemm_settings(settings);
     const Tensor dy = cast(randn({rows, 40}, 14, 1), DType::BF16);
     const Tensor x = cast(randn({rows, 24}, 14, 2), DType::BF16);
     const Tensor gw = randn({40, 24}, 14, 3), gb = randn({40}, 14, 4);
@@ -2209,8 +2215,10 @@ TEST(CudaRuntime, ALinearsBiasGradientWithoutAnEpilogueAlgorithmIsTheSame) {
     for (size_t i = 0; i < want_b.size(); ++i)
       ASSERT_NEAR(got_b[i], want_b[i], 1e-5 * (1 + std::abs(want_b[i]))) << "bias element " << i;
   };
-  check(48, true, 1, 1);   // the epilogue; its sums added into gb (beta 1)
-  check(56, false, 1, 0);  // a plain product and the column-sum kernel
+  check(48, true, true, 1, 1);   // the epilogue; its sums added into gb (beta 1)
+  check(56, false, true, 1, 0);  // a plain product and the column-sum kernel
+  // (cuda::GemmSettings::bias_grad_epilogue false: the same, by choice.)
+  check(48, true, false, 1, 0);
 }
 
 // A half-precision parameter's gradient arrives in its own dtype and is

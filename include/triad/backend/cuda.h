@@ -113,6 +113,10 @@ struct GemmSettings {
   // gradient, in cuBLASLt's epilogues; false: a plain product, then Triad's
   // bias and GELU kernels.
   bool epilogues = true;
+  // With `epilogues`: a linear layer's bias gradient from its weight
+  // gradient's GEMM (cuBLASLt's BGRADB: the output gradient's column sums
+  // in the epilogue); false: the column-sum kernel after a plain product.
+  bool bias_grad_epilogue = true;
   // true: a bf16/f16 product may add its split-k partial sums in bf16/f16
   // (cuBLASLt's in-place and output-type schemes, as PyTorch's
   // allow_bf16_reduced_precision_reduction allows); false (the default):

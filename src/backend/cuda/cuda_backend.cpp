@@ -647,7 +647,7 @@ void CudaBackend::linear_weight_bias_grad(const Tensor& dy, const Tensor& x, Ten
       gb.shape() == Shape{dy.size(1)} && gw.numel() > 0 && dy.is_contiguous() &&
       x.is_contiguous() && gw.is_contiguous() && gb.is_contiguous() && dy.device() == gw.device() &&
       x.device() == gw.device() && gb.device() == gw.device() && (beta == 0.0 || beta == 1.0) &&
-      epilogues_allowed(settings, dy.dtype());
+      settings.bias_grad_epilogue && epilogues_allowed(settings, dy.dtype());
   if (!fusable) {
     Backend::linear_weight_bias_grad(dy, x, gw, gb, beta);
     return;
