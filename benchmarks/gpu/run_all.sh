@@ -16,8 +16,9 @@
 #      prediction for the same run on one H200 (impl "planner"); then 124M
 #      with GPT-2's own vocabulary, with model.recompute selective and full
 #      (memory saved, time spent), with bf16 moments and gradients (memory
-#      saved), as a mixture of experts, and both models with cuDNN's
-#      non-deterministic attention backward,
+#      saved), as a mixture of experts, 350M with its bias gradients by the
+#      column-sum kernel (not the GEMM's epilogue), and both models with
+#      cuDNN's non-deterministic attention backward,
 #   6. runs the collective benchmark through the NCCL group (one rank).
 # Results go to OUT (default out/gpu; the device tool sets OUT and brings
 # back at most 8 files, so there are 7): summary.log (what this prints),
