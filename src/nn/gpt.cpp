@@ -1259,15 +1259,16 @@ Tensor Gpt::head_bias() const {
 }
 
 Tensor Gpt::head(const Tensor& hidden) const {
-  const Tensor logits =
-      linear(scale_for_head(cfg_, ln_f_->forward(hidden)), head_weight(), head_bias());
+  return logits_of(ln_f_->forward(hidden));
+}
+
+Tensor Gpt::logits_of(const Tensor& normed) const {
+  const Tensor logits = linear(scale_for_head(cfg_, normed), head_weight(), head_bias());
   return cfg_.final_logit_softcap > 0 ? soft_cap(logits, cfg_.final_logit_softcap) : logits;
 }
 
 Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
-  const AddNorm h = final_norm(trunk_stream(ids, ctx));
-  const Tensor logits = linear(scale_for_head(cfg_, h.norm), head_weight(), head_bias());
-  return cfg_.final_logit_softcap > 0 ? soft_cap(logits, cfg_.final_logit_softcap) : logits;
+  return logits_of(final_norm(trunk_stream(ids, ctx)).norm);
 }
 
 Block::Stream Gpt::trunk_stream(const Tensor& ids, const ForwardContext& in) const {
@@ -1290,11 +1291,6 @@ Block::Stream Gpt::trunk_stream(const Tensor& ids, const ForwardContext& in) con
     }
   }
   return s;
-}
-
-Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& ctx) const {
-  const Block::Stream s = trunk_stream(ids, ctx);
-  return s.pending.defined() ? add(s.base, s.pending) : s.base;
 }
 
 AddNorm Gpt::final_norm(const Block::Stream& s) const {

@@ -951,10 +951,10 @@ class Gpt : public Module {
   // embed and every block: ids (B, T) -> hidden (B, T, C) before ln_f, as
   // a stream whose last add may still be pending (Block::Stream).
   Block::Stream trunk_stream(const Tensor& ids, const ForwardContext& ctx) const;
-  // The same, added up.
-  Tensor trunk(const Tensor& ids, const ForwardContext& ctx) const;
   // ln_f of a trunk's stream, a pending add fused into it: {hidden, normed}.
   AddNorm final_norm(const Block::Stream& s) const;
+  // The logits of ln_f's output (head() after its ln_f).
+  Tensor logits_of(const Tensor& normed) const;
 };
 
 }  // namespace triad::nn
