@@ -52,10 +52,11 @@ int run(int argc, char** argv) {
   bool nondeterministic = false;
   app.add_flag("--attention-nondeterministic", nondeterministic,
                "let cuDNN's attention backward accumulate dQ with atomics");
-  bool column_sums = false;
-  app.add_flag("--bias-grad-column-sums", column_sums,
-               "the linear layers' bias gradients by the column-sum kernel, not in the weight "
-               "gradient GEMM's epilogue (cuda::GemmSettings::bias_grad_epilogue false)");
+  bool bias_grad_epilogue = false;
+  app.add_flag("--bias-grad-epilogue", bias_grad_epilogue,
+               "the linear layers' bias gradients in the weight gradient GEMM's epilogue "
+               "(cuBLASLt's BGRADB; cuda::GemmSettings::bias_grad_epilogue), not by the "
+               "column-sum kernel");
   std::string recompute = "none";
   app.add_option("--recompute", recompute,
                  "activation recomputation: none | selective (attention core) | full (each "
@@ -87,7 +88,7 @@ int run(int argc, char** argv) {
   triad::cuda::set_attention_deterministic(!nondeterministic);
   {
     triad::cuda::GemmSettings gemm = triad::cuda::gemm_settings();
-    gemm.bias_grad_epilogue = !column_sums;
+    gemm.bias_grad_epilogue = bias_grad_epilogue;
     triad::cuda::set_gemm_settings(gemm);
   }
   triad::nn::GptConfig cfg;
@@ -185,7 +186,7 @@ int run(int argc, char** argv) {
                    {"precision", precision},
                    {"attention_kernel", attention},
                    {"attention_deterministic", !nondeterministic},
-                   {"bias_grad_epilogue", !column_sums},
+                   {"bias_grad_epilogue", bias_grad_epilogue},
                    {"recompute", recompute},
                    {"moment_precision", moments},
                    {"grad_precision", grads},

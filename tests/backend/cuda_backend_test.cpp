@@ -1934,29 +1934,38 @@ TEST(CudaKernels, LinearWeightAndBiasGradientsMatchTheCpu) {
   struct Extents {
     int64_t rows, out, in;
   };
-  for (DType d : {DType::BF16, DType::F16}) {
-    for (const Extents e : {Extents{64, 48, 40}, Extents{256, 96, 32}, Extents{37, 24, 19}}) {
-      for (double beta : {0.0, 1.0}) {
-        SCOPED_TRACE(std::string(dtype_name(d)) + " rows " + std::to_string(e.rows) + " out " +
-                     std::to_string(e.out) + " in " + std::to_string(e.in) + " beta " +
-                     std::to_string(beta));
-        const Tensor dy = cast(randn({e.rows, e.out}, 13, 1), d);
-        const Tensor x = cast(randn({e.rows, e.in}, 13, 2), d);
-        const Tensor gw = randn({e.out, e.in}, 13, 3), gb = randn({e.out}, 13, 4);
-        Tensor cpu_gw = clone(gw), cpu_gb = clone(gb);
-        backend_for(DeviceType::CPU).linear_weight_bias_grad(dy, x, cpu_gw, cpu_gb, beta);
-        Tensor dev_gw = to_device(gw, kGpu), dev_gb = to_device(gb, kGpu);
-        backend_for(DeviceType::CUDA)
-            .linear_weight_bias_grad(to_device(dy, kGpu), to_device(x, kGpu), dev_gw, dev_gb, beta);
-        // (f32 sums of exact products in another order: a few roundings of
-        // partial sums that grow as the root of the rows.)
-        const double tol = 2e-6 * std::sqrt(static_cast<double>(e.rows));
-        const auto got = to_double_vector(dev_gw), want = to_double_vector(cpu_gw);
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "weight element " << i;
-        const auto got_b = to_double_vector(dev_gb), want_b = to_double_vector(cpu_gb);
-        for (size_t i = 0; i < want_b.size(); ++i)
-          ASSERT_NEAR(got_b[i], want_b[i], tol * (1 + std::abs(want_b[i]))) << "bias element " << i;
+  const GemmSettingsScope restore;
+  for (bool epilogue : {true, false}) {
+    SCOPED_TRACE(epilogue ? "bias-gradient epilogue" : "column sums");
+    cuda::GemmSettings settings;
+    settings.bias_grad_epilogue = epilogue;
+    cuda::set_gemm_settings(settings);
+    for (DType d : {DType::BF16, DType::F16}) {
+      for (const Extents e : {Extents{64, 48, 40}, Extents{256, 96, 32}, Extents{37, 24, 19}}) {
+        for (double beta : {0.0, 1.0}) {
+          SCOPED_TRACE(std::string(dtype_name(d)) + " rows " + std::to_string(e.rows) + " out " +
+                       std::to_string(e.out) + " in " + std::to_string(e.in) + " beta " +
+                       std::to_string(beta));
+          const Tensor dy = cast(randn({e.rows, e.out}, 13, 1), d);
+          const Tensor x = cast(randn({e.rows, e.in}, 13, 2), d);
+          const Tensor gw = randn({e.out, e.in}, 13, 3), gb = randn({e.out}, 13, 4);
+          Tensor cpu_gw = clone(gw), cpu_gb = clone(gb);
+          backend_for(DeviceType::CPU).linear_weight_bias_grad(dy, x, cpu_gw, cpu_gb, beta);
+          Tensor dev_gw = to_device(gw, kGpu), dev_gb = to_device(gb, kGpu);
+          backend_for(DeviceType::CUDA)
+              .linear_weight_bias_grad(to_device(dy, kGpu), to_device(x, kGpu), dev_gw, dev_gb,
+                                       beta);
+          // (f32 sums of exact products in another order: a few roundings of
+          // partial sums that grow as the root of the rows.)
+          const double tol = 2e-6 * std::sqrt(static_cast<double>(e.rows));
+          const auto got = to_double_vector(dev_gw), want = to_double_vector(cpu_gw);
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "weight element " << i;
+          const auto got_b = to_double_vector(dev_gb), want_b = to_double_vector(cpu_gb);
+          for (size_t i = 0; i < want_b.size(); ++i)
+            ASSERT_NEAR(got_b[i], want_b[i], tol * (1 + std::abs(want_b[i])))
+                << "bias element " << i;
+        }
       }
     }
   }
@@ -2140,41 +2149,48 @@ TEST(CudaRuntime, UnitOffsetNormsAddTheOffsetInTheirKernels) {
 // add into f32, one launch more, fail this), and the f32 sum of the exact
 // products (a bf16-rounded product would be off by ~2^-9 of its size).
 TEST(CudaRuntime, AHalfLinearWeightGradientIsOneGemmIntoTheF32Gradient) {
-  Tensor w = to_device(cast(randn({24, 40}, 12, 1), DType::BF16), kGpu).detach();
-  Tensor b = to_device(cast(randn({24}, 12, 9), DType::BF16), kGpu).detach();
-  w.set_requires_grad(true);
-  b.set_requires_grad(true);
-  std::vector<double> want(24 * 40, 0.0), want_b(24, 0.0);
-  for (uint64_t micro = 0; micro < 2; ++micro) {
-    const Tensor x = cast(randn({16, 40}, 12, 2 + micro), DType::BF16);
-    const Tensor dy = cast(randn({16, 24}, 12, 4 + micro), DType::BF16);
-    const Tensor y = linear(to_device(x, kGpu), w, b);
-    const Tensor dy_dev = to_device(dy, kGpu);
-    cuda::synchronize(0);
-    const int64_t before = triad_sim::counters().launches;
-    autograd::backward({y}, {dy_dev});
-    cuda::synchronize(0);
-    // The bias's sums come from the weight GEMM's epilogue, straight into
-    // its f32 gradient; added to it (the second micro-batch) through one
-    // small add (a column-sum kernel besides, or a bf16 sum and then a
-    // conversion, fail this).
-    EXPECT_EQ(triad_sim::counters().launches - before, micro == 0 ? 0 : 1)
-        << "micro-batch " << micro;
-    const auto xv = to_double_vector(x), dv = to_double_vector(dy);
-    for (size_t o = 0; o < 24; ++o)
-      for (size_t r = 0; r < 16; ++r) want_b[o] += dv[r * 24 + o];
-    for (size_t o = 0; o < 24; ++o)
-      for (size_t i = 0; i < 40; ++i)
-        for (size_t r = 0; r < 16; ++r) want[o * 40 + i] += dv[r * 24 + o] * xv[r * 40 + i];
+  const GemmSettingsScope restore;
+  for (bool epilogue : {false, true}) {
+    SCOPED_TRACE(epilogue ? "bias-gradient epilogue" : "column sums");
+    cuda::GemmSettings settings;
+    settings.bias_grad_epilogue = epilogue;
+    cuda::set_gemm_settings(settings);
+    Tensor w = to_device(cast(randn({24, 40}, 12, 1), DType::BF16), kGpu).detach();
+    Tensor b = to_device(cast(randn({24}, 12, 9), DType::BF16), kGpu).detach();
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    std::vector<double> want(24 * 40, 0.0), want_b(24, 0.0);
+    for (uint64_t micro = 0; micro < 2; ++micro) {
+      const Tensor x = cast(randn({16, 40}, 12, 2 + micro), DType::BF16);
+      const Tensor dy = cast(randn({16, 24}, 12, 4 + micro), DType::BF16);
+      const Tensor y = linear(to_device(x, kGpu), w, b);
+      const Tensor dy_dev = to_device(dy, kGpu);
+      cuda::synchronize(0);
+      const int64_t before = triad_sim::counters().launches;
+      autograd::backward({y}, {dy_dev});
+      cuda::synchronize(0);
+      // Besides the GEMMs, only the bias's column sums, straight into its
+      // f32 gradient (a bf16 sum and then an add or conversion: 2); or, with
+      // the epilogue, no launch into a fresh gradient and one small add into
+      // the second micro-batch's.
+      EXPECT_EQ(triad_sim::counters().launches - before, epilogue && micro == 0 ? 0 : 1)
+          << "micro-batch " << micro;
+      const auto xv = to_double_vector(x), dv = to_double_vector(dy);
+      for (size_t o = 0; o < 24; ++o)
+        for (size_t r = 0; r < 16; ++r) want_b[o] += dv[r * 24 + o];
+      for (size_t o = 0; o < 24; ++o)
+        for (size_t i = 0; i < 40; ++i)
+          for (size_t r = 0; r < 16; ++r) want[o * 40 + i] += dv[r * 24 + o] * xv[r * 40 + i];
+    }
+    ASSERT_EQ(w.grad().dtype(), DType::F32);
+    const auto got = to_double_vector(w.grad());
+    for (size_t k = 0; k < want.size(); ++k)
+      ASSERT_NEAR(got[k], want[k], 2e-6 * (1 + std::abs(want[k]))) << "element " << k;
+    ASSERT_EQ(b.grad().dtype(), DType::F32);
+    const auto got_b = to_double_vector(b.grad());
+    for (size_t k = 0; k < want_b.size(); ++k)
+      ASSERT_NEAR(got_b[k], want_b[k], 2e-6 * (1 + std::abs(want_b[k]))) << "bias element " << k;
   }
-  ASSERT_EQ(w.grad().dtype(), DType::F32);
-  const auto got = to_double_vector(w.grad());
-  for (size_t k = 0; k < want.size(); ++k)
-    ASSERT_NEAR(got[k], want[k], 2e-6 * (1 + std::abs(want[k]))) << "element " << k;
-  ASSERT_EQ(b.grad().dtype(), DType::F32);
-  const auto got_b = to_double_vector(b.grad());
-  for (size_t k = 0; k < want_b.size(); ++k)
-    ASSERT_NEAR(got_b[k], want_b[k], 2e-6 * (1 + std::abs(want_b[k]))) << "bias element " << k;
 }
 
 // Where cuBLASLt has no bias-gradient epilogue for the problem, or
@@ -2503,12 +2519,12 @@ TEST(CudaRuntime, OpProfileTimesEachOpOfAStep) {
   EXPECT_EQ(by_op["gelu_linear_input_grad"].calls, 2 * cfg.n_layer);
   EXPECT_EQ(by_op["cross_entropy_forward"].calls, 2);
   EXPECT_EQ(by_op["cross_entropy_backward"].calls, 2);
-  // Weight gradients go straight into the f32 buffers: four per layer,
-  // each with its bias's gradient from the GEMM's epilogue (no column-sum
-  // kernel), and the head's (tied to the token table, no bias).
-  EXPECT_EQ(by_op["gemm_bias_grad_into_f32"].calls, 2 * 4 * cfg.n_layer);
-  EXPECT_EQ(by_op["gemm_into_f32"].calls, 2);
-  EXPECT_EQ(by_op.count("sum_rows_into"), 0u);
+  // Weight gradients go straight into the f32 buffers: four per layer and
+  // the head's (tied to the token table), and the four biases' column sums
+  // straight into theirs (cuda::GemmSettings::bias_grad_epilogue is off).
+  EXPECT_EQ(by_op["gemm_into_f32"].calls, 2 * (4 * cfg.n_layer + 1));
+  EXPECT_EQ(by_op["sum_rows_into"].calls, 2 * 4 * cfg.n_layer);
+  EXPECT_EQ(by_op.count("gemm_bias_grad_into_f32"), 0u);
   // Every residual add runs in the norm after it (ln_2, the next block's
   // ln_1, ln_f), forward and backward: one norm each way per add, and no
   // elementwise add per layer (the few left per step are the embeddings').

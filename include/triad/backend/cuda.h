@@ -115,8 +115,11 @@ struct GemmSettings {
   bool epilogues = true;
   // With `epilogues`: a linear layer's bias gradient from its weight
   // gradient's GEMM (cuBLASLt's BGRADB: the output gradient's column sums
-  // in the epilogue); false: the column-sum kernel after a plain product.
-  bool bias_grad_epilogue = true;
+  // in the epilogue); false (the default): the column-sum kernel after a
+  // plain product. On the H200 the epilogue's products were slower than the
+  // plain ones by more than the column sums take (GPT-2 350M, a step's 96
+  // weight gradients: 17.1 ms against 13.4 + 3.1; docs/benchmarks.md).
+  bool bias_grad_epilogue = false;
   // true: a bf16/f16 product may add its split-k partial sums in bf16/f16
   // (cuBLASLt's in-place and output-type schemes, as PyTorch's
   // allow_bf16_reduced_precision_reduction allows); false (the default):
