@@ -880,6 +880,14 @@ struct GemmSettingsScope {
   cuda::GemmSettings saved = cuda::gemm_settings();
   ~GemmSettingsScope() { cuda::set_gemm_settings(saved); }
 };
+// The default GEMM settings but for GemmSettings::bias_grad_epilogue; the
+// path's name, for a trace.
+const char* use_bias_grad_epilogue(bool epilogue) {
+  cuda::GemmSettings settings;
+  settings.bias_grad_epilogue = epilogue;
+  cuda::set_gemm_settings(settings);
+  return epilogue ? "bias-gradient epilogue" : "column sums";
+}
 
 // One GPT-2 124M micro-batch's GEMMs at their training shapes (4 x 1024
 // tokens; on the simulator 64): the attention's qkv and output projections,
@@ -1936,10 +1944,7 @@ TEST(CudaKernels, LinearWeightAndBiasGradientsMatchTheCpu) {
   };
   const GemmSettingsScope restore;
   for (bool epilogue : {true, false}) {
-    SCOPED_TRACE(epilogue ? "bias-gradient epilogue" : "column sums");
-    cuda::GemmSettings settings;
-    settings.bias_grad_epilogue = epilogue;
-    cuda::set_gemm_settings(settings);
+    SCOPED_TRACE(use_bias_grad_epilogue(epilogue));
     for (DType d : {DType::BF16, DType::F16}) {
       for (const Extents e : {Extents{64, 48, 40}, Extents{256, 96, 32}, Extents{37, 24, 19}}) {
         for (double beta : {0.0, 1.0}) {
@@ -2151,10 +2156,7 @@ TEST(CudaRuntime, UnitOffsetNormsAddTheOffsetInTheirKernels) {
 TEST(CudaRuntime, AHalfLinearWeightGradientIsOneGemmIntoTheF32Gradient) {
   const GemmSettingsScope restore;
   for (bool epilogue : {false, true}) {
-    SCOPED_TRACE(epilogue ? "bias-gradient epilogue" : "column sums");
-    cuda::GemmSettings settings;
-    settings.bias_grad_epilogue = epilogue;
-    cuda::set_gemm_settings(settings);
+    SCOPED_TRACE(use_bias_grad_epilogue(epilogue));
     Tensor w = to_device(cast(randn({24, 40}, 12, 1), DType::BF16), kGpu).detach();
     Tensor b = to_device(cast(randn({24}, 12, 9), DType::BF16), kGpu).detach();
     w.set_requires_grad(true);
@@ -2204,10 +2206,7 @@ TEST(CudaRuntime, ALinearsBiasGradientWithoutAnEpilogueAlgorithmIsTheSame) {
   const GemmSettingsScope restore;
   auto check = [&](int64_t rows, bool epilogue_algorithms, bool setting, int64_t launches,
                    int64_t epilogues) {
-    SCOPED_TRACE("rows " + std::to_string(rows));
-    cuda::GemmSettings settings;
-    settings.bias_grad_epilogue = setting;
-    cuda::set_gemm_settings(settings);
+    SCOPED_TRACE("rows " + std::to_string(rows) + ", " + use_bias_grad_epilogue(setting));
     const Tensor dy = cast(randn({rows, 40}, 14, 1), DType::BF16);
     const Tensor x = cast(randn({rows, 24}, 14, 2), DType::BF16);
     const Tensor gw = randn({40, 24}, 14, 3), gb = randn({40}, 14, 4);
