@@ -41,16 +41,58 @@ __global__ void adamw_kernel(T* p, const T* g, M* m, M* v, int64_t n, float deca
   }
 }
 
-// A launch is up to kMultiBlocks chunks of kMultiChunk elements, a block of
-// kMultiThreads per chunk (the table below stays within the 4 KiB a
-// kernel's arguments may take everywhere); a chunk of a tensor whose
-// pointers are all 16-byte aligned is walked in packs of 4 (16 bytes of
-// each f32 array per access), with enough bytes in flight to keep the
-// device's memory busy.
-constexpr int kMultiBlocks = 320;
+// A launch is every chunk of up to kAdamWTensorsPerLaunch tensors, a block
+// of kMultiThreads per chunk of kMultiChunk elements; a chunk of a tensor
+// whose pointers are all 16-byte aligned is walked in packs of 4 (16 bytes
+// of each f32 array per access), with enough bytes in flight to keep the
+// device's memory busy. A launch's blocks are capped only by the grid's
+// limit (and the chunk table's int32 entries).
 constexpr int kMultiThreads = 512;
 constexpr int64_t kMultiChunk = 32768;
 constexpr int kMultiPack = 4;
+constexpr int64_t kMultiMaxBlocks = INT32_MAX;
+
+// Which slot and chunk of it block b runs: slot s takes the launch's blocks
+// [first_block[s], first_block[s + 1]), from its tensor's chunk
+// first_chunk[s] on. A binary search over the (at most 48) slots.
+struct ChunkTable {
+  int32_t count;
+  int32_t first_block[kAdamWTensorsPerLaunch + 1];
+  int32_t first_chunk[kAdamWTensorsPerLaunch];
+};
+
+struct BlockChunk {
+  int slot;
+  int64_t begin;  // the chunk's first element
+};
+
+__device__ __forceinline__ BlockChunk block_chunk(const ChunkTable& table) {
+  const int32_t b = static_cast<int32_t>(blockIdx.x);
+  int lo = 0, hi = table.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.first_block[mid] <= b) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int64_t chunk = int64_t(table.first_chunk[lo]) + (b - table.first_block[lo]);
+  return {lo, chunk * kMultiChunk};
+}
+
+ChunkTable chunk_table(const AdamWLaunch& l) {
+  ChunkTable t{};
+  t.count = static_cast<int32_t>(l.slots.size());
+  int64_t block = 0;
+  for (size_t s = 0; s < l.slots.size(); ++s) {
+    t.first_block[s] = static_cast<int32_t>(block);
+    t.first_chunk[s] = static_cast<int32_t>(l.slots[s].first_chunk);
+    block += l.slots[s].chunks;
+  }
+  t.first_block[l.slots.size()] = static_cast<int32_t>(block);
+  return t;
+}
 
 // Everything one launch needs, passed by value as the kernel's argument.
 struct MultiArgs {
@@ -59,13 +101,14 @@ struct MultiArgs {
   void* m[kAdamWTensorsPerLaunch];
   void* v[kAdamWTensorsPerLaunch];
   float* master[kAdamWTensorsPerLaunch];
+  int64_t n[kAdamWTensorsPerLaunch];
   float decay[kAdamWTensorsPerLaunch];
   float gscale[kAdamWTensorsPerLaunch];
-  int64_t n[kAdamWTensorsPerLaunch];
+  ChunkTable table;
   bool packed[kAdamWTensorsPerLaunch];
-  unsigned char block_tensor[kMultiBlocks];
-  int32_t block_chunk[kMultiBlocks];
 };
+// Within the 4 KiB a kernel's arguments may take on every toolkit.
+static_assert(sizeof(MultiArgs) + 5 * sizeof(float) <= 4096, "AdamW launch arguments too large");
 
 // Calls body(i, pack) over [begin, end) of a chunk: whole packs of V at i
 // (pack true), then the elements past the last whole pack one at a time.
@@ -123,9 +166,9 @@ template <class P, class G, class M, bool kMaster>
 __global__ void __launch_bounds__(kMultiThreads)
     adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_size, float bc2_sqrt,
                        float eps) {
-  const int t = a.block_tensor[blockIdx.x];
-  const int64_t begin = int64_t(a.block_chunk[blockIdx.x]) * kMultiChunk;
-  const int64_t end = min(a.n[t], begin + kMultiChunk);
+  const BlockChunk c = block_chunk(a.table);
+  const int t = c.slot;
+  const int64_t begin = c.begin, end = min(a.n[t], begin + kMultiChunk);
   if (a.packed[t]) {
     adamw_chunk<kMultiPack, P, G, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
   } else {
@@ -224,10 +267,10 @@ void adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensor
   std::vector<int64_t> sizes;
   for (const AdamWTensor& t : tensors) sizes.push_back(t.n);
   for (const AdamWLaunch& l :
-       plan_adamw_multi(sizes, kAdamWTensorsPerLaunch, kMultiBlocks, kMultiChunk)) {
+       plan_adamw_multi(sizes, kAdamWTensorsPerLaunch, kMultiMaxBlocks, kMultiChunk)) {
     MultiArgs args{};
-    for (size_t s = 0; s < l.tensors.size(); ++s) {
-      const AdamWTensor& t = tensors[static_cast<size_t>(l.tensors[s])];
+    for (size_t s = 0; s < l.slots.size(); ++s) {
+      const AdamWTensor& t = tensors[static_cast<size_t>(l.slots[s].tensor)];
       args.param[s] = t.param, args.grad[s] = t.grad, args.m[s] = t.m, args.v[s] = t.v;
       args.master[s] = t.master, args.n[s] = t.n;
       args.packed[s] = pack_aligned(t.param) && pack_aligned(t.grad) && pack_aligned(t.m) &&
@@ -235,11 +278,8 @@ void adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensor
       args.decay[s] = static_cast<float>(1.0 - a.lr * t.weight_decay);
       args.gscale[s] = static_cast<float>(t.grad_scale);
     }
-    for (size_t k = 0; k < l.blocks.size(); ++k) {
-      args.block_tensor[k] = static_cast<unsigned char>(l.blocks[k].slot);
-      args.block_chunk[k] = static_cast<int32_t>(l.blocks[k].chunk);
-    }
-    launch(args, static_cast<int>(l.blocks.size()));
+    args.table = chunk_table(l);
+    launch(args, static_cast<int>(l.blocks));
   }
 }
 
@@ -249,10 +289,11 @@ namespace {
 struct SumSquaresArgs {
   const void* x[kAdamWTensorsPerLaunch];
   int64_t n[kAdamWTensorsPerLaunch];
+  ChunkTable table;
   bool packed[kAdamWTensorsPerLaunch];
-  unsigned char block_tensor[kMultiBlocks];
-  int32_t block_chunk[kMultiBlocks];
 };
+static_assert(sizeof(SumSquaresArgs) + sizeof(double*) <= 4096,
+              "sum of squares launch arguments too large");
 
 template <int V, class T>
 __device__ __forceinline__ double sum_squares_chunk(const T* x, int64_t begin, int64_t end) {
@@ -272,9 +313,9 @@ template <class T>
 __global__ void __launch_bounds__(kMultiThreads)
     sum_squares_multi_kernel(SumSquaresArgs a, double* partial) {
   __shared__ double scratch[32];
-  const int t = a.block_tensor[blockIdx.x];
-  const int64_t begin = int64_t(a.block_chunk[blockIdx.x]) * kMultiChunk;
-  const int64_t end = min(a.n[t], begin + kMultiChunk);
+  const BlockChunk c = block_chunk(a.table);
+  const int t = c.slot;
+  const int64_t begin = c.begin, end = min(a.n[t], begin + kMultiChunk);
   const T* x = static_cast<const T*>(a.x[t]);
   double acc = a.packed[t] ? sum_squares_chunk<kPack<T>>(x, begin, end)
                            : sum_squares_chunk<1>(x, begin, end);
@@ -329,17 +370,14 @@ void sum_squares_multi(ScalarType type, const std::vector<SumSquaresTensor>& ten
   require(check_sum_squares(type, tensors), "sum_squares_multi");
   int64_t done = 0;
   for (const AdamWLaunch& l :
-       plan_adamw_multi(sizes_of(tensors), kAdamWTensorsPerLaunch, kMultiBlocks, kMultiChunk)) {
+       plan_adamw_multi(sizes_of(tensors), kAdamWTensorsPerLaunch, kMultiMaxBlocks, kMultiChunk)) {
     SumSquaresArgs args{};
-    for (size_t s = 0; s < l.tensors.size(); ++s) {
-      const SumSquaresTensor& t = tensors[static_cast<size_t>(l.tensors[s])];
+    for (size_t s = 0; s < l.slots.size(); ++s) {
+      const SumSquaresTensor& t = tensors[static_cast<size_t>(l.slots[s].tensor)];
       args.x[s] = t.x, args.n[s] = t.n, args.packed[s] = pack_aligned(t.x);
     }
-    for (size_t k = 0; k < l.blocks.size(); ++k) {
-      args.block_tensor[k] = static_cast<unsigned char>(l.blocks[k].slot);
-      args.block_chunk[k] = static_cast<int32_t>(l.blocks[k].chunk);
-    }
-    const int blocks = static_cast<int>(l.blocks.size());
+    args.table = chunk_table(l);
+    const int blocks = static_cast<int>(l.blocks);
     switch (type) {
       case ScalarType::BF16:
         sum_squares_multi_kernel<__nv_bfloat16>

@@ -36,7 +36,7 @@ void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, Sca
 
 // Many parameters in a few launches (a multi-tensor step): each launch takes
 // up to kAdamWTensorsPerLaunch parameters, each block one chunk of one of
-// them. `types` names the parameters' type, the gradients' and the
+// them, as many blocks as their chunks. `types` names the parameters' type, the gradients' and the
 // moments', every tensor's alike. An f32 parameter is updated in place
 // (master null) from f32 gradients; a bf16/f16 parameter has f32 master
 // weights, which are updated and then rounded into it in the same pass,
@@ -60,23 +60,31 @@ struct AdamWTensor {
   double weight_decay = 0;
   double grad_scale = 1.0;
 };
-constexpr int kAdamWTensorsPerLaunch = 16;
+// As many as a kernel's 4 KiB argument block holds beside their chunk table.
+constexpr int kAdamWTensorsPerLaunch = 48;
 
 // How adamw_multi splits its tensors into launches (host logic, tested
-// without a GPU): each launch holds at most `max_tensors` tensors (indices
-// into `sizes`) and `max_blocks` blocks, block k covering chunk
-// blocks[k].chunk (of `chunk` elements) of tensor tensors[blocks[k].slot].
-// Every chunk of every non-empty tensor appears exactly once, in order.
+// without a GPU): each launch holds at most `max_tensors` slots and
+// `max_blocks` blocks, one block per chunk (of `chunk` elements). Slot s
+// covers `chunks` chunks of tensor `tensor` (an index into `sizes`) from
+// chunk `first_chunk` on, taking the launch's blocks after those of the
+// slots before it. Every chunk of every non-empty tensor appears exactly
+// once, in order; a tensor splits across launches only where its chunks
+// outnumber `max_blocks`. Launches are as few as the limits allow: a launch
+// of many blocks keeps the device's memory busy where a cap of a few
+// hundred left it idle between launches (the global norm's sum of squares
+// ran at 52% of an H200's bandwidth in launches of 320 chunks).
 struct AdamWLaunch {
-  struct Block {
-    int slot;
-    int64_t chunk;
+  struct Slot {
+    int tensor;
+    int64_t first_chunk;
+    int64_t chunks;
   };
-  std::vector<int> tensors;
-  std::vector<Block> blocks;
+  std::vector<Slot> slots;
+  int64_t blocks = 0;  // the slots' chunks together
 };
 std::vector<AdamWLaunch> plan_adamw_multi(const std::vector<int64_t>& sizes, int max_tensors,
-                                          int max_blocks, int64_t chunk);
+                                          int64_t max_blocks, int64_t chunk);
 Status check_adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensors,
                          const AdamWArgs& args);
 void adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensors,

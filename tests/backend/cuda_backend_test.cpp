@@ -1396,14 +1396,15 @@ TEST(CudaKernels, VocabParallelHeadLossInPaddedRowsMatchesTheCpu) {
 }
 
 // The global norm's square over many tensors: more than one launch's worth
-// of tensors (16) and of chunks, sizes around the 32768-element chunk,
+// of tensors (48), sizes around the 32768-element chunk,
 // empty tensors, all three half/f32 types and an f64 tensor (the reference
 // path, added to the kernels' sum). Against the exact sum of the values the
 // tensors hold, the CPU reference, itself twice (bit for bit), and with an
 // infinity or a NaN planted.
 TEST(CudaKernels, SumOfSquaresOfManyTensorsMatchesTheCpu) {
-  const std::vector<int64_t> sizes{1,     31, 0,     32768, 32769, 70000, 5,   4097, 256,   1000, 3,
-                                   65536, 7,  12345, 32767, 100,   0,     999, 2,    40000, 17};
+  std::vector<int64_t> sizes{1,     31, 0,     32768, 32769, 70000, 5,   4097, 256,   1000, 3,
+                             65536, 7,  12345, 32767, 100,   0,     999, 2,    40000, 17};
+  for (int64_t i = 0; i < 40; ++i) sizes.push_back(i % 7 == 3 ? 33000 + i : 3 * i + 1);
   const std::vector<DType> types{DType::F32, DType::BF16, DType::F16};
   std::vector<Tensor> host;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -1434,17 +1435,21 @@ TEST(CudaKernels, SumOfSquaresOfManyTensorsMatchesTheCpu) {
   }
   EXPECT_NEAR(total_on(kGpu, halves), exact_halves, 1e-12 * exact_halves);
   EXPECT_EQ(total_on(kGpu, {}), 0.0);
-  // A non-finite element anywhere shows in the total.
-  for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
-    std::vector<Tensor> planted = host;
-    std::vector<double> v = to_double_vector(host[5]);
-    v[40000] = bad;
-    planted[5] = from_vector(v, {sizes[5]}, host[5].dtype());
-    const double got = total_on(kGpu, planted);
-    if (std::isnan(bad)) {
-      EXPECT_TRUE(std::isnan(got)) << got;
-    } else {
-      EXPECT_TRUE(std::isinf(got)) << got;
+  // A non-finite element anywhere shows in the total: in the first launch's
+  // tensors and in the second's (the last tensor, its second chunk).
+  for (auto [tensor, at] : {std::pair<size_t, size_t>{5, 40000}, {59, 33010}}) {
+    ASSERT_GT(sizes[tensor], static_cast<int64_t>(at));
+    for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+      std::vector<Tensor> planted = host;
+      std::vector<double> v = to_double_vector(host[tensor]);
+      v[at] = bad;
+      planted[tensor] = from_vector(v, {sizes[tensor]}, host[tensor].dtype());
+      const double got = total_on(kGpu, planted);
+      if (std::isnan(bad)) {
+        EXPECT_TRUE(std::isnan(got)) << got;
+      } else {
+        EXPECT_TRUE(std::isinf(got)) << got;
+      }
     }
   }
   Tensor f32_out = empty({1}, DType::F32, kGpu);
@@ -2311,7 +2316,7 @@ TEST(CudaRuntime, AdamWMatchesTheCpuUpdate) {
 }
 
 TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
-  // 20 parameters (more than one launch holds), one larger than a chunk,
+  // 52 parameters (more than one launch holds), two larger than a chunk,
   // matrices with weight decay and vectors without: the optimizer's step on
   // the GPU (multi-tensor launches) against the same step on the CPU, f32
   // in place and bf16 through f32 masters.
@@ -2331,8 +2336,8 @@ TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
     SCOPED_TRACE(std::string(dtype_name(d)) + " moments " + dtype_name(moments) + " gradients " +
                  dtype_name(grads));
     std::vector<std::pair<std::string, Tensor>> cpu, gpu;
-    for (int i = 0; i < 20; ++i) {
-      const Shape shape = i == 3 ? Shape{300, 250} : i % 2 ? Shape{17, 9} : Shape{33};
+    for (int i = 0; i < 52; ++i) {
+      const Shape shape = i == 3 || i == 47 ? Shape{300, 250} : i % 2 ? Shape{17, 9} : Shape{33};
       Tensor p = randn(shape, 2, static_cast<uint64_t>(i), 1.0, d);
       cpu.push_back({label("p", static_cast<size_t>(i)), p});
       gpu.push_back({label("p", static_cast<size_t>(i)), to_device(p, kGpu).detach()});

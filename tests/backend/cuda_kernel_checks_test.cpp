@@ -194,21 +194,30 @@ TEST(CudaKernelChecks, CrossEntropyChecks) {
 TEST(CudaKernelChecks, MultiTensorAdamWCoversEveryChunkOnceWithinItsLimits) {
   // Empty tensors, small ones, ones spanning several chunks and launches.
   const std::vector<int64_t> sizes = {0, 5, 100, 0, 41, 7, 7, 7, 7, 7, 7, 7, 33, 1, 2, 3};
-  for (auto [max_tensors, max_blocks, chunk] :
-       {std::tuple<int, int, int64_t>{16, 160, 32768}, {3, 4, 10}, {1, 1, 7}, {2, 9, 50}}) {
+  for (auto [max_tensors, max_blocks, chunk, launches_wanted] :
+       {std::tuple<int, int64_t, int64_t, size_t>{48, INT32_MAX, 32768, 1},
+        {3, 4, 10, 9},
+        {1, 1, 7, 37},
+        {2, 9, 50, 7},
+        {16, 1000, 1, 1},
+        {5, 1000, 1, 3}}) {
     SCOPED_TRACE(std::to_string(max_tensors) + " tensors, " + std::to_string(max_blocks) +
                  " blocks, chunk " + std::to_string(chunk));
     const auto launches = plan_adamw_multi(sizes, max_tensors, max_blocks, chunk);
+    // As few launches as the limits allow: each full before the next.
+    EXPECT_EQ(launches.size(), launches_wanted);
     std::vector<std::pair<int, int64_t>> seen;  // (tensor, chunk) in launch order
     for (const AdamWLaunch& l : launches) {
-      ASSERT_FALSE(l.blocks.empty());
-      ASSERT_LE(static_cast<int>(l.tensors.size()), max_tensors);
-      ASSERT_LE(static_cast<int>(l.blocks.size()), max_blocks);
-      for (const AdamWLaunch::Block& b : l.blocks) {
-        ASSERT_GE(b.slot, 0);
-        ASSERT_LT(b.slot, static_cast<int>(l.tensors.size()));
-        seen.push_back({l.tensors[static_cast<size_t>(b.slot)], b.chunk});
+      ASSERT_FALSE(l.slots.empty());
+      ASSERT_LE(static_cast<int>(l.slots.size()), max_tensors);
+      ASSERT_LE(l.blocks, max_blocks);
+      int64_t blocks = 0;
+      for (const AdamWLaunch::Slot& s : l.slots) {
+        ASSERT_GT(s.chunks, 0);
+        for (int64_t c = 0; c < s.chunks; ++c) seen.push_back({s.tensor, s.first_chunk + c});
+        blocks += s.chunks;
       }
+      EXPECT_EQ(l.blocks, blocks);
     }
     std::vector<std::pair<int, int64_t>> want;
     for (size_t i = 0; i < sizes.size(); ++i)
@@ -216,6 +225,20 @@ TEST(CudaKernelChecks, MultiTensorAdamWCoversEveryChunkOnceWithinItsLimits) {
         want.push_back({static_cast<int>(i), c});
     EXPECT_EQ(seen, want);
   }
+  // A GPT-2 350M's 292 tensors in 7 launches (not the 35 a cap of 320
+  // blocks a launch made).
+  std::vector<int64_t> gpt;
+  gpt.push_back(50304 * 1024);
+  gpt.push_back(1024 * 1024);
+  for (int l = 0; l < 24; ++l) {
+    for (int64_t n : {1024, 1024, 3 * 1024 * 1024, 3 * 1024, 1024 * 1024, 1024, 1024, 1024,
+                      4 * 1024 * 1024, 4 * 1024, 4 * 1024 * 1024, 1024}) {
+      gpt.push_back(n);
+    }
+  }
+  gpt.push_back(1024);
+  gpt.push_back(1024);
+  EXPECT_EQ(plan_adamw_multi(gpt, 48, INT32_MAX, 32768).size(), 7u);
   EXPECT_TRUE(plan_adamw_multi({0, 0}, 16, 160, 32768).empty());
   EXPECT_THROW(plan_adamw_multi({5}, 0, 160, 32768), std::invalid_argument);
 }
