@@ -16,9 +16,10 @@
 #      prediction for the same run on one H200 (impl "planner"); then 124M
 #      with GPT-2's own vocabulary, with model.recompute selective and full
 #      (memory saved, time spent), with bf16 moments and gradients (memory
-#      saved), as a mixture of experts, 350M with its bias gradients from
-#      the GEMM's epilogue (not the column-sum kernel), and both models with
-#      cuDNN's non-deterministic attention backward,
+#      saved), as a mixture of experts, 350M with its products' algorithms
+#      autotuned, 350M with its bias gradients from the GEMM's epilogue
+#      (not the column-sum kernel), and both models with cuDNN's
+#      non-deterministic attention backward,
 #   6. runs the collective benchmark through the NCCL group (one rank).
 # Results go to OUT (default out/gpu; the device tool sets OUT and brings
 # back at most 8 files, so there are 7): summary.log (what this prints),
@@ -319,6 +320,11 @@ for preset in 124m 350m; do
     [ "${PIPESTATUS[0]}" = 0 ] || { echo "   (PyTorch $preset failed)"; tail -5 "$OUT/torch.err"; }
   fi
 done
+# 350M with every product's algorithm timed among cuBLASLt's first 8
+# candidates (cuda::GemmSettings::autotune; once per distinct product, in
+# the warm-up): "gemm_autotune" in its JSON line says how many products
+# another algorithm won and the time of one call of each before and after.
+bench_train --preset 350m --batch "$(batch_of 350m)" --gemm-autotune 8 --profile-steps 3
 batch=$(batch_of 124m)
 # GPT-2's own vocabulary (50257, odd): linear_cross_entropy's padded logits
 # rows and zero-padded weight copy keep it near the padded 50304's speed

@@ -57,6 +57,12 @@ int run(int argc, char** argv) {
                "the linear layers' bias gradients in the weight gradient GEMM's epilogue "
                "(cuBLASLt's BGRADB; cuda::GemmSettings::bias_grad_epilogue), not by the "
                "column-sum kernel");
+  int gemm_autotune = 0;
+  app.add_option("--gemm-autotune", gemm_autotune,
+                 "time up to this many of cuBLASLt's candidate algorithms on each product's "
+                 "first call and keep the fastest (cuda::GemmSettings::autotune; 0: the "
+                 "heuristic's first choice)")
+      ->check(CLI::Range(0, 64));
   std::string recompute = "none";
   app.add_option("--recompute", recompute,
                  "activation recomputation: none | selective (attention core) | full (each "
@@ -89,6 +95,7 @@ int run(int argc, char** argv) {
   {
     triad::cuda::GemmSettings gemm = triad::cuda::gemm_settings();
     gemm.bias_grad_epilogue = bias_grad_epilogue;
+    gemm.autotune = gemm_autotune;
     triad::cuda::set_gemm_settings(gemm);
   }
   triad::nn::GptConfig cfg;
@@ -207,6 +214,13 @@ int run(int argc, char** argv) {
 #ifdef TRIAD_CUDA_SIM
   j["host_waits_per_step"] = host_waits;
 #endif
+  if (device.is_cuda() && gemm_autotune > 1) {
+    // What the timing found (once per distinct product, in the warm-up).
+    const triad::cuda::GemmTuning t = triad::cuda::gemm_tuning(device.index);
+    j["gemm_autotune"] = {{"candidates", gemm_autotune}, {"problems", t.problems},
+                          {"changed", t.changed},        {"untimed", t.untimed},
+                          {"first_ms", t.first_ms},      {"best_ms", t.best_ms}};
+  }
   if (device.is_cuda()) {
     j["peak_memory_gib"] =
         static_cast<double>(triad::cuda::memory_stats(device.index).peak_allocated) /

@@ -11,7 +11,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "src/backend/cuda/cublaslt_gemm.h"
@@ -27,6 +29,11 @@ namespace mock = testing::mock_cublaslt;
 // values() gives them back as double.
 class Buffer {
  public:
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  // Products still queued on the stand-in's stream run before the memory
+  // goes (else the workspace's cudaFree, later, would run them into it).
+  ~Buffer() { cudaDeviceSynchronize(); }
   Buffer(DType dtype, int64_t n, uint32_t seed) : dtype_(dtype), n_(n) {
     bytes_.resize(static_cast<size_t>(n) * dtype_size(dtype));
     std::mt19937 rng(seed);
@@ -335,6 +342,143 @@ TEST_F(CublasLtGemmMock, ProblemsWithoutAnAlgorithmAreRememberedAsNotSupported) 
   gemm.run(other, DType::BF16, a.data(), b2.data(), c.data(), 1, 0, nullptr);
   EXPECT_EQ(mock::counters().heuristic_queries, queries + 1);
   EXPECT_EQ(mock::counters().matmuls, 2);
+}
+
+// Products run with algorithm i: the warm-up and kTuneRuns timed calls of
+// each candidate, then the calls themselves.
+int64_t runs_with(size_t algorithm) {
+  const std::vector<int64_t> by = mock::counters().matmuls_by_algorithm;
+  return algorithm < by.size() ? by[algorithm] : 0;
+}
+
+// Autotuning asks the heuristic for several algorithms, times each on the
+// problem's first call and keeps the fastest (here the third of four, the
+// others made slow), for every later call of the problem; the product is the
+// same. Without it the heuristic is asked for one and its first choice runs.
+TEST_F(CublasLtGemmMock, AutotuneKeepsTheFastestOfTheHeuristicsCandidates) {
+  const Case k{"linear", {8, 16}, {24, 16}, {8, 24}, false, true};
+  const GemmPlan plan = plan_gemm(k.a, k.b, k.c, k.ta, k.tb);
+  Buffer a(DType::BF16, numel(k.a), 1), b(DType::BF16, numel(k.b), 2), c(DType::BF16, 8 * 24, 3);
+  const std::vector<double> want = reference(k, a.values(), b.values(), c.values(), 1.0, 0.0);
+  mock::set_algorithms({3, 3, 0, 3});
+  {
+    CublasLtGemm gemm(0);
+    gemm.run(plan, DType::BF16, a.data(), b.data(), c.data(), 1, 0, nullptr);
+    EXPECT_EQ(mock::counters().last_requested, 1);
+    EXPECT_EQ(runs_with(0), 1);
+    EXPECT_EQ(gemm.tuning().problems, 0);
+  }
+  mock::reset();
+  mock::set_algorithms({3, 3, 0, 3});
+  CublasLtGemm gemm(0);
+  gemm.set_autotune(4);
+  for (int call = 0; call < 3; ++call) {
+    gemm.run(plan, DType::BF16, a.data(), b.data(), c.data(), 1, 0, nullptr);
+    const std::vector<double> got = c.values();
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-2 * (1 + std::fabs(want[i]))) << "element " << i;
+  }
+  EXPECT_EQ(mock::counters().heuristic_queries, 1);
+  EXPECT_EQ(mock::counters().last_requested, 4);
+  const int64_t timing = 1 + CublasLtGemm::kTuneRuns;
+  EXPECT_EQ(runs_with(0), timing);
+  EXPECT_EQ(runs_with(1), timing);
+  EXPECT_EQ(runs_with(2), timing + 3);  // the three calls themselves
+  EXPECT_EQ(runs_with(3), timing);
+  const cuda::GemmTuning t = gemm.tuning();
+  EXPECT_EQ(t.problems, 1);
+  EXPECT_EQ(t.changed, 1);
+  EXPECT_EQ(t.untimed, 0);
+  EXPECT_GE(t.first_ms, 3.0);
+  EXPECT_LT(t.best_ms, t.first_ms);
+  // Another candidate count is a problem of its own: asked for anew.
+  gemm.set_autotune(0);
+  gemm.run(plan, DType::BF16, a.data(), b.data(), c.data(), 1, 0, nullptr);
+  EXPECT_EQ(mock::counters().heuristic_queries, 2);
+  EXPECT_EQ(mock::counters().last_requested, 1);
+  EXPECT_EQ(runs_with(0), timing + 1);
+}
+
+// A product that reads its output is timed into scratch, so that the timing
+// runs leave it as it was: a weight gradient added into its f32 buffer
+// (beta 1) adds once, and a GELU derivative written over its own input
+// reads the input intact. Without scratch the heuristic's first choice runs
+// untimed. The epilogues' other outputs come out as without autotuning.
+TEST_F(CublasLtGemmMock, AutotuneTimesProductsThatReadTheirOutputIntoScratch) {
+  const Case k{"weight gradient", {9, 16}, {9, 8}, {16, 8}, true, false};
+  const GemmPlan plan = plan_gemm(k.a, k.b, k.c, k.ta, k.tb);
+  Buffer a(DType::BF16, numel(k.a), 1), b(DType::BF16, numel(k.b), 2);
+  for (bool scratch : {true, false}) {
+    SCOPED_TRACE(scratch ? "with scratch" : "without scratch");
+    mock::reset();
+    mock::set_algorithms({2, 0});
+    CublasLtGemm gemm(0);
+    gemm.set_autotune(2);
+    int64_t handed_out = 0;
+    if (!scratch) {
+      gemm.set_scratch_source([&](size_t) -> std::shared_ptr<void> {
+        ++handed_out;
+        return nullptr;
+      });
+    }
+    Buffer c(DType::F32, 16 * 8, 3);
+    const std::vector<double> want = reference(k, a.values(), b.values(), c.values(), 1.0, 1.0);
+    gemm.run(plan, GemmTypes(DType::BF16, DType::F32), a.data(), b.data(), c.data(), 1, 1, nullptr);
+    const std::vector<double> got = c.values();
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "element " << i;
+    const cuda::GemmTuning t = gemm.tuning();
+    EXPECT_EQ(t.problems, scratch ? 1 : 0);
+    EXPECT_EQ(t.untimed, scratch ? 0 : 1);
+    EXPECT_EQ(handed_out, scratch ? 0 : 1);
+    EXPECT_EQ(runs_with(0), scratch ? 1 + CublasLtGemm::kTuneRuns : 1);
+    EXPECT_EQ(runs_with(1), scratch ? 2 + CublasLtGemm::kTuneRuns : 0);
+  }
+  // dpre over pre itself: GELU'(pre) * (dy @ w), pre read before it is
+  // overwritten, however many times the candidates ran.
+  mock::reset();
+  mock::set_algorithms({1, 0, 1});
+  const int64_t rows = 5, out = 6, in = 16;
+  Buffer dy(DType::F32, rows * out, 9), w(DType::F32, out * in, 10), pre(DType::F32, rows * in, 11);
+  const Case d{"input grad", {rows, out}, {out, in}, {rows, in}, false, false};
+  const std::vector<double> da =
+      reference(d, dy.values(), w.values(), std::vector<double>(rows * in, 0), 1, 0);
+  const std::vector<double> x = pre.values();
+  CublasLtGemm gemm(0);
+  gemm.set_autotune(3);
+  GemmEpilogue ep;
+  ep.kind = GemmEpilogue::Kind::DGelu;
+  ep.gelu_input = pre.data();
+  gemm.run(plan_gemm(d.a, d.b, d.c, false, false), DType::F32, dy.data(), w.data(), pre.data(), 1,
+           0, nullptr, ep);
+  for (int64_t i = 0; i < rows * in; ++i) {
+    const double xi = x[static_cast<size_t>(i)], k0 = 0.7978845608028654;
+    const double th = std::tanh(k0 * (xi + 0.044715 * xi * xi * xi));
+    const double g = 0.5 * (1 + th) + 0.5 * xi * (1 - th * th) * k0 * (1 + 3 * 0.044715 * xi * xi);
+    const double v = g * da[static_cast<size_t>(i)];
+    ASSERT_NEAR(pre.get(i), v, 1e-5 * (1 + std::fabs(v))) << "element " << i;
+  }
+  EXPECT_EQ(gemm.tuning().problems, 1);
+  EXPECT_EQ(runs_with(1), 2 + CublasLtGemm::kTuneRuns);
+  // A GELU epilogue timed in place: its pre-activation and output as the
+  // untuned call's.
+  const int64_t lin_rows = 7, lin_in = 6, lin_out = 16;
+  Buffer xs(DType::F32, lin_rows * lin_in, 4), ws(DType::F32, lin_out * lin_in, 5),
+      bias(DType::F32, lin_out, 6);
+  const GemmPlan lin =
+      plan_gemm({lin_rows, lin_in}, {lin_out, lin_in}, {lin_rows, lin_out}, false, true);
+  auto gelu_run = [&](int candidates) {
+    CublasLtGemm g(0);
+    g.set_autotune(candidates);
+    Buffer y(DType::F32, lin_rows * lin_out, 7), p(DType::F32, lin_rows * lin_out, 8);
+    GemmEpilogue e;
+    e.kind = GemmEpilogue::Kind::BiasGelu;
+    e.bias = bias.data();
+    e.gelu_input = p.data();
+    g.run(lin, DType::F32, xs.data(), ws.data(), y.data(), 1, 0, nullptr, e);
+    return std::pair{y.values(), p.values()};
+  };
+  EXPECT_EQ(gelu_run(3), gelu_run(0));
 }
 
 }  // namespace

@@ -2775,6 +2775,59 @@ TEST(CudaTraining, TheTrainerWaitsTwicePerStepWhateverTheMicroBatches) {
 #endif
 
 #ifdef TRIAD_CUDA_SIM
+// cuda::GemmSettings::autotune: every distinct product of a bf16 training
+// step is timed once among the heuristic's candidates (here the first made
+// slow, so the second wins each time), weight gradients added into their
+// f32 buffers included (timed into the caching allocator's scratch), and
+// training goes on with the winners to the same losses (the stand-in's
+// algorithms compute alike); gemm_tuning() says so. Out of range, the
+// setting is refused by name.
+TEST(CudaTraining, AutotunedProductsTrainToTheSameLosses) {
+  namespace mock = testing::mock_cublaslt;
+  const GemmSettingsScope restore;
+  testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 96, seq_len: 16, dropout: 0.0}";
+  auto losses = [&](int candidates, const std::string& tag) {
+    cuda::GemmSettings settings = cuda::gemm_settings();
+    settings.autotune = candidates;
+    cuda::set_gemm_settings(settings);
+    mock::reset();
+    mock::set_algorithms({2.0, 0.0});
+    train::Trainer t(train_config(dir, model, "cuda", "bf16", 3, 2, 96, tag));
+    std::vector<double> out = losses_of(t, 3);
+    cuda::synchronize(0);
+    mock::reset();
+    return out;
+  };
+  const cuda::GemmTuning before = cuda::gemm_tuning(0);
+  const std::vector<double> plain = losses(0, "plain");
+  const cuda::GemmTuning untuned = cuda::gemm_tuning(0);
+  EXPECT_EQ(untuned.problems, before.problems);
+  const std::vector<double> tuned = losses(2, "tuned");
+  const cuda::GemmTuning after = cuda::gemm_tuning(0);
+  EXPECT_EQ(tuned, plain);
+  // A 2-layer GPT's distinct products: forward, input and weight gradients.
+  EXPECT_GE(after.problems - before.problems, 6);
+  EXPECT_EQ(after.changed - before.changed, after.problems - before.problems);
+  EXPECT_EQ(after.untimed, before.untimed);
+  EXPECT_LT(after.best_ms - before.best_ms, after.first_ms - before.first_ms);
+  cuda::GemmSettings bad;
+  bad.autotune = 65;
+  EXPECT_THROW(
+      {
+        try {
+          cuda::set_gemm_settings(bad);
+        } catch (const ValueError& e) {
+          EXPECT_NE(std::string(e.what()).find("autotune = 65"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      ValueError);
+}
+#endif
+
+#ifdef TRIAD_CUDA_SIM
 // log.profile_steps [2, 3] on a GPU: cudaProfilerStart as step 2 begins,
 // cudaProfilerStop once the device has run step 3 (as step 4 begins, so the
 // window's evaluations and checkpoints are in it), so a profiler capturing

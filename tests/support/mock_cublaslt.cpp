@@ -17,10 +17,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 struct cublasLtContext {};
@@ -52,6 +54,7 @@ struct State {
   bool no_algorithms = false;
   bool no_bias_grad_algorithms = false;
   double output_factor = 1;
+  std::vector<double> algorithm_delays_ms{0.0};
   Counters counters;
   std::string error;
 };
@@ -178,7 +181,11 @@ void reset() {
   state().no_algorithms = false;
   state().no_bias_grad_algorithms = false;
   state().output_factor = 1;
+  state().algorithm_delays_ms = {0.0};
   state().error.clear();
+}
+void set_algorithms(const std::vector<double>& delays_ms) {
+  state().algorithm_delays_ms = delays_ms;
 }
 void set_no_algorithms(bool none) {
   state().no_algorithms = none;
@@ -348,9 +355,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (s.no_algorithms ||
       (s.no_bias_grad_algorithms && s.descs[desc].epilogue == CUBLASLT_EPILOGUE_BGRADB))
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  results[0] = cublasLtMatmulHeuristicResult_t{};
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  *found = 1;
+  s.counters.last_requested = requested;
+  const int offered = static_cast<int>(s.algorithm_delays_ms.size());
+  if (offered == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *found = std::min(requested, offered);
+  for (int i = 0; i < *found; ++i) {
+    results[i] = cublasLtMatmulHeuristicResult_t{};
+    results[i].algo.data[0] = static_cast<uint64_t>(i);
+    results[i].state = CUBLAS_STATUS_SUCCESS;
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -385,8 +398,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   if (m % 8 != 0 || k % 8 != 0) ++s.counters.odd_extent_matmuls;
   if (ta == CUDA_R_16BF || ta == CUDA_R_16F) ++s.counters.half_matmuls;
   if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) ++s.counters.epilogue_matmuls;
+  const size_t algorithm = static_cast<size_t>(algo->data[0]);
+  if (algorithm >= s.algorithm_delays_ms.size())
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: an algorithm no heuristic offered");
+  if (s.counters.matmuls_by_algorithm.size() <= algorithm)
+    s.counters.matmuls_by_algorithm.resize(algorithm + 1);
+  ++s.counters.matmuls_by_algorithm[algorithm];
+  const double delay_ms = s.algorithm_delays_ms[algorithm];
   const double factor = s.output_factor;
   triad_sim::enqueue(stream, [=] {
+    if (delay_ms > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
     std::vector<double> out(static_cast<size_t>(m * n));
     for (int32_t bi = 0; bi < ld.batch; ++bi) {
       const int64_t oa = bi * la.stride, ob = bi * lb.stride, oc = bi * lc.stride,

@@ -4,6 +4,7 @@
 // (see mock_cublaslt.cpp). Device pointers are host pointers here.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace triad::testing::mock_cublaslt {
 
@@ -24,6 +25,10 @@ struct Counters {
   // the compute type (CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK without the
   // in-place and output-type schemes).
   int64_t compute_type_reduction_queries = 0;
+  // The algorithms requested by the last heuristic query, and the products
+  // run with each algorithm (by its index among those set_algorithms gave).
+  int64_t last_requested = 0;
+  std::vector<int64_t> matmuls_by_algorithm;
 };
 Counters counters();
 void reset();
@@ -32,6 +37,11 @@ void set_no_algorithms(bool none);
 // When set, heuristics find no algorithm for a bias-gradient epilogue
 // (BGRADB) only, as a cuBLASLt without one for the types would.
 void set_no_bias_grad_algorithms(bool none);
+// The algorithms heuristics offer, best first by their ranking: one per
+// entry, each product run with algorithm i taking at least delays_ms[i] of
+// its stream's time (one algorithm taking no time after reset()). Every
+// algorithm computes the same product.
+void set_algorithms(const std::vector<double>& delays_ms);
 // Multiplies every product's output by `factor` (1 after reset()): a wrong
 // product, for the tests of cuda::GemmSettings::verify.
 void set_output_factor(double factor);

@@ -140,10 +140,30 @@ struct GemmSettings {
   // takes a slow second pass: for diagnosis. Starts on when the environment
   // sets TRIAD_VERIFY_GEMMS=1.
   bool verify = false;
+  // More than 1: each product's first call asks cuBLASLt's heuristic for up
+  // to this many algorithms, times them on that call's operands (the host
+  // waits once per distinct problem) and keeps the fastest for the rest of
+  // the process; 0 or 1 (the default): the heuristic's first choice. Which
+  // algorithm wins may differ between processes, and so may the last bits
+  // of a product, so runs repeat bit for bit only without it. Starts at N
+  // when the environment sets TRIAD_GEMM_AUTOTUNE=N. gemm_tuning() says
+  // what it found.
+  int autotune = 0;
   bool operator==(const GemmSettings&) const = default;
 };
 void set_gemm_settings(const GemmSettings& settings);
 GemmSettings gemm_settings();
+
+// What GemmSettings::autotune found on `device` so far: the problems it
+// timed, in how many another algorithm than the heuristic's first won, how
+// many it could not time, and one call of each with the heuristic's first
+// choice and with the winner, summed. All zero without CUDA, or before the
+// device's first product.
+struct GemmTuning {
+  int64_t problems = 0, changed = 0, untimed = 0;
+  double first_ms = 0, best_ms = 0;
+};
+GemmTuning gemm_tuning(int device = 0);
 
 // One verified product (GemmSettings::verify): what it was, and how far its
 // output was from the reference, as ||out - ref|| / ||ref|| (relative_error)

@@ -3,8 +3,9 @@
 #include "cublaslt_library.h"
 
 #include <algorithm>
-
+#include <exception>
 #include <string>
+#include <vector>
 
 #include "triad/core/error.h"
 
@@ -71,6 +72,8 @@ struct CublasLtGemm::Cached {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // The heuristic's candidates, best first, until the first call times them.
+  std::vector<cublasLtMatmulAlgo_t> untimed;
   ~Cached() {
     if (out) cublaslt().MatrixLayoutDestroy(out);
     if (second) cublaslt().MatrixLayoutDestroy(second);
@@ -84,6 +87,29 @@ CublasLtGemm::CublasLtGemm(int device) : device_(device) {
   check_lt(cublaslt().Create(&h), "Create");
   handle_ = h;
   check_rt(cudaMalloc(&workspace_, kWorkspaceBytes), "gemm workspace cudaMalloc");
+  scratch_ = [](size_t bytes) -> std::shared_ptr<void> {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      cudaGetLastError();  // (cleared: the caller falls back, nothing is wrong)
+      return nullptr;
+    }
+    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  };
+}
+
+void CublasLtGemm::set_autotune(int candidates) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  autotune_ = std::max(candidates, 0);
+}
+
+void CublasLtGemm::set_scratch_source(ScratchSource scratch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  scratch_ = std::move(scratch);
+}
+
+cuda::GemmTuning CublasLtGemm::tuning() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tuning_;
 }
 
 CublasLtGemm::~CublasLtGemm() {
@@ -153,7 +179,8 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
                 static_cast<int64_t>(types.output),
                 alignment,
                 static_cast<int>(epilogue.kind),
-                static_cast<int>(reduction)};
+                static_cast<int>(reduction),
+                autotune_ > 1 ? autotune_ : 1};
   auto it = cache_.find(key);
   if (it != cache_.end()) return *it->second;
   auto known = unsupported_.find(key);
@@ -216,11 +243,12 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
       check_lt(set, "preference reduction scheme mask");
     }
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  const int requested = std::max(autotune_, 1);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(requested));
   int found = 0;
   const cublasStatus_t st = cublaslt().MatmulAlgoGetHeuristic(
       static_cast<cublasLtHandle_t>(handle_), entry->desc, entry->first, entry->second, entry->out,
-      entry->out, pref, 1, &result, &found);
+      entry->out, pref, requested, results.data(), &found);
   cublaslt().MatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(st, "AlgoGetHeuristic");
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
@@ -239,8 +267,89 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
     unsupported_[key] = why;
     throw NotSupportedError(why);
   }
-  entry->algo = result.algo;
+  entry->algo = results[0].algo;
+  if (found > 1) {
+    for (int i = 0; i < found; ++i) {
+      if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+        entry->untimed.push_back(results[static_cast<size_t>(i)].algo);
+    }
+    if (entry->untimed.size() < 2) entry->untimed.clear();
+  }
   return *cache_.emplace(key, std::move(entry)).first->second;
+}
+
+namespace {
+// Bytes from an operand's first element to one past its last.
+size_t span_bytes(const GemmOperandLayout& l, int64_t batch, DType type) {
+  const int64_t last = (batch - 1) * l.batch_stride + (l.cols - 1) * l.ld + l.rows;
+  return static_cast<size_t>(last) * dtype_size(type);
+}
+}  // namespace
+
+void CublasLtGemm::tune(Cached& e, const GemmPlan& p, GemmTypes types, const void* a, const void* b,
+                        void* c, const void* alpha, const void* beta, bool reads_output,
+                        cudaStream_t stream) {
+  std::vector<cublasLtMatmulAlgo_t> candidates = std::move(e.untimed);
+  e.untimed.clear();
+  e.algo = candidates[0];
+  // Timing runs overwrite the output (and a GELU's aux input, or a bias
+  // gradient) with what the call itself then writes again; one that reads
+  // its output runs into scratch instead.
+  std::shared_ptr<void> scratch;
+  void* out = c;
+  if (reads_output) {
+    try {
+      scratch = scratch_ ? scratch_(span_bytes(p.out, p.batch, types.output)) : nullptr;
+    } catch (const std::exception&) {
+      scratch = nullptr;
+    }
+    if (!scratch) {
+      ++tuning_.untimed;
+      return;
+    }
+    out = scratch.get();
+  }
+  auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublaslt().Matmul(static_cast<cublasLtHandle_t>(handle_), e.desc, alpha, b, e.first, a,
+                             e.second, beta, out, e.out, out, e.out, &algo, workspace_,
+                             kWorkspaceBytes, stream);
+  };
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_rt(cudaEventCreate(&start), "gemm autotune cudaEventCreate");
+  if (cudaEventCreate(&stop) != cudaSuccess) {
+    cudaEventDestroy(start);
+    check_rt(cudaGetLastError(), "gemm autotune cudaEventCreate");
+  }
+  std::vector<float> ms(candidates.size(), -1.0f);
+  cudaError_t err = cudaSuccess;
+  for (size_t i = 0; i < candidates.size() && err == cudaSuccess; ++i) {
+    if (matmul(candidates[i]) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; not this one
+    bool ran = true;
+    err = cudaEventRecord(start, stream);
+    for (int r = 0; r < kTuneRuns && ran && err == cudaSuccess; ++r)
+      ran = matmul(candidates[i]) == CUBLAS_STATUS_SUCCESS;
+    if (err == cudaSuccess) err = cudaEventRecord(stop, stream);
+    if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+    float t = 0;
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&t, start, stop);
+    if (ran && err == cudaSuccess) ms[i] = t / kTuneRuns;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  check_rt(err, "gemm autotune");
+  size_t best = 0;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (ms[i] >= 0 && (ms[best] < 0 || ms[i] < ms[best])) best = i;
+  }
+  if (ms[best] < 0) {  // none ran: the call itself will say why
+    ++tuning_.untimed;
+    return;
+  }
+  e.algo = candidates[best];
+  ++tuning_.problems;
+  if (best != 0) ++tuning_.changed;
+  tuning_.first_ms += ms[0] >= 0 ? ms[0] : ms[best];
+  tuning_.best_ms += ms[best];
 }
 
 void CublasLtGemm::run(const GemmPlan& p, GemmTypes types, const void* a, const void* b, void* c,
@@ -257,6 +366,13 @@ void CublasLtGemm::run(const GemmPlan& p, GemmTypes types, const void* a, const 
   const bool f64 = types.inputs == DType::F64;
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &af;
   const void* pb = f64 ? static_cast<const void*>(&beta) : &bf;
+  if (!e.untimed.empty()) {
+    // Timed in place unless the output is also read: added to (beta), or
+    // the GELU input a derivative epilogue overwrites.
+    const bool reads_output =
+        beta != 0.0 || (epilogue.kind == GemmEpilogue::Kind::DGelu && epilogue.gelu_input == c);
+    tune(e, p, types, a, b, c, pa, pb, reads_output, stream);
+  }
   // Column-major: the BLAS call's first operand is Triad's b, its second a.
   check_lt(
       cublaslt().Matmul(static_cast<cublasLtHandle_t>(handle_), e.desc, pa, b, e.first, a, e.second,

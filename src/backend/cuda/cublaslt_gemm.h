@@ -4,14 +4,16 @@
 // results track the CPU reference), f64, and bf16/f16 with f32 accumulation,
 // stored in the inputs' type or (weight gradients added straight into f32
 // gradients) in f32.
-// Algorithms come from cuBLASLt's heuristic, cached per problem; one
-// workspace per device is reused by every call. Weight-gradient and
+// Algorithms come from cuBLASLt's heuristic, cached per problem: its first
+// choice, or (set_autotune) the fastest of its first few, timed on the
+// problem's first call. One workspace per device is reused by every call. Weight-gradient and
 // input-gradient products are separate calls (the zero-bubble B/W split
 // needs them apart): the autograd layer issues them as two GEMMs. A linear
 // layer's bias, and a GELU after it, can run in the GEMM's epilogue.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +21,7 @@
 #include <tuple>
 
 #include "gemm_plan.h"
+#include "triad/backend/cuda.h"
 #include "triad/core/dtype.h"
 
 namespace triad::detail {
@@ -55,6 +58,11 @@ enum class GemmReduction : uint8_t { Any, ComputeType };
 
 class CublasLtGemm {
  public:
+  // Device memory for autotuning a product that reads its output into a
+  // scratch output instead: null, or a throw, leaves that problem to the
+  // heuristic's first choice. Default: cudaMalloc.
+  using ScratchSource = std::function<std::shared_ptr<void>(size_t bytes)>;
+
   explicit CublasLtGemm(int device);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
@@ -68,21 +76,41 @@ class CublasLtGemm {
            double alpha, double beta, cudaStream_t stream, const GemmEpilogue& epilogue = {},
            GemmReduction reduction = GemmReduction::Any);
 
+  // candidates > 1: each problem's first call asks the heuristic for up to
+  // that many algorithms and times each on the call's own operands (a
+  // warm-up, then kTuneRuns calls between two events on its stream; the
+  // host waits), keeping the fastest; a product that reads its output
+  // (beta != 0, or a GELU derivative over its own input) is timed into
+  // scratch from set_scratch_source(). The results stay
+  // those of an algorithm cuBLASLt offers, but which one may differ between
+  // processes, so runs repeat bit for bit only with it off (0 or 1, the
+  // default: the heuristic's first choice, never timed). Problems are
+  // cached per candidate count.
+  void set_autotune(int candidates);
+  void set_scratch_source(ScratchSource scratch);
+  cuda::GemmTuning tuning() const;  // what autotuning found (cuda.h)
+
   static constexpr size_t kWorkspaceBytes = 32u << 20;
+  static constexpr int kTuneRuns = 3;
 
  private:
   struct Cached;
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+                         int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int>;
   Cached& lookup(const GemmPlan& plan, GemmTypes types, int alignment, const GemmEpilogue& epilogue,
                  GemmReduction reduction);
+  void tune(Cached& e, const GemmPlan& plan, GemmTypes types, const void* a, const void* b, void* c,
+            const void* alpha, const void* beta, bool reads_output, cudaStream_t stream);
 
   int device_;
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::map<Key, std::unique_ptr<Cached>> cache_;
   std::map<Key, std::string> unsupported_;  // problems with no algorithm, and why
+  int autotune_ = 0;
+  ScratchSource scratch_;
+  cuda::GemmTuning tuning_;
 };
 
 }  // namespace triad::detail

@@ -262,6 +262,12 @@ struct CudaBackend::DeviceState {
     if (!gemm_) {
       DeviceGuard g(index);
       gemm_ = std::make_unique<CublasLtGemm>(index);
+      // Autotuning's scratch outputs from the caching allocator (used on
+      // this stream only, and synchronised before they go back).
+      gemm_->set_scratch_source([this](size_t bytes) -> std::shared_ptr<void> {
+        void* p = allocator.allocate(bytes);
+        return std::shared_ptr<void>(p, [this, bytes](void* q) { allocator.deallocate(q, bytes); });
+      });
     }
     return *gemm_;
   }
@@ -491,11 +497,14 @@ GemmReduction reduction_of(const cuda::GemmSettings& settings) {
 bool epilogues_allowed(const cuda::GemmSettings& settings, DType dtype) {
   return settings.epilogues && (!is_half(dtype) || settings.half_products);
 }
-// One cuBLASLt product on the device's stream; with `verify`
-// (cuda::GemmSettings::verify) checked against the reference kernel.
+// One cuBLASLt product on the device's stream, its algorithm autotuned per
+// settings.autotune; with settings.verify checked against the reference
+// kernel.
 void run_gemm(CudaBackend::DeviceState& s, const GemmPlan& plan, GemmTypes types, const void* a,
               const void* b, void* c, double alpha, double beta, const GemmEpilogue& epilogue,
-              GemmReduction reduction, bool verify) {
+              GemmReduction reduction, const cuda::GemmSettings& settings) {
+  const bool verify = settings.verify;
+  s.gemm().set_autotune(settings.autotune);
   if (!verify || !GemmProductCheck::checkable(plan, types)) {
     if (verify) record_gemm_unchecked();
     s.gemm().run(plan, types, a, b, c, alpha, beta, s.stream, epilogue, reduction);
@@ -548,7 +557,7 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
     const GemmPlan plan32 = plan_gemm(a.shape(), b.shape(), c.shape(), trans_a, trans_b,
                                       {0, 0, c32.is_contiguous() ? 0 : plan.out.ld});
     run_gemm(s, plan32, DType::F32, a32.raw_data(), b32.raw_data(), c32.raw_data(), alpha, beta, {},
-             GemmReduction::Any, settings.verify);
+             GemmReduction::Any, settings);
     if (c.dtype() != DType::F32) copy(c32, c);
   };
   if (is_half(a.dtype()) && !settings.half_products) {
@@ -557,7 +566,7 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
   }
   try {
     run_gemm(s, plan, GemmTypes(a.dtype(), c.dtype()), a.raw_data(), b.raw_data(), c.raw_data(),
-             alpha, beta, {}, reduction_of(settings), settings.verify);
+             alpha, beta, {}, reduction_of(settings), settings);
   } catch (const NotSupportedError&) {
     // cuBLASLt has no half-precision algorithm for some layouts (odd leading
     // dimensions): run those in f32 and round once, rather than fail.
@@ -596,7 +605,7 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   ep.gelu_input = gelu_input ? gelu_input->raw_data() : nullptr;
   try {
     run_gemm(s, plan, y.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), 1.0, 0.0, ep,
-             reduction_of(settings), settings.verify);
+             reduction_of(settings), settings);
   } catch (const NotSupportedError&) {
     Backend::linear_forward(x, w, bias, y, gelu_input);
   }
@@ -624,7 +633,7 @@ void CudaBackend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, cons
   ep.gelu_input = pre.raw_data();
   try {
     run_gemm(s, plan, dpre.dtype(), dy.raw_data(), w.raw_data(), dpre.raw_data(), 1.0, 0.0, ep,
-             reduction_of(settings), settings.verify);
+             reduction_of(settings), settings);
   } catch (const NotSupportedError&) {
     Backend::gelu_linear_input_grad(dy, w, pre, dpre);
   }
@@ -664,7 +673,7 @@ void CudaBackend::linear_weight_bias_grad(const Tensor& dy, const Tensor& x, Ten
     ep.bias_grad = sums ? sums->get() : gb.raw_data();
     try {
       run_gemm(s, plan, GemmTypes(dy.dtype(), DType::F32), dy.raw_data(), x.raw_data(),
-               gw.raw_data(), 1.0, beta, ep, reduction_of(settings), settings.verify);
+               gw.raw_data(), 1.0, beta, ep, reduction_of(settings), settings);
     } catch (const NotSupportedError&) {
       Backend::linear_weight_bias_grad(dy, x, gw, gb, beta);
       return;
@@ -1849,6 +1858,12 @@ AllocatorStats memory_stats(int device) {
 void empty_cache(int device) {
   synchronize(device);
   cuda_backend().state(device).allocator.empty_cache();
+}
+
+GemmTuning gemm_tuning(int device) {
+  detail::CudaBackend::DeviceState& s = cuda_backend().state(device);
+  std::lock_guard<std::mutex> lock(s.gemm_mutex);
+  return s.gemm_ ? s.gemm_->tuning() : GemmTuning{};
 }
 
 }  // namespace triad::cuda

@@ -1,11 +1,14 @@
 // The process-wide GEMM settings and the record of verified products (every
 // build; only the CUDA backend reads and writes them).
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "gemm_check_record.h"
 #include "triad/backend/cuda.h"
+#include "triad/core/error.h"
 
 namespace triad::cuda {
 namespace {
@@ -15,6 +18,19 @@ GemmSettings from_environment() {
   GemmSettings s;
   const char* verify = std::getenv("TRIAD_VERIFY_GEMMS");
   s.verify = verify != nullptr && std::strcmp(verify, "1") == 0;
+  // TRIAD_GEMM_AUTOTUNE=N: N candidates a problem (a number from 0 to 64;
+  // anything else is named and ignored, as a typo should not stop a run).
+  if (const char* tune = std::getenv("TRIAD_GEMM_AUTOTUNE")) {
+    char* end = nullptr;
+    const long n = std::strtol(tune, &end, 10);
+    if (end != tune && *end == '\0' && n >= 0 && n <= 64) {
+      s.autotune = static_cast<int>(n);
+    } else {
+      std::fprintf(stderr,
+                   "triad: ignoring TRIAD_GEMM_AUTOTUNE='%s' (expected a number from 0 to 64)\n",
+                   tune);
+    }
+  }
   return s;
 }
 GemmSettings g_settings = from_environment();
@@ -29,6 +45,10 @@ double badness(const GemmCheck& c) {
 }  // namespace
 
 void set_gemm_settings(const GemmSettings& settings) {
+  if (settings.autotune < 0 || settings.autotune > 64) {
+    throw ValueError("GemmSettings::autotune = " + std::to_string(settings.autotune) +
+                     ": expected a candidate count from 0 to 64");
+  }
   std::lock_guard<std::mutex> lock(g_mutex);
   g_settings = settings;
 }
