@@ -2200,6 +2200,64 @@ TEST(CudaRuntime, AHalfLinearWeightGradientIsOneGemmIntoTheF32Gradient) {
   }
 }
 
+// cuda::GemmSettings::autotune on the device: products whose algorithms
+// were timed among cuBLASLt's candidates still match the CPU, the first call
+// (the one that times them) included, for a plain bf16 product, a linear
+// layer's bias + GELU epilogue (timed in place) and a weight gradient added
+// into its f32 buffer (timed into scratch, so it is added once); and
+// gemm_tuning() counts them. (On the simulator the stand-in offers two
+// algorithms, the first slow.)
+TEST(CudaRuntime, AutotunedProductsMatchTheCpu) {
+  const GemmSettingsScope restore;
+  cuda::GemmSettings settings;
+  settings.autotune = 8;
+  cuda::set_gemm_settings(settings);
+#ifdef TRIAD_CUDA_SIM
+  testing::mock_cublaslt::set_algorithms({1.0, 0.0});
+#endif
+  const cuda::GemmTuning before = cuda::gemm_tuning(0);
+  const Tolerance t = tolerance(DType::BF16);
+  // (Shapes no other test uses, so that each is a problem of its own.)
+  const Tensor x = cast(randn({264, 136}, 15, 1), DType::BF16);
+  const Tensor w = cast(randn({200, 136}, 15, 2), DType::BF16);
+  const Tensor bias = cast(randn({200}, 15, 3), DType::BF16);
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    Tensor cpu_y = empty({264, 200}, DType::BF16, Device::cpu());
+    backend_for(DeviceType::CPU).gemm(x, w, cpu_y, false, true, 1.0, 0.0);
+    Tensor dev_y = empty({264, 200}, DType::BF16, kGpu);
+    backend_for(DeviceType::CUDA)
+        .gemm(to_device(x, kGpu), to_device(w, kGpu), dev_y, false, true, 1.0, 0.0);
+    expect_close(to_double_vector(dev_y), to_double_vector(cpu_y), t.rtol, t.atol, "product");
+
+    Tensor cpu_pre = empty({264, 200}, DType::BF16, Device::cpu()), cpu_g = clone(cpu_pre);
+    backend_for(DeviceType::CPU).linear_forward(x, w, bias, cpu_g, &cpu_pre);
+    Tensor dev_pre = empty({264, 200}, DType::BF16, kGpu), dev_g = clone(dev_pre);
+    backend_for(DeviceType::CUDA)
+        .linear_forward(to_device(x, kGpu), to_device(w, kGpu), to_device(bias, kGpu), dev_g,
+                        &dev_pre);
+    expect_close(to_double_vector(dev_pre), to_double_vector(cpu_pre), t.rtol, t.atol,
+                 "pre-activation");
+    expect_close(to_double_vector(dev_g), to_double_vector(cpu_g), t.rtol, t.atol, "GELU");
+
+    const Tensor dy = cast(randn({264, 200}, 15, 4), DType::BF16);
+    const Tensor gw = randn({200, 136}, 15, 5);
+    Tensor cpu_gw = clone(gw), dev_gw = to_device(gw, kGpu);
+    backend_for(DeviceType::CPU).gemm(dy, x, cpu_gw, true, false, 1.0, 1.0);
+    backend_for(DeviceType::CUDA)
+        .gemm(to_device(dy, kGpu), to_device(x, kGpu), dev_gw, true, false, 1.0, 1.0);
+    expect_close(to_double_vector(dev_gw), to_double_vector(cpu_gw), 1e-4, 1e-4,
+                 "weight gradient added once");
+  }
+  cuda::synchronize(0);
+  const cuda::GemmTuning after = cuda::gemm_tuning(0);
+  EXPECT_EQ(after.untimed, before.untimed);
+  EXPECT_GE(after.problems - before.problems, 3);
+#ifdef TRIAD_CUDA_SIM
+  testing::mock_cublaslt::reset();
+#endif
+}
+
 // Where cuBLASLt has no bias-gradient epilogue for the problem, or
 // cuda::GemmSettings::bias_grad_epilogue is off, the gradients are the same,
 // from a plain GEMM and the column-sum kernel; where it has one, the product
