@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "triad/core/error.h"
 
@@ -22,23 +23,34 @@ CachingAllocator::~CachingAllocator() {
   live_.clear();
 }
 
-void* CachingAllocator::take_cached(size_t size, uint64_t pool) {
+std::pair<void*, size_t> CachingAllocator::take_cached(size_t size, uint64_t pool, bool larger) {
   auto p = pools_.find(pool);
-  if (p == pools_.end()) return nullptr;
-  // Exact size class only: blocks are never split, so a larger one would
-  // waste its surplus for the block's whole life.
-  auto it = p->second.find(size);
-  if (it == p->second.end()) return nullptr;
-  void* ptr = it->second;
+  if (p == pools_.end()) return {nullptr, 0};
+  // Blocks are never split: a larger one wastes its surplus while it is
+  // handed out, so only one less than twice the size is taken, the
+  // smallest there is.
+  auto it = p->second.lower_bound(size);
+  if (it == p->second.end() || (it->first != size && (!larger || it->first >= 2 * size)))
+    return {nullptr, 0};
+  const std::pair<void*, size_t> taken{it->second, it->first};
   p->second.erase(it);
-  return ptr;
+  return taken;
 }
 
 void* CachingAllocator::allocate_on(size_t nbytes, uint64_t stream) {
-  const size_t size = round_size(nbytes);
+  size_t size = round_size(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  void* ptr = take_cached(size, stream);
-  if (!ptr) ptr = take_cached(size, kShared);
+  // The size's own class first (this stream's, then the shared pool), then
+  // a larger block: a request whose size varies from step to step (a
+  // mixture's tokens per expert) reuses a block of a nearby class instead
+  // of asking the device for one each time.
+  std::pair<void*, size_t> taken{nullptr, 0};
+  for (bool larger : {false, true}) {
+    if (!taken.first) taken = take_cached(size, stream, larger);
+    if (!taken.first) taken = take_cached(size, kShared, larger);
+  }
+  void* ptr = taken.first;
+  if (ptr) size = taken.second;
   if (!ptr) {
     ptr = raw_.allocate(size);
     if (!ptr) {
@@ -53,6 +65,7 @@ void* CachingAllocator::allocate_on(size_t nbytes, uint64_t stream) {
                   std::to_string(stats_.reserved) + " reserved");
     }
     stats_.reserved += static_cast<int64_t>(size);
+    ++stats_.system_allocs;
   }
   live_[ptr] = {size, stream};
   stats_.allocated += static_cast<int64_t>(size);

@@ -46,6 +46,7 @@ class CpuAllocator final : public Allocator {
     s.peak_allocated = peak_.load();
     s.reserved = s.allocated;
     s.num_allocs = num_allocs_.load();
+    s.system_allocs = s.num_allocs;
     return s;
   }
   void reset_peak() override { peak_ = allocated_.load(); }

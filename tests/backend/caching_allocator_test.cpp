@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <utility>
 
 #include "triad/core/error.h"
 
@@ -68,6 +69,52 @@ TEST(CachingAllocator, ReusesFreedBlocksOfTheSameClassAndStream) {
   a.empty_cache();
   EXPECT_EQ(a.stats().reserved, 0);
   EXPECT_EQ(dev.in_use(), 0u);
+}
+
+// A request whose class is not cached takes the smallest cached block
+// below twice its class (its own stream's, then the shared pool's), counted
+// at the block's size, rather than asking the device: a mixture of experts'
+// tokens per expert vary every step, and each new class was a cudaMalloc on
+// the step's path. A block twice the class or more is left for its own.
+TEST(CachingAllocator, ReusesTheSmallestLargerBlockBelowTwiceTheSize) {
+  FakeDevice dev(256 << 20);
+  CachingAllocator a(dev);
+  void* b10 = a.allocate_on(10 << 20, 1);
+  void* b14 = a.allocate_on(14 << 20, 1);
+  a.deallocate(b14, 14 << 20);
+  a.deallocate(b10, 10 << 20);
+  EXPECT_EQ(dev.calls(), 2);
+  EXPECT_EQ(a.stats().system_allocs, 2);
+  // 7 MiB (class 8): the 10 MiB block, not the 14.
+  void* p = a.allocate_on(7 << 20, 1);
+  EXPECT_EQ(p, b10);
+  EXPECT_EQ(a.stats().allocated, 10 << 20);
+  // 6 MiB: the 14 MiB block is 2.33x its class; the device is asked.
+  void* q = a.allocate_on(6 << 20, 1);
+  EXPECT_NE(q, b14);
+  EXPECT_EQ(dev.calls(), 3);
+  EXPECT_EQ(a.stats().system_allocs, 3);
+  EXPECT_EQ(a.stats().num_allocs, 4);
+  // The 10 MiB block returns to its own class, whatever was asked for.
+  a.deallocate(p, 7 << 20);
+  EXPECT_EQ(a.allocate_on(10 << 20, 1), b10);
+  // An exact class elsewhere wins over a larger block here: the shared
+  // pool's 12 MiB block before this stream's 14.
+  void* b12 = a.allocate_on(12 << 20, 2);
+  a.deallocate(b12, 12 << 20);
+  a.release_stream(2);
+  EXPECT_EQ(a.allocate_on(11 << 20, 1), b12);
+  // Another stream's unreleased blocks are never taken.
+  void* b16 = a.allocate_on(16 << 20, 3);
+  a.deallocate(b16, 16 << 20);
+  void* r = a.allocate_on(9 << 20, 1);  // 10 MiB class; 14 cached on stream 1
+  EXPECT_EQ(r, b14);
+  EXPECT_EQ(dev.calls(), 5);
+  for (auto [ptr, n] :
+       {std::pair<void*, size_t>{q, 6 << 20}, {b10, 10 << 20}, {b12, 11 << 20}, {r, 9 << 20}})
+    a.deallocate(ptr, n);
+  EXPECT_EQ(a.stats().allocated, 0);
+  a.empty_cache();
 }
 
 TEST(CachingAllocator, OutOfMemoryFreesTheCacheThenFailsClearly) {

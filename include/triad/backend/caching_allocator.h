@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "triad/core/allocator.h"
 
@@ -22,8 +23,11 @@ class RawMemory {
 
 // A caching allocator for device memory: requests are rounded to size
 // classes (512 B steps up to 1 MiB, then 2 MiB steps), freed blocks stay in a
-// per-stream pool and are reused by later requests of the same class on the
-// same stream (stream order makes that safe without synchronisation). A
+// per-stream pool and are reused by later requests on the same stream
+// (stream order makes that safe without synchronisation): of the same class,
+// or where none is cached the smallest cached block less than twice the
+// request's class (blocks are never split, so a request whose size varies
+// between steps reuses one instead of reaching the device each step). A
 // stream's pool joins the shared one only after release_stream() — call it
 // once the stream is synchronised. When the device runs out, the allocator
 // returns every cached block to it and retries once; a request that still
@@ -54,7 +58,9 @@ class CachingAllocator final : public Allocator {
     size_t size;
     uint64_t stream;
   };
-  void* take_cached(size_t size, uint64_t pool);
+  // A cached block of `size` in `pool`, or with `larger` the smallest below
+  // twice it; {null, 0} when there is none. Returns the block and its size.
+  std::pair<void*, size_t> take_cached(size_t size, uint64_t pool, bool larger);
   void free_cached_locked();
 
   RawMemory& raw_;

@@ -14,6 +14,10 @@ struct AllocatorStats {
   int64_t peak_allocated = 0;  // high-water mark of `allocated`
   int64_t reserved = 0;        // bytes held from the system (>= allocated)
   int64_t num_allocs = 0;      // allocations served so far
+  // Of those, the ones the system served (cudaMalloc for the CUDA backend's
+  // caching allocator; every one for the host allocator). In a training
+  // loop whose tensors repeat their sizes each step, none after the first.
+  int64_t system_allocs = 0;
 };
 
 // Provides raw memory for tensor storage on one device. Backends own one each;
