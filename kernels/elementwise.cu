@@ -432,7 +432,7 @@ __global__ void reduce_strided_kernel(ReduceKind op, const T* x, int64_t outer, 
 // where a thread per column walking its rows one element at a time did not.
 constexpr int64_t kTileCols = 256;       // columns of a tile in the chunk count (packs of 8)
 constexpr int64_t kChunkRows = 64;       // rows of a chunk at least
-constexpr int64_t kColumnBlocks = 1024;  // stage one's blocks to aim for
+constexpr int64_t kColumnBlocks = 1024;  // stage one's blocks where the device cannot be asked
 
 template <class T, int V>
 __global__ void __launch_bounds__(kTilePacks* kRowGroups)
@@ -494,13 +494,38 @@ __global__ void column_sum_into_kernel(const T* x, int64_t n, int64_t inner, flo
   acc[c] = beta != 0.0f ? beta * acc[c] + sum : sum;
 }
 
-// Chunks of the two-stage column sum (0: one pass). The count depends on the
-// shape only, so the workspace can be sized before the pointers are known.
+// Stage one's blocks the current device runs at once: its multiprocessors
+// times the blocks of the packed kernel for T each holds (by its registers
+// and shared memory). A grid of one such wave has no tail: on the H200 the
+// fixed 1024 blocks were 1.3 waves of the bf16 kernel (6 a multiprocessor),
+// the last 232 blocks running alone. kColumnBlocks where the device cannot
+// be asked.
+template <class T>
+int64_t column_wave() {
+  int device = 0, sms = 0, per_sm = 0;
+  const auto kernel = reduce_columns_partial_kernel<T, kPack<T>>;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTilePacks * kRowGroups, 0) !=
+          cudaSuccess ||
+      sms <= 0 || per_sm <= 0) {
+    cudaGetLastError();
+    return kColumnBlocks;
+  }
+  return int64_t(sms) * per_sm;
+}
+
+// Chunks of the two-stage column sum (0: one pass): about one wave of
+// stage one's blocks. The count depends on the device and the shape only,
+// so the workspace can be sized before the pointers are known, and the sums
+// are the same bits every run on the same device.
 int64_t column_chunks(ReduceKind op, ScalarType type, int64_t outer, int64_t n, int64_t inner) {
   const bool floating = type == ScalarType::F32 || type == ScalarType::F64 || is_half(type);
   if (op != ReduceKind::Sum || !floating || inner == 1 || n < 256 || outer > 65535) return 0;
+  int64_t wave = kColumnBlocks;
+  dispatch_all(type, "column_chunks", [&](auto t) { wave = column_wave<decltype(t)>(); });
   const int64_t tiles = (inner + kTileCols - 1) / kTileCols;
-  const int64_t wanted = std::max<int64_t>(1, kColumnBlocks / (tiles * outer));
+  const int64_t wanted = std::max<int64_t>(1, wave / (tiles * outer));
   return std::clamp<int64_t>(wanted, 1, std::min<int64_t>(n / kChunkRows, 65535));
 }
 
@@ -540,8 +565,8 @@ size_t reduce_workspace(ReduceKind op, ScalarType type, int64_t outer, int64_t n
   return static_cast<size_t>(chunks * outer * inner) * sizeof(double);
 }
 
-size_t column_sum_workspace(int64_t n, int64_t inner) {
-  return reduce_workspace(ReduceKind::Sum, ScalarType::F32, 1, n, inner);
+size_t column_sum_workspace(ScalarType type, int64_t n, int64_t inner) {
+  return reduce_workspace(ReduceKind::Sum, type, 1, n, inner);
 }
 
 void column_sum_into(const void* x, ScalarType type, int64_t n, int64_t inner, float* acc,
@@ -551,7 +576,7 @@ void column_sum_into(const void* x, ScalarType type, int64_t n, int64_t inner, f
                                 ", inner " + std::to_string(inner) + ")");
   }
   if (inner == 0) return;
-  const int64_t chunks = column_chunks(ReduceKind::Sum, ScalarType::F32, 1, n, inner);
+  const int64_t chunks = column_chunks(ReduceKind::Sum, type, 1, n, inner);
   if (chunks > 0 && !workspace) {
     throw std::invalid_argument("column_sum_into: a column sum of " + std::to_string(n) +
                                 " rows needs column_sum_workspace() bytes of workspace");

@@ -66,8 +66,9 @@ Status check_reduce(ReduceKind op, int64_t outer, int64_t n, int64_t inner, cons
 // contiguous (n, inner) x (f32, bf16 or f16; summed in f64 in a fixed
 // order): a linear layer's bias gradient added straight into its f32
 // gradient. beta 0 ignores acc's contents. Long columns run in two stages
-// through `workspace` of column_sum_workspace() bytes (null when that is 0).
-size_t column_sum_workspace(int64_t n, int64_t inner);
+// through `workspace` of column_sum_workspace() bytes for x's type (null
+// when that is 0).
+size_t column_sum_workspace(ScalarType type, int64_t n, int64_t inner);
 void column_sum_into(const void* x, ScalarType type, int64_t n, int64_t inner, float* acc,
                      double beta, void* workspace, cudaStream_t stream);
 

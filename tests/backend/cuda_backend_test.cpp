@@ -1494,6 +1494,43 @@ TEST(CudaKernels, LayerNormBackwardIsDeterministic) {
   }
 }
 
+// A bias gradient's column sums at a training step's row count run as one
+// wave of the device's blocks (on the simulated H200, 132 multiprocessors
+// of 8 blocks of 256 threads: 1056 blocks, 264 row chunks of the 4 tiles of
+// 256 columns; a fixed 1024 left a GPU's last blocks running alone), then a
+// block per 32 columns adds the chunks; the sums equal the CPU's, the same
+// bits every run.
+TEST(CudaKernels, ColumnSumsRunAsOneWaveAndMatchTheCpu) {
+  const int64_t N = 264 * 64, C = 1024;
+  const Tensor x = cast(randn({N, C}, 16, 1), DType::BF16);
+  const Tensor acc = randn({C}, 16, 2);
+  Tensor cpu = clone(acc);
+  backend_for(DeviceType::CPU).sum_rows_into(x, cpu, 1.0);
+  const Tensor xd = to_device(x, kGpu);
+  auto on_gpu = [&](int64_t* blocks) {
+    Tensor out = to_device(acc, kGpu);
+    cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+    const int64_t before = triad_sim::counters().blocks;
+#endif
+    backend_for(DeviceType::CUDA).sum_rows_into(xd, out, 1.0);
+    cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+    *blocks = triad_sim::counters().blocks - before;
+#else
+    (void)blocks;
+#endif
+    return to_double_vector(out);
+  };
+  int64_t blocks = -1, again = -1;
+  const std::vector<double> gpu = on_gpu(&blocks);
+  expect_close(gpu, to_double_vector(cpu), 1e-5, 1e-4, "column sums");
+  EXPECT_EQ(on_gpu(&again), gpu);
+#ifdef TRIAD_CUDA_SIM
+  EXPECT_EQ(blocks, 132 * 8 + C / 32);
+#endif
+}
+
 // At a training step's row count the fused LayerNorm backward fills the
 // device: as many blocks as its multiprocessors hold by their shared memory
 // (6 of 4 warps on each of an H200's 132 at C 1024, where a fixed 512 left

@@ -468,7 +468,7 @@ void CudaBackend::sum_rows_into(const Tensor& x, Tensor& acc, double beta) {
   }
   DeviceState& s = state(acc.device().index);
   DeviceGuard g(s.index);
-  const size_t ws_bytes = k::column_sum_workspace(x.size(0), x.size(1));
+  const size_t ws_bytes = k::column_sum_workspace(scalar(x.dtype()), x.size(0), x.size(1));
   std::unique_ptr<Scratch> ws;
   if (ws_bytes > 0) ws = std::make_unique<Scratch>(s.allocator, ws_bytes);
   launch(s.index, s.stream, "sum_rows_into", [&] {

@@ -430,6 +430,25 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
       return set(cudaErrorInvalidValue);
   }
 }
+// Blocks of `block_size` threads an H100/H200 multiprocessor holds by its
+// 2048 threads, 32 blocks and 228 KiB of shared memory (1 KiB reserved per
+// block). The simulator cannot know a kernel's registers or static shared
+// memory, so this is the upper bound a GPU's answer stays within.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* func,
+                                                          int block_size, size_t dynamic_smem) {
+  if (blocks == nullptr || func == nullptr) return set(cudaErrorInvalidValue);
+  if (block_size <= 0 || block_size > 1024) return set(cudaErrorInvalidValue);
+  int n = std::min(32, 2048 / block_size);
+  n = std::min<int>(n, static_cast<int>((228u << 10) / (dynamic_smem + 1024)));
+  *blocks = n;
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void* func,
+                                                                   int block_size,
+                                                                   size_t dynamic_smem,
+                                                                   unsigned int) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, func, block_size, dynamic_smem);
+}
 cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
   if (func == nullptr) return set(cudaErrorInvalidDeviceFunction);
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return set(cudaErrorInvalidValue);
