@@ -391,6 +391,16 @@ int main(int argc, char** argv) {
   Tensor acc3 = triad::to_device(triad::zeros({3 * C}, DType::F32), gpu);
   report("bias_grad_column_sums", time_ms([&] { be.sum_rows_into(yq, acc3, 1.0); }, iters),
          N * 3 * C * h, 0);
+  // The same at a training step's rows (16 sequences) and a block's three
+  // widths (the projections', the attention input's, the MLP's; a step's
+  // bias gradients are twice as many of the first as of the others).
+  for (int64_t width : {C, 3 * C, 4 * C}) {
+    const int64_t rows = 16 * T;
+    Tensor dy = rnd({rows, width}, 40 + static_cast<uint64_t>(width));
+    Tensor sums = triad::to_device(triad::zeros({width}, DType::F32), gpu);
+    report("bias_grad_column_sums_" + std::to_string(rows) + "x" + std::to_string(width),
+           time_ms([&] { be.sum_rows_into(dy, sums, 1.0); }, iters), rows * width * h, 0);
+  }
   // The token table's gradient: the rows the ids touch, added into f32.
   Tensor dwte = triad::to_device(triad::zeros({V, C}, DType::F32), gpu);
   report("embedding_backward_into",
