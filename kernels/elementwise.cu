@@ -470,6 +470,7 @@ __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
   const int64_t a = blockIdx.y, c = blockIdx.x * int64_t(kFinishCols) + col;
   double s = 0;
   if (c < inner) {
+#pragma unroll kFinishUnroll
     for (int64_t k = slice; k < chunks; k += kFinishSlices) s += part[(a * chunks + k) * inner + c];
   }
   s = add_slices(s, slices);

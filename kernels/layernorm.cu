@@ -235,6 +235,7 @@ __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
   const int64_t c = blockIdx.x * int64_t(kFinishCols) + col;
   float sw = 0, sb = 0;
   if (c < C) {
+#pragma unroll kFinishUnroll
     for (int64_t k = slice; k < chunks; k += kFinishSlices) {
       sw += part_w[k * C + c];
       if (part_b) sb += part_b[k * C + c];
