@@ -316,9 +316,9 @@ void CublasLtGemm::tune(Cached& e, const GemmPlan& p, GemmTypes types, const voi
   };
   cudaEvent_t start = nullptr, stop = nullptr;
   check_rt(cudaEventCreate(&start), "gemm autotune cudaEventCreate");
-  if (cudaEventCreate(&stop) != cudaSuccess) {
+  if (const cudaError_t made = cudaEventCreate(&stop); made != cudaSuccess) {
     cudaEventDestroy(start);
-    check_rt(cudaGetLastError(), "gemm autotune cudaEventCreate");
+    check_rt(made, "gemm autotune cudaEventCreate");
   }
   std::vector<float> ms(candidates.size(), -1.0f);
   cudaError_t err = cudaSuccess;
