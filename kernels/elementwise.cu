@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "device_utils.cuh"
@@ -501,19 +503,29 @@ __global__ void column_sum_into_kernel(const T* x, int64_t n, int64_t inner, flo
 // fixed 1024 blocks were 1.3 waves of the bf16 kernel (6 a multiprocessor),
 // the last 232 blocks running alone. kColumnBlocks where the device cannot
 // be asked.
+// (Asked once per device and type: every bias gradient sizes its chunks,
+// twice.)
 template <class T>
 int64_t column_wave() {
+  static std::mutex mutex;
+  static std::map<int, int64_t> waves;  // by device
   int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return kColumnBlocks;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  auto known = waves.find(device);
+  if (known != waves.end()) return known->second;
   const auto kernel = reduce_columns_partial_kernel<T, kPack<T>>;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTilePacks * kRowGroups, 0) !=
           cudaSuccess ||
       sms <= 0 || per_sm <= 0) {
     cudaGetLastError();
     return kColumnBlocks;
   }
-  return int64_t(sms) * per_sm;
+  return waves[device] = int64_t(sms) * per_sm;
 }
 
 // Chunks of the two-stage column sum (0: one pass): about one wave of
