@@ -102,6 +102,26 @@ using PackBits = std::conditional_t<
     bytes == 16, int4,
     std::conditional_t<bytes == 8, int2, std::conditional_t<bytes == 4, int, short>>>;
 
+// The bits of V elements of T, moved as one access.
+template <int V, class T>
+using Pack = PackBits<V* static_cast<int>(sizeof(T))>;
+
+// p[i, i + V) as its bits, one access (p + i aligned to V * sizeof(T)); and
+// such bits as compute_t<T>. A kernel that holds a row between passes keeps
+// the bits (half the registers of the widened values for bf16/f16) and
+// widens them where it uses them.
+template <int V, class T>
+__device__ __forceinline__ Pack<V, T> load_bits(const T* p, int64_t i) {
+  return *reinterpret_cast<const Pack<V, T>*>(p + i);
+}
+template <int V, class T>
+__device__ __forceinline__ void unpack_n(const Pack<V, T>& bits, compute_t<T> (&out)[V]) {
+  T raw[V];
+  memcpy(static_cast<void*>(raw), &bits, sizeof(bits));
+#pragma unroll
+  for (int k = 0; k < V; ++k) out[k] = load(raw, k);
+}
+
 // p[i, i + V) as compute_t<T>; one access of V * sizeof(T) bytes when V > 1
 // (p + i must be aligned to that).
 template <int V, class T>
@@ -109,13 +129,19 @@ __device__ __forceinline__ void load_n(const T* p, int64_t i, compute_t<T> (&out
   if constexpr (V == 1) {
     out[0] = load(p, i);
   } else {
-    using Bits = PackBits<V* static_cast<int>(sizeof(T))>;
-    const Bits bits = *reinterpret_cast<const Bits*>(p + i);
-    T raw[V];
-    memcpy(static_cast<void*>(raw), &bits, sizeof(bits));
-#pragma unroll
-    for (int k = 0; k < V; ++k) out[k] = load(raw, k);
+    unpack_n<V, T>(load_bits<V>(p, i), out);
   }
+}
+
+// in, rounded to T, as the bits of a pack.
+template <int V, class T, class C>
+__device__ __forceinline__ Pack<V, T> pack_n(const C (&in)[V]) {
+  T raw[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) store(raw, k, in[k]);
+  Pack<V, T> bits;
+  memcpy(&bits, raw, sizeof(bits));
+  return bits;
 }
 
 // p[i, i + V) = in, rounded to T; one access when V > 1.
@@ -124,13 +150,7 @@ __device__ __forceinline__ void store_n(T* p, int64_t i, const C (&in)[V]) {
   if constexpr (V == 1) {
     store(p, i, in[0]);
   } else {
-    using Bits = PackBits<V* static_cast<int>(sizeof(T))>;
-    T raw[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) store(raw, k, in[k]);
-    Bits bits;
-    memcpy(&bits, raw, sizeof(bits));
-    *reinterpret_cast<Bits*>(p + i) = bits;
+    *reinterpret_cast<Pack<V, T>*>(p + i) = pack_n<V, T>(in);
   }
 }
 

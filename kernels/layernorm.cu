@@ -8,7 +8,10 @@
 // its partial row; the second adds the blocks' partials in order. Wider rows take three: dx, the
 // column sums per row chunk, the chunks in order.
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "device_utils.cuh"
 #include "layernorm.h"
@@ -21,28 +24,39 @@ constexpr int64_t kChunks = 64;   // row chunks of the column-sum stage
 // The fused backward: warps per block (each block's warps stride over the
 // rows), and the widest row whose per-warp column sums fit 48 KiB of shared
 // memory (2 floats per column per warp). Its blocks: as many as the device
-// holds at once by their shared memory (fused_blocks), at most one per
-// kFusedWarps rows; kFusedBlocks where the device cannot be asked.
+// holds at once (fused_blocks), at most one per kFusedWarps rows;
+// kFusedBlocks where the device cannot be asked.
 constexpr int kFusedWarps = 4;
 constexpr int64_t kFusedBlocks = 512;
 constexpr int64_t kFusedMaxC = 48 * 1024 / (2 * kFusedWarps * int64_t(sizeof(float)));
 
 // Each lane of a row's warp takes the packs of V columns at lane * V, then
 // every 32 * V columns after (V divides C; the launcher checks alignment).
+//
+// Rows of up to kRowPacks * 32 * V columns (1024 in bf16/f16 packs, 512 in
+// f32's) are held: a lane issues every load of its part of the row at once
+// and keeps the bits in registers for the passes that follow (the forward's
+// mean, variance and output; the backward's two). The row then costs one
+// wait on memory, where the loop over packs waits once per pack and pass
+// (on the H200 the fused backward ran at 40% of the bandwidth that way).
+// Wider or unpacked rows take the loop. The sums are taken in the same order
+// either way, so both give the same bits.
+constexpr int kRowPacks = 4;
+
 template <class T, int V>
-__global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, float* mean,
-                                  float* rstd, int64_t N, int64_t C, float eps, const T* residual,
-                                  T* sum, float woff) {
-  const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= N) return;
-  const T* xr = x + row * C;
+constexpr bool holds_row(int64_t C) {
+  return V == kPack<T> && C <= int64_t(kRowPacks) * 32 * V;
+}
+
+template <int V, class T>
+__device__ __forceinline__ void ln_forward_row(const T* xr, const T* w, const T* b, T* yr,
+                                               float* mean, float* rstd, int64_t C, float eps,
+                                               const T* rr, T* hr, float woff, int64_t row,
+                                               int lane) {
   const bool rms = mean == nullptr;
-  if (residual) {
+  if (rr) {
     // The fused residual add: each lane writes its elements of the sum and
     // reads back only those, so the row needs no synchronisation.
-    const T* rr = residual + row * C;
-    T* hr = sum + row * C;
     for (int64_t i = lane * V; i < C; i += 32 * V) {
       float xv[V], rv[V];
       load_n<V>(xr, i, xv);
@@ -69,7 +83,6 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
     for (int k = 0; k < V; ++k) v += (xv[k] - mu) * (xv[k] - mu);
   }
   const float rs = rsqrtf(warp_sum(v) / static_cast<float>(C) + eps);
-  T* yr = y + row * C;
   for (int64_t i = lane * V; i < C; i += 32 * V) {
     float xv[V], wv[V], bv[V] = {};
     load_n<V>(xr, i, xv);
@@ -81,6 +94,95 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
   if (lane == 0) {
     if (!rms) mean[row] = mu;
     rstd[row] = rs;
+  }
+}
+
+// The forward of a held row: x (and the residual) loaded at once; the sum,
+// rounded to T as it is stored, is what the statistics see, as in the loop.
+template <int V, class T>
+__device__ __forceinline__ void ln_forward_row_held(const T* xr, const T* w, const T* b, T* yr,
+                                                    float* mean, float* rstd, int64_t C, float eps,
+                                                    const T* rr, T* hr, float woff, int64_t row,
+                                                    int lane) {
+  const bool rms = mean == nullptr;
+  Pack<V, T> xb[kRowPacks] = {}, rb[kRowPacks] = {};
+#pragma unroll
+  for (int p = 0; p < kRowPacks; ++p) {
+    const int64_t i = (int64_t(p) * 32 + lane) * V;
+    if (i < C) {
+      xb[p] = load_bits<V>(xr, i);
+      if (rr) rb[p] = load_bits<V>(rr, i);
+    }
+  }
+  if (rr) {
+#pragma unroll
+    for (int p = 0; p < kRowPacks; ++p) {
+      const int64_t i = (int64_t(p) * 32 + lane) * V;
+      if (i < C) {
+        float xv[V], rv[V];
+        unpack_n<V, T>(xb[p], xv);
+        unpack_n<V, T>(rb[p], rv);
+        for (int k = 0; k < V; ++k) xv[k] += rv[k];
+        xb[p] = pack_n<V, T>(xv);
+        *reinterpret_cast<Pack<V, T>*>(hr + i) = xb[p];
+      }
+    }
+  }
+  float mu = 0;
+  if (!rms) {
+    float s = 0;
+#pragma unroll
+    for (int p = 0; p < kRowPacks; ++p) {
+      if ((int64_t(p) * 32 + lane) * V < C) {
+        float xv[V];
+        unpack_n<V, T>(xb[p], xv);
+        for (int k = 0; k < V; ++k) s += xv[k];
+      }
+    }
+    mu = warp_sum(s) / static_cast<float>(C);
+  }
+  float v = 0;
+#pragma unroll
+  for (int p = 0; p < kRowPacks; ++p) {
+    if ((int64_t(p) * 32 + lane) * V < C) {
+      float xv[V];
+      unpack_n<V, T>(xb[p], xv);
+      for (int k = 0; k < V; ++k) v += (xv[k] - mu) * (xv[k] - mu);
+    }
+  }
+  const float rs = rsqrtf(warp_sum(v) / static_cast<float>(C) + eps);
+#pragma unroll
+  for (int p = 0; p < kRowPacks; ++p) {
+    const int64_t i = (int64_t(p) * 32 + lane) * V;
+    if (i < C) {
+      float xv[V], wv[V], bv[V] = {};
+      unpack_n<V, T>(xb[p], xv);
+      load_n<V>(w, i, wv);
+      if (!rms) load_n<V>(b, i, bv);
+      for (int k = 0; k < V; ++k) xv[k] = (xv[k] - mu) * rs * (wv[k] + woff) + bv[k];
+      store_n<V>(yr, i, xv);
+    }
+  }
+  if (lane == 0) {
+    if (!rms) mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+template <class T, int V, bool Held>
+__global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, float* mean,
+                                  float* rstd, int64_t N, int64_t C, float eps, const T* residual,
+                                  T* sum, float woff) {
+  const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const T* rr = residual ? residual + row * C : nullptr;
+  T* hr = residual ? sum + row * C : nullptr;
+  if constexpr (Held) {
+    ln_forward_row_held<V>(x + row * C, w, b, y + row * C, mean, rstd, C, eps, rr, hr, woff, row,
+                           lane);
+  } else {
+    ln_forward_row<V>(x + row * C, w, b, y + row * C, mean, rstd, C, eps, rr, hr, woff, row, lane);
   }
 }
 
@@ -136,6 +238,63 @@ __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T
   }
 }
 
+// ln_backward_row for a held row: dy, x (and dsum) loaded at once, both
+// passes over the held bits, each(slot, ...) in the same slot order.
+template <int V, class T, class F>
+__device__ __forceinline__ void ln_backward_row_held(const T* dy, const T* x, const T* w,
+                                                     const float* mean, const float* rstd, T* dx,
+                                                     int64_t C, const T* dsum, int64_t row,
+                                                     int lane, float woff, F&& each) {
+  const int64_t at = row * C;
+  Pack<V, T> gb[kRowPacks] = {}, xb[kRowPacks] = {}, sb[kRowPacks] = {};
+#pragma unroll
+  for (int p = 0; p < kRowPacks; ++p) {
+    const int64_t i = (int64_t(p) * 32 + lane) * V;
+    if (i < C) {
+      gb[p] = load_bits<V>(dy + at, i);
+      xb[p] = load_bits<V>(x + at, i);
+      if (dsum) sb[p] = load_bits<V>(dsum + at, i);
+    }
+  }
+  const float mu = mean ? mean[row] : 0.0f, rs = rstd[row];
+  float mg = 0, mgx = 0;  // the row means of dy * w and dy * w * xhat
+#pragma unroll
+  for (int p = 0; p < kRowPacks; ++p) {
+    const int64_t i = (int64_t(p) * 32 + lane) * V;
+    if (i < C) {
+      float g[V], xv[V], wv[V];
+      unpack_n<V, T>(gb[p], g);
+      unpack_n<V, T>(xb[p], xv);
+      load_n<V>(w, i, wv);
+      for (int k = 0; k < V; ++k) {
+        const float gw = g[k] * (wv[k] + woff);
+        mg += gw;
+        mgx += gw * (xv[k] - mu) * rs;
+      }
+    }
+  }
+  mg = mean ? warp_sum(mg) / static_cast<float>(C) : 0.0f;
+  mgx = warp_sum(mgx) / static_cast<float>(C);
+  T* out = dx + at;
+#pragma unroll
+  for (int p = 0; p < kRowPacks; ++p) {
+    const int64_t i = (int64_t(p) * 32 + lane) * V;
+    if (i < C) {
+      float g[V], xv[V], wv[V], extra[V] = {};
+      unpack_n<V, T>(gb[p], g);
+      unpack_n<V, T>(xb[p], xv);
+      load_n<V>(w, i, wv);
+      if (dsum) unpack_n<V, T>(sb[p], extra);
+      for (int k = 0; k < V; ++k) {
+        const float xhat = (xv[k] - mu) * rs;
+        each(int64_t(p) * V + k, g[k], xhat);
+        xv[k] = rs * (g[k] * (wv[k] + woff) - mg - xhat * mgx) + extra[k];
+      }
+      store_n<V>(out, i, xv);
+    }
+  }
+}
+
 template <class T, int V>
 __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const float* mean,
                                       const float* rstd, T* dx, int64_t N, int64_t C, const T* dsum,
@@ -150,7 +309,7 @@ __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const
 // kFusedWarps rows after, and part_w/part_b[blockIdx.x][c]: the column sums
 // of dy * xhat and dy over the block's rows, in a fixed order (part_b null
 // for RMSNorm, whose warps then keep one sum per column).
-template <class T, int V>
+template <class T, int V, bool Held>
 __global__ void __launch_bounds__(32 * kFusedWarps)
     ln_backward_fused_kernel(const T* dy, const T* x, const T* w, const float* mean,
                              const float* rstd, T* dx, int64_t N, int64_t C, const T* dsum,
@@ -166,11 +325,15 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
   for (int64_t i = lane; i < per_warp * slice; i += 32) sw[i] = 0.0f;
   const int64_t stride = int64_t(gridDim.x) * kFusedWarps;
   for (int64_t row = blockIdx.x * int64_t(kFusedWarps) + warp; row < N; row += stride) {
-    ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, lane, woff,
-                       [sw, sb, lane](int64_t slot, float g, float xhat) {
-                         sw[slot * 32 + lane] += g * xhat;
-                         if (sb) sb[slot * 32 + lane] += g;
-                       });
+    auto each = [sw, sb, lane](int64_t slot, float g, float xhat) {
+      sw[slot * 32 + lane] += g * xhat;
+      if (sb) sb[slot * 32 + lane] += g;
+    };
+    if constexpr (Held) {
+      ln_backward_row_held<V>(dy, x, w, mean, rstd, dx, C, dsum, row, lane, woff, each);
+    } else {
+      ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, lane, woff, each);
+    }
   }
   __syncthreads();
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
@@ -280,10 +443,18 @@ void norm_forward(const char* name, const void* x, const void* weight, const voi
     using T = decltype(t);
     const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
     auto launch = [&](auto v) {
-      ln_forward_kernel<T, decltype(v)::value><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
-          static_cast<T*>(y), mean, rstd, N, C, static_cast<float>(eps),
-          static_cast<const T*>(residual), static_cast<T*>(sum), static_cast<float>(weight_offset));
+      constexpr int V = decltype(v)::value;
+      auto run = [&](auto kernel) {
+        kernel<<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
+            static_cast<T*>(y), mean, rstd, N, C, static_cast<float>(eps),
+            static_cast<const T*>(residual), static_cast<T*>(sum),
+            static_cast<float>(weight_offset));
+      };
+      if constexpr (V == kPack<T>) {
+        if (holds_row<T, V>(C)) return run(ln_forward_kernel<T, V, true>);
+      }
+      run(ln_forward_kernel<T, V, false>);
     };
     if (C % kPack<T> == 0 && pack_aligned(x) && pack_aligned(weight) && pack_aligned(bias) &&
         pack_aligned(y) && pack_aligned(residual) && pack_aligned(sum)) {
@@ -295,30 +466,43 @@ void norm_forward(const char* name, const void* x, const void* weight, const voi
   check_launch(name);
 }
 
-// The fused backward's blocks on the current device for rows of C: every
-// multiprocessor full by the blocks' shared memory (the column sums of both
-// pack widths' layouts, the largest, and the 1 KiB the device reserves per
-// block), at most 8 blocks of 4 warps a multiprocessor (32 of its 64 warps;
-// the kernel's 40 registers a thread allow 12 blocks). On the H200 the
-// fixed 512 it had before left a multiprocessor 16 warps (3.9 blocks) where
-// 24 fit at C 1024, and the backward ran at 40% of the memory's bandwidth.
-// The count, and so the order the partial sums are added in, depends on the
-// device and the shape only.
+// The fused backward's blocks on the current device for rows of C: one
+// wave, as many as its multiprocessors hold at once by the kernel's
+// registers and shared memory (the column sums of the widest pack layout,
+// which bounds every type's), asked of the runtime for the bf16 kernel a
+// training step runs (80 registers a thread when it holds the row, 40 when
+// it loops; the f32 kernels use no more). On the H200 at C 1024 that is 6
+// blocks of 4 warps on each multiprocessor; the fixed 512 the kernel once
+// had left them 3.9. The count, and so the order the partial sums are added
+// in, depends on the device and the shape only. Asked once per device and
+// width: every backward sizes its workspace and its grid by it.
 int64_t fused_blocks(int64_t C) {
-  int device = 0, sms = 0, smem = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
-          cudaSuccess ||
-      sms <= 0 || smem <= 0) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int64_t>, int64_t> known;  // by (device, C)
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
     return kFusedBlocks;
   }
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find({device, C});
+  if (it != known.end()) return it->second;
   const int64_t slots =
       std::max({slots_per_lane(C, 1), slots_per_lane(C, 4), slots_per_lane(C, 8)});
-  const int64_t block_smem = 2 * kFusedWarps * slots * 32 * int64_t(sizeof(float)) + 1024;
-  const int64_t per_sm = std::clamp<int64_t>(smem / block_smem, 1, 8);
-  return sms * per_sm;
+  const size_t smem = static_cast<size_t>(2 * kFusedWarps * slots * 32) * sizeof(float);
+  using B = __nv_bfloat16;
+  const auto kernel = holds_row<B, kPack<B>>(C) ? ln_backward_fused_kernel<B, kPack<B>, true>
+                                                : ln_backward_fused_kernel<B, kPack<B>, false>;
+  // (Beyond 48 KiB a launch would need the attribute set; kFusedMaxC keeps
+  // the sums below it.)
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kFusedWarps, smem) !=
+          cudaSuccess ||
+      sms <= 0 || per_sm <= 0) {
+    cudaGetLastError();
+    return kFusedBlocks;
+  }
+  return known[{device, C}] = int64_t(sms) * per_sm;
 }
 
 // Partial rows of the column sums: the fused kernel's blocks, or the
@@ -357,10 +541,15 @@ void norm_backward(const char* name, const void* dy, const void* x, const void* 
         const size_t smem =
             static_cast<size_t>((part_b ? 2 : 1) * kFusedWarps * slots_per_lane(C, V) * 32) *
             sizeof(float);
-        ln_backward_fused_kernel<T, V>
-            <<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream>>>(
-                pdy, px, pw, mean, rstd, pdx, N, C, pds, part_w, part_b,
-                static_cast<float>(weight_offset));
+        auto run = [&](auto kernel) {
+          kernel<<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream>>>(
+              pdy, px, pw, mean, rstd, pdx, N, C, pds, part_w, part_b,
+              static_cast<float>(weight_offset));
+        };
+        if constexpr (V == kPack<T>) {
+          if (holds_row<T, V>(C)) return run(ln_backward_fused_kernel<T, V, true>);
+        }
+        run(ln_backward_fused_kernel<T, V, false>);
       } else if (N > 0) {
         const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
         ln_backward_dx_kernel<T, V><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
