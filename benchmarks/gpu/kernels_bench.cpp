@@ -101,6 +101,30 @@ int main(int argc, char** argv) {
          time_ms([&] { be.add_layer_norm_backward(y, r, hsum, w, mean, rstd, dx, dw, db, 0.0); },
                  iters),
          5 * N * C * h, 0);
+  // The same at GPT-2 350M's training step (16 sequences of T, C 1024) as a
+  // block runs them: the residual add in the forward, its gradient added
+  // in the backward, the parameters' gradients into f32 (both add-norm
+  // kernels hold each lane's part of a row in registers at this width).
+  {
+    const int64_t rows = 16 * T, width = 1024;
+    Tensor xs = rnd({rows, width}, 50), rs = rnd({rows, width}, 51), ws = rnd({width}, 52),
+           bs = rnd({width}, 53), hs = triad::empty({rows, width}, bf, gpu),
+           ys = triad::empty({rows, width}, bf, gpu), dxs = triad::empty({rows, width}, bf, gpu);
+    Tensor ms = triad::empty({rows}, DType::F32, gpu), rss = triad::empty({rows}, DType::F32, gpu);
+    Tensor dws = triad::empty({width}, DType::F32, gpu),
+           dbs = triad::empty({width}, DType::F32, gpu);
+    const std::string shape = "_" + std::to_string(rows) + "x" + std::to_string(width);
+    report("add_layer_norm_forward" + shape,
+           time_ms([&] { be.add_layer_norm_forward(xs, rs, ws, bs, 1e-5, hs, ys, ms, rss, 0.0); },
+                   iters),
+           4 * rows * width * h, 0);
+    report(
+        "add_layer_norm_backward_into_f32" + shape,
+        time_ms(
+            [&] { be.layer_norm_backward_into(ys, &rs, hs, ws, ms, rss, dxs, dws, dbs, 0.0, 0.0); },
+            iters),
+        5 * rows * width * h, 0);
+  }
   // RMSNorm (LLaMA's) and its fused residual add: LayerNorm's kernels
   // without the mean and the bias; the weight's f32 gradient as in training.
   Tensor dw32 = triad::empty({C}, DType::F32, gpu);
