@@ -17,8 +17,10 @@
 #      with GPT-2's own vocabulary, with model.recompute selective and full
 #      (memory saved, time spent), with bf16 moments and gradients (memory
 #      saved), as a mixture of experts, 350M with its products' algorithms
-#      autotuned, 350M with its bias gradients from the GEMM's epilogue
-#      (not the column-sum kernel), and both models with cuDNN's
+#      autotuned, 350M with its MLPs' first bias gradients from the
+#      GELU-derivative GEMM's epilogue, 350M with its bias gradients from
+#      the weight GEMM's epilogue (neither by the column-sum kernel), and
+#      both models with cuDNN's
 #      non-deterministic attention backward,
 #   6. runs the collective benchmark through the NCCL group (one rank).
 # Results go to OUT (default out/gpu; the device tool sets OUT and brings
@@ -325,6 +327,11 @@ done
 # the warm-up): "gemm_autotune" in its JSON line says how many products
 # another algorithm won and the time of one call of each before and after.
 bench_train --preset 350m --batch "$(batch_of 350m)" --gemm-autotune 8 --profile-steps 3
+# 350M with the MLPs' first bias gradients from the GELU-derivative
+# products' epilogue (DGELU_BGRAD, sums in f32), not the column-sum kernel:
+# its profile's gelu_linear_input_grad_bias_sums against the default run's
+# gelu_linear_input_grad plus the 4C-wide sum_rows_into calls.
+bench_train --preset 350m --batch "$(batch_of 350m)" --dgelu-bias-grad-epilogue --profile-steps 3
 batch=$(batch_of 124m)
 # GPT-2's own vocabulary (50257, odd): linear_cross_entropy's padded logits
 # rows and zero-padded weight copy keep it near the padded 50304's speed

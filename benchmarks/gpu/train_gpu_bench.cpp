@@ -57,6 +57,11 @@ int run(int argc, char** argv) {
                "the linear layers' bias gradients in the weight gradient GEMM's epilogue "
                "(cuBLASLt's BGRADB; cuda::GemmSettings::bias_grad_epilogue), not by the "
                "column-sum kernel");
+  bool dgelu_bias_grad_epilogue = false;
+  app.add_flag("--dgelu-bias-grad-epilogue", dgelu_bias_grad_epilogue,
+               "the MLPs' first bias gradients from the GELU-derivative GEMM's epilogue "
+               "(cuBLASLt's DGELU_BGRAD; cuda::GemmSettings::dgelu_bias_grad_epilogue), not by "
+               "the column-sum kernel");
   int gemm_autotune = 0;
   app.add_option("--gemm-autotune", gemm_autotune,
                  "time up to this many of cuBLASLt's candidate algorithms on each product's "
@@ -95,6 +100,7 @@ int run(int argc, char** argv) {
   {
     triad::cuda::GemmSettings gemm = triad::cuda::gemm_settings();
     gemm.bias_grad_epilogue = bias_grad_epilogue;
+    gemm.dgelu_bias_grad_epilogue = dgelu_bias_grad_epilogue;
     gemm.autotune = gemm_autotune;
     triad::cuda::set_gemm_settings(gemm);
   }
@@ -199,6 +205,7 @@ int run(int argc, char** argv) {
                    {"attention_kernel", attention},
                    {"attention_deterministic", !nondeterministic},
                    {"bias_grad_epilogue", bias_grad_epilogue},
+                   {"dgelu_bias_grad_epilogue", dgelu_bias_grad_epilogue},
                    {"recompute", recompute},
                    {"moment_precision", moments},
                    {"grad_precision", grads},

@@ -70,6 +70,12 @@ void Backend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Te
   gelu_backward(pre, dact, dpre, GeluForm::Tanh);
 }
 
+bool Backend::gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w, const Tensor& pre,
+                                               Tensor& dpre, Tensor&) {
+  gelu_linear_input_grad(dy, w, pre, dpre);
+  return false;
+}
+
 int64_t matrix_ld(const Tensor& t, const char* op) {
   if (t.is_contiguous()) return t.dim() == 0 ? 1 : std::max<int64_t>(1, t.size(-1));
   if (t.dim() == 2) {

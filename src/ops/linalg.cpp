@@ -76,19 +76,43 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return y;
 }
 
+// The sums the second layer of a LinearGelu pair's input-gradient call
+// left for the first layer's bias: of `grad` (pre's gradient as that call
+// made it), f32. The first layer's backward takes them only if the gradient
+// it receives is that very tensor (the engine never changes a gradient in
+// place: another use of pre would have made a new sum), and clears them.
+struct detail::FusedBiasSums {
+  Tensor grad;
+  Tensor sums;
+  Tensor take(const Tensor& g) {
+    Tensor out;
+    if (sums.defined() && grad.defined() && g.device() == grad.device() &&
+        g.dtype() == grad.dtype() && g.numel() == grad.numel() && g.raw_data() == grad.raw_data()) {
+      out = sums;
+    }
+    grad = Tensor();
+    sums = Tensor();
+    return out;
+  }
+};
+
 namespace {
 
 struct LinearResult {
   Tensor y;
   Tensor pre;  // with gelu_out: the linear part's output, GELU's input
+  std::shared_ptr<detail::FusedBiasSums> bias_sums;
 };
 
 // linear, linear_gelu and linear_after_gelu: the checks, one fused backend
 // call, and the autograd nodes. With `gelu_out`, linear's output is GELU's
 // input and a gelu node follows. With `gelu_in` defined, x = gelu(gelu_in)
 // and the input gradient goes to gelu_in, GELU's derivative fused into it.
+// `sums` (with gelu_in): where to leave the column sums of gelu_in's
+// gradient when the backend makes them in the input-gradient call.
 LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         bool gelu_out, const Tensor& gelu_in, const InputGradComm* comm) {
+                         bool gelu_out, const Tensor& gelu_in, const InputGradComm* comm,
+                         std::shared_ptr<detail::FusedBiasSums> sums = nullptr) {
   detail::check_floating(x, op, "x");
   detail::check_floating(weight, op, "weight");
   detail::check_same(x, weight, op);
@@ -135,10 +159,18 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
     input_grad = [](const TensorList&) -> TensorList { return {Tensor(), Tensor(), Tensor()}; };
   } else if (gelu_in.defined()) {
     Tensor gin = reshape(contiguous(gelu_in).detach(), {rows, in_f}).detach();
-    input_grad = [w, gin, rows, out_f, in_f, xs = x.shape()](const TensorList& g) -> TensorList {
+    input_grad = [w, gin, rows, out_f, in_f, xs = x.shape(),
+                  sums](const TensorList& g) -> TensorList {
       Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
       Tensor dpre = empty({rows, in_f}, g2.dtype(), g2.device());
-      backend_for(g2).gelu_linear_input_grad(g2, w, gin, dpre);
+      Tensor col = sums ? empty({in_f}, DType::F32, g2.device()) : Tensor();
+      if (sums && backend_for(g2).gelu_linear_input_grad_with_sums(g2, w, gin, dpre, col)) {
+        Tensor out = reshape(dpre, xs);
+        sums->grad = out;
+        sums->sums = col;
+        return {out, Tensor(), Tensor()};
+      }
+      if (!sums) backend_for(g2).gelu_linear_input_grad(g2, w, gin, dpre);
       return {reshape(dpre, xs), Tensor(), Tensor()};
     };
   } else {
@@ -153,10 +185,39 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   // bias its column sums, the same way.
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
   const Tensor leaf_bias = has_bias && bias.requires_grad() && bias.is_leaf() ? bias : Tensor();
+  // A first layer before GELU whose bias takes a gradient: the second
+  // layer's input-gradient call may leave that gradient's sums here.
+  std::shared_ptr<detail::FusedBiasSums> own_sums;
+  if (gelu_out && has_bias && bias.requires_grad())
+    own_sums = std::make_shared<detail::FusedBiasSums>();
   auto weight_grad = [rows, out_f, in_f, leaf_weight, leaf_bias, need_w = weight.requires_grad(),
-                      need_b = has_bias && bias.requires_grad()](
-                         const Tensor& x2, const TensorList& g) -> TensorList {
+                      need_b = has_bias && bias.requires_grad(),
+                      own_sums](const Tensor& x2, const TensorList& g) -> TensorList {
     Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
+    if (Tensor sums = own_sums ? own_sums->take(g2) : Tensor(); sums.defined()) {
+      // The bias gradient already summed: the weight's product alone.
+      Tensor gw;
+      if (need_w &&
+          !autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {
+            backend_for(g2).gemm(g2, x2, acc, true, false, 1.0, beta);
+          })) {
+        gw = gemm_new(g2, x2, {out_f, in_f}, true, false);
+      }
+      // (A one-row column sum: beta * acc + sums, in acc's type.)
+      Tensor gb;
+      if (!autograd::accumulate_into_leaf_grad(leaf_bias, [&](Tensor& acc, double beta) {
+            Tensor row = sums;
+            if (acc.dtype() != DType::F32) {
+              row = empty({out_f}, acc.dtype(), acc.device());
+              backend_for(acc).copy(sums, row);
+            }
+            backend_for(acc).sum_rows_into(reshape(row, {1, out_f}), acc, beta);
+          })) {
+        gb = empty({out_f}, g2.dtype(), g2.device());
+        backend_for(g2).copy(sums, gb);
+      }
+      return {Tensor(), gw, gb};
+    }
     // Both leaves' buffers at once where they can take it: one backend call
     // (on CUDA the bias's sums come from the GEMM's epilogue).
     if (need_w && need_b &&
@@ -189,7 +250,7 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   if (has_bias) deferrable.push_back(2);
   detail::record_layer("linear", inputs, {pre}, deferrable, input_grad, weight_grad, x2, comm);
   if (gelu_out) detail::record_gelu(pre, pre, y, GeluForm::Tanh);
-  return {y, gelu_out ? pre : Tensor()};
+  return {y, gelu_out ? pre : Tensor(), std::move(own_sums)};
 }
 
 }  // namespace
@@ -297,19 +358,21 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   LinearResult r = linear_core("linear_gelu", x, weight, bias, true, Tensor(), nullptr);
-  return {r.pre, r.y};
+  return {r.pre, r.y, std::move(r.bias_sums)};
 }
 
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias,
                              const InputGradComm& comm) {
   LinearResult r = linear_core("linear_gelu", x, weight, bias, true, Tensor(),
                                detail::checked_comm("linear_gelu", x, comm));
-  return {r.pre, r.y};
+  return {r.pre, r.y, std::move(r.bias_sums)};
 }
 
 Tensor linear_after_gelu(const LinearGelu& in, const Tensor& weight, const Tensor& bias) {
   detail::check_defined(in.pre, "linear_after_gelu", "pre");
-  return linear_core("linear_after_gelu", in.act, weight, bias, false, in.pre, nullptr).y;
+  return linear_core("linear_after_gelu", in.act, weight, bias, false, in.pre, nullptr,
+                     in.bias_sums)
+      .y;
 }
 
 }  // namespace triad

@@ -210,6 +210,58 @@ TEST_F(CublasLtGemmMock, GeluDerivativeEpilogueGivesThePreActivationGradient) {
   }
 }
 
+// The GELU-derivative product with the bias gradient in the same epilogue
+// (DGELU_BGRAD): dpre as DGelu gives it, and its column sums (over Triad's
+// rows: the previous layer's bias gradient) written in f32 to the
+// epilogue's vector, whatever it held, whatever dpre's own type.
+TEST_F(CublasLtGemmMock, AGeluDerivativeEpilogueCanWriteItsColumnSumsInF32) {
+  const int64_t rows = 7, out = 6, in = 16;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    CublasLtGemm gemm(0);
+    Buffer dy(dtype, rows * out, 9), w(dtype, out * in, 10), pre(dtype, rows * in, 11),
+        plain(dtype, rows * in, 12), fused(dtype, rows * in, 13), sums(DType::F32, in, 14);
+    const GemmPlan plan = plan_gemm({rows, out}, {out, in}, {rows, in}, false, false);
+    GemmEpilogue ep;
+    ep.kind = GemmEpilogue::Kind::DGelu;
+    ep.gelu_input = pre.data();
+    gemm.run(plan, dtype, dy.data(), w.data(), plain.data(), 1, 0, nullptr, ep);
+    ep.kind = GemmEpilogue::Kind::DGeluBiasGrad;
+    ep.bias_grad = sums.data();
+    const mock::Counters before = mock::counters();
+    gemm.run(plan, dtype, dy.data(), w.data(), fused.data(), 1, 0, nullptr, ep);
+    EXPECT_EQ(mock::counters().dgelu_bias_grad_matmuls, before.dgelu_bias_grad_matmuls + 1);
+    EXPECT_EQ(mock::counters().f32_bias_grad_matmuls, before.f32_bias_grad_matmuls + 1);
+    EXPECT_EQ(fused.values(), plain.values());
+    const std::vector<double> dpre = fused.values(), got = sums.values();
+    for (int64_t c = 0; c < in; ++c) {
+      double want = 0;
+      for (int64_t r = 0; r < rows; ++r) want += dpre[static_cast<size_t>(r * in + c)];
+      // (The epilogue sums before dpre is rounded to its type.)
+      ASSERT_NEAR(got[static_cast<size_t>(c)], want, 2 * tolerance(dtype) * (1 + std::fabs(want)))
+          << "column " << c;
+    }
+  }
+  // Without such an algorithm for the problem: NotSupportedError naming it.
+  mock::set_no_bias_grad_algorithms(true);
+  CublasLtGemm gemm(0);
+  Buffer dy(DType::BF16, 8 * 6, 1), w(DType::BF16, 6 * 16, 2), pre(DType::BF16, 8 * 16, 3),
+      dpre(DType::BF16, 8 * 16, 4), sums(DType::F32, 16, 5);
+  GemmEpilogue ep;
+  ep.kind = GemmEpilogue::Kind::DGeluBiasGrad;
+  ep.gelu_input = pre.data();
+  ep.bias_grad = sums.data();
+  try {
+    gemm.run(plan_gemm({8, 6}, {6, 16}, {8, 16}, false, false), DType::BF16, dy.data(), w.data(),
+             dpre.data(), 1, 0, nullptr, ep);
+    FAIL() << "no algorithm, yet it ran";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("GELU-derivative and f32 bias-gradient epilogue"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Weight gradients added straight into f32 gradients: bf16/f16 operands,
 // an f32 output with beta 1 (f32 layouts for C and D, f32 compute). Any
 // other pair of types, or an epilogue with mixed types, is refused by name

@@ -2346,6 +2346,67 @@ TEST(CudaRuntime, ALinearsBiasGradientWithoutAnEpilogueAlgorithmIsTheSame) {
   check(48, true, false, 1, 0);
 }
 
+// cuda::GemmSettings::dgelu_bias_grad_epilogue: an MLP's first bias
+// gradient from the second layer's GELU-derivative product (its epilogue's
+// column sums), added into the bias's gradient over two micro-batches, in
+// f32 and bf16, equal to the CPU's; and where pre-activation's gradient has
+// another part (pre used again), the sums the epilogue made are not that
+// gradient's, so the column sums run as before and the gradient still is
+// the CPU's. Setting off: no such product.
+TEST(CudaRuntime, AnMlpsFirstBiasGradientCanComeFromTheGeluDerivativeProduct) {
+  namespace mock = testing::mock_cublaslt;
+  const GemmSettingsScope restore;
+  const int64_t rows = 300, C = 16, H = 64;
+  for (DType d : {DType::F32, DType::BF16}) {
+    for (bool pre_used_again : {false, true}) {
+      auto grads = [&](Device dev, bool setting, int64_t* fused) {
+        cuda::GemmSettings settings;
+        settings.dgelu_bias_grad_epilogue = setting;
+        settings.verify = setting;  // (the fused products against the reference too)
+        cuda::set_gemm_settings(settings);
+        cuda::reset_gemm_verification();
+        auto leaf = [&](const Tensor& t) {
+          Tensor p = to_device(cast(t, d), dev).detach();
+          p.set_requires_grad(true);
+          return p;
+        };
+        Tensor w1 = leaf(randn({H, C}, 31, 1, 0.3)), b1 = leaf(randn({H}, 31, 2)),
+               w2 = leaf(randn({C, H}, 31, 3, 0.3)), b2 = leaf(randn({C}, 31, 4));
+        mock::reset();
+        for (uint64_t micro = 0; micro < 2; ++micro) {  // the second adds into the first
+          const Tensor x = to_device(cast(randn({rows, C}, 32, micro), d), dev);
+          const Tensor r = to_device(cast(randn({rows, C}, 33, micro), d), dev);
+          const LinearGelu parts = linear_gelu_parts(x, w1, b1);
+          Tensor loss = sum(mul(linear_after_gelu(parts, w2, b2), r));
+          if (pre_used_again) loss = add(loss, sum(mul(parts.pre, parts.pre)));
+          autograd::backward({loss});
+        }
+        if (dev.is_cuda()) cuda::synchronize(0);
+        if (fused) *fused = mock::counters().dgelu_bias_grad_matmuls;
+        mock::reset();
+        return std::vector<std::vector<double>>{
+            to_double_vector(b1.grad()), to_double_vector(w1.grad()), to_double_vector(b2.grad()),
+            to_double_vector(w2.grad())};
+      };
+      SCOPED_TRACE(std::string(dtype_name(d)) + (pre_used_again ? ", pre used again" : ""));
+      const auto cpu = grads(Device::cpu(), false, nullptr);
+      for (bool setting : {false, true}) {
+        SCOPED_TRACE(setting ? "epilogue sums" : "column sums");
+        int64_t fused = -1;
+        const auto gpu = grads(kGpu, setting, &fused);
+        EXPECT_EQ(fused, setting ? 2 : 0);
+        const cuda::GemmVerification v = cuda::gemm_verification();
+        // (5 products a micro-batch, and the forward GELU epilogue's kept input.)
+        EXPECT_EQ(v.checked, setting ? 2 * 6 : 0);
+        EXPECT_EQ(v.failed, 0) << (v.failures.empty() ? "" : v.failures[0].problem);
+        const double tol = d == DType::F32 ? 1e-4 : 3e-2;
+        const char* names[] = {"b1", "w1", "b2", "w2"};
+        for (size_t i = 0; i < cpu.size(); ++i) expect_close(gpu[i], cpu[i], tol, tol, names[i]);
+      }
+    }
+  }
+}
+
 // A half-precision parameter's gradient arrives in its own dtype and is
 // summed into the f32 gradient: one launch per parameter and microbatch,
 // the same as the first microbatch's conversion (a conversion and then an
@@ -2929,6 +2990,41 @@ TEST(CudaTraining, AutotunedProductsTrainToTheSameLosses) {
         }
       },
       ValueError);
+}
+#endif
+
+#ifdef TRIAD_CUDA_SIM
+// A GPT's MLPs take their first bias gradient from the GELU-derivative
+// products under cuda::GemmSettings::dgelu_bias_grad_epilogue (one such
+// product per layer and micro-batch, its sums in f32), and train to the
+// losses of the column sums: bf16, two micro-batches a step.
+TEST(CudaTraining, BiasGradientsFromTheGeluDerivativeProductsTrainAlike) {
+  namespace mock = testing::mock_cublaslt;
+  const GemmSettingsScope restore;
+  testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 96, seq_len: 16, dropout: 0.0}";
+  auto losses = [&](bool epilogue, const std::string& tag, int64_t* fused) {
+    cuda::GemmSettings settings;
+    settings.dgelu_bias_grad_epilogue = epilogue;
+    cuda::set_gemm_settings(settings);
+    mock::reset();
+    train::Trainer t(train_config(dir, model, "cuda", "bf16", 3, 2, 96, tag, 1));
+    std::vector<double> out = losses_of(t, 3);
+    cuda::synchronize(0);
+    *fused = mock::counters().f32_bias_grad_matmuls;
+    mock::reset();
+    return out;
+  };
+  int64_t plain_fused = -1, fused = -1;
+  const std::vector<double> plain = losses(false, "plain", &plain_fused);
+  const std::vector<double> summed = losses(true, "summed", &fused);
+  EXPECT_EQ(plain_fused, 0);
+  // 2 layers x 2 micro-batches x 3 steps.
+  EXPECT_EQ(fused, 2 * 2 * 3);
+  ASSERT_EQ(summed.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_NEAR(summed[i], plain[i], 1e-3 * std::abs(plain[i])) << "step " << i + 1;
 }
 #endif
 

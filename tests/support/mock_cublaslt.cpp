@@ -45,6 +45,7 @@ struct MatmulDesc {
   const void* bias = nullptr;
   void* aux = nullptr;
   int64_t aux_ld = 0;
+  int32_t bias_type = -1;  // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE (-1: D's)
 };
 
 struct State {
@@ -148,9 +149,19 @@ bool fits(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c
     *why = "batch counts differ";
     return false;
   }
-  if (d.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+  if (d.bias_type != -1 && d.bias_type != static_cast<int32_t>(dd.type) &&
+      d.bias_type != CUDA_R_32F) {
+    *why = "bias type " + std::to_string(d.bias_type) + " (the mock takes D's, or f32)";
+    return false;
+  }
+  if (d.epilogue == CUBLASLT_EPILOGUE_BGRADB || d.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
     if (!d.bias || dd.batch != 1) {
       *why = "a bias-gradient epilogue needs a bias pointer (and, in the mock, one batch)";
+      return false;
+    }
+    if (d.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD &&
+        (!d.aux || d.aux_ld < *m || d.aux_ld % 8 != 0)) {
+      *why = "GELU aux needs a pointer and a leading dimension >= rows, divisible by 8";
       return false;
     }
   } else if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
@@ -295,6 +306,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
       ok = take(&d.aux_ld);
       break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+      ok = take(&d.bias_type);
+      break;
     default:
       break;
   }
@@ -353,7 +367,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                   &why))
     return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "heuristic: " + why);
   if (s.no_algorithms ||
-      (s.no_bias_grad_algorithms && s.descs[desc].epilogue == CUBLASLT_EPILOGUE_BGRADB))
+      (s.no_bias_grad_algorithms && (s.descs[desc].epilogue == CUBLASLT_EPILOGUE_BGRADB ||
+                                     s.descs[desc].epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD)))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   s.counters.last_requested = requested;
   const int offered = static_cast<int>(s.algorithm_delays_ms.size());
@@ -398,6 +413,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   if (m % 8 != 0 || k % 8 != 0) ++s.counters.odd_extent_matmuls;
   if (ta == CUDA_R_16BF || ta == CUDA_R_16F) ++s.counters.half_matmuls;
   if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) ++s.counters.epilogue_matmuls;
+  if (md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+    ++s.counters.dgelu_bias_grad_matmuls;
+    if (md.bias_type == CUDA_R_32F) ++s.counters.f32_bias_grad_matmuls;
+  }
   const size_t algorithm = static_cast<size_t>(algo->data[0]);
   if (algorithm >= s.algorithm_delays_ms.size())
     return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: an algorithm no heuristic offered");
@@ -434,14 +453,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
         for (int64_t j = 0; j < n; ++j) {
           double v = al * sums[static_cast<size_t>(i * n + j)] +
                      (be != 0 ? be * mock::load(t, C, oc + i + j * lc.ld) : 0.0);
-          if (md.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+          if (md.epilogue == CUBLASLT_EPILOGUE_DGELU ||
+              md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
             // GELU's derivative (tanh form) at the aux matrix.
             const double x = mock::load(t, md.aux, od + i + j * md.aux_ld);
             const double k0 = 0.7978845608028654, u = k0 * (x + 0.044715 * x * x * x);
             const double th = std::tanh(u);
             v *= 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
           } else if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
-                     md.epilogue != CUBLASLT_EPILOGUE_BGRADB) {
+                     md.epilogue != CUBLASLT_EPILOGUE_BGRADB) {  // (BIAS, GELU_AUX_BIAS)
             v += mock::load(t, md.bias, i);
           }
           if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
@@ -454,12 +474,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < m; ++i)
           mock::store(t, D, od + i + j * ld.ld, out[static_cast<size_t>(i + j * m)]);
+      const cudaDataType bias_t = md.bias_type == -1 ? t : static_cast<cudaDataType>(md.bias_type);
       if (md.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
         // op(B)'s sums over k, one per column of D, written (not added).
         for (int64_t j = 0; j < n; ++j) {
           double sum = 0;
           for (int64_t kk = 0; kk < k; ++kk) sum += pb[static_cast<size_t>(j * k + kk)];
-          mock::store(t, const_cast<void*>(md.bias), j, sum * factor);
+          mock::store(bias_t, const_cast<void*>(md.bias), j, sum * factor);
+        }
+      } else if (md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        // D's sums over its columns (one per row, before D is rounded to
+        // its type), written (not added).
+        for (int64_t i = 0; i < m; ++i) {
+          double sum = 0;
+          for (int64_t j = 0; j < n; ++j) sum += out[static_cast<size_t>(i + j * m)];
+          mock::store(bias_t, const_cast<void*>(md.bias), i, sum);
         }
       }
     }

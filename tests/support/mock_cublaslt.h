@@ -21,6 +21,10 @@ struct Counters {
   // Products with bf16/f16 operands, and products with an epilogue.
   int64_t half_matmuls = 0;
   int64_t epilogue_matmuls = 0;
+  // Products with the GELU-derivative and bias-gradient epilogue
+  // (DGELU_BGRAD), and of those, the ones whose sums were asked in f32.
+  int64_t dgelu_bias_grad_matmuls = 0;
+  int64_t f32_bias_grad_matmuls = 0;
   // Heuristic queries whose preference allowed only split-k reductions in
   // the compute type (CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK without the
   // in-place and output-type schemes).
@@ -34,8 +38,8 @@ Counters counters();
 void reset();
 // When set, heuristics find no algorithm (as for a layout cuBLASLt lacks).
 void set_no_algorithms(bool none);
-// When set, heuristics find no algorithm for a bias-gradient epilogue
-// (BGRADB) only, as a cuBLASLt without one for the types would.
+// When set, heuristics find no algorithm for the bias-gradient epilogues
+// (BGRADB, DGELU_BGRAD) only, as a cuBLASLt without them for the types would.
 void set_no_bias_grad_algorithms(bool none);
 // The algorithms heuristics offer, best first by their ranking: one per
 // entry, each product run with algorithm i taking at least delays_ms[i] of

@@ -120,6 +120,14 @@ struct GemmSettings {
   // plain ones by more than the column sums take (GPT-2 350M, a step's 96
   // weight gradients: 17.1 ms against 13.4 + 3.1; docs/benchmarks.md).
   bool bias_grad_epilogue = false;
+  // With `epilogues`: the bias gradient of the layer before a GELU (GPT-2's
+  // MLP's first) from the next layer's input-gradient GEMM, whose epilogue
+  // already applies GELU's derivative (cuBLASLt's DGELU_BGRAD, its sums in
+  // f32); false (the default until it is timed on a GPU): the column-sum
+  // kernel over that gradient. Where cuBLASLt has no such algorithm, or the
+  // gradient reaching the layer is not the one the epilogue summed (another
+  // use of the activation added to it), the column sums run as before.
+  bool dgelu_bias_grad_epilogue = false;
   // true: a bf16/f16 product may add its split-k partial sums in bf16/f16
   // (cuBLASLt's in-place and output-type schemes, as PyTorch's
   // allow_bf16_reduced_precision_reduction allows); false (the default):

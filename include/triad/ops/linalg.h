@@ -1,10 +1,15 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 
 #include "triad/core/tensor.h"
 
 namespace triad {
+
+namespace detail {
+struct FusedBiasSums;  // (linalg.cpp)
+}  // namespace detail
 
 // a (..., M, K) @ b (K, N) or b (..., K, N) with the same leading dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
@@ -27,10 +32,15 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
 // same backend call (on CUDA, cuBLASLt's DGELU epilogue), so GELU's own
 // backward pass disappears. parts.act must feed nothing else. Values and
 // gradients equal linear(gelu(linear(...))); the second layer keeps the
-// split backward.
+// split backward. Where the backend sums pre's gradient in that same call
+// (the CUDA backend under GemmSettings::dgelu_bias_grad_epilogue), the first
+// layer's bias gradient comes from those sums, not from a pass of its own.
 struct LinearGelu {
   Tensor pre;  // the first layer's output, GELU's input
   Tensor act;  // gelu(pre)
+  // Where the second layer's backward leaves those sums for the first's
+  // (set by linear_gelu_parts when the first layer's bias takes a gradient).
+  std::shared_ptr<detail::FusedBiasSums> bias_sums;
 };
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 Tensor linear_after_gelu(const LinearGelu& in, const Tensor& weight, const Tensor& bias = Tensor());

@@ -129,6 +129,8 @@ cublasLtEpilogue_t epilogue_of(GemmEpilogue::Kind k) {
       return CUBLASLT_EPILOGUE_DGELU;
     case GemmEpilogue::Kind::BiasGrad:
       return CUBLASLT_EPILOGUE_BGRADB;
+    case GemmEpilogue::Kind::DGeluBiasGrad:
+      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     default:
       return CUBLASLT_EPILOGUE_DEFAULT;
   }
@@ -138,7 +140,7 @@ cublasLtEpilogue_t epilogue_of(GemmEpilogue::Kind k) {
 // set for the heuristic (it reads their alignment) and before every call.
 void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmPlan& p, const GemmEpilogue& e) {
   if (e.kind == GemmEpilogue::Kind::None) return;
-  if (e.kind == GemmEpilogue::Kind::BiasGrad) {
+  if (e.kind == GemmEpilogue::Kind::BiasGrad || e.kind == GemmEpilogue::Kind::DGeluBiasGrad) {
     check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                &e.bias_grad, sizeof(e.bias_grad)),
              "desc bias gradient pointer");
@@ -147,7 +149,8 @@ void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmPlan& p, const G
                                                sizeof(e.bias)),
              "desc bias pointer");
   }
-  if (e.kind == GemmEpilogue::Kind::BiasGelu || e.kind == GemmEpilogue::Kind::DGelu) {
+  if (e.kind == GemmEpilogue::Kind::BiasGelu || e.kind == GemmEpilogue::Kind::DGelu ||
+      e.kind == GemmEpilogue::Kind::DGeluBiasGrad) {
     const int64_t ld = p.out.ld;
     check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                &e.gelu_input, sizeof(e.gelu_input)),
@@ -216,6 +219,14 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
   check_lt(cublaslt().MatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
                                              sizeof(ep)),
            "desc epilogue");
+  if (epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad) {
+    // The bias gradient's sums in f32 whatever the output's type (by
+    // default cuBLASLt writes them in it).
+    const int32_t bias_type = CUDA_R_32F;
+    check_lt(cublaslt().MatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                               &bias_type, sizeof(bias_type)),
+             "desc bias data type");
+  }
   set_epilogue_pointers(entry->desc, p, epilogue);
   entry->first = make_layout(type, p.first, p.batch);
   entry->second = make_layout(type, p.second, p.batch);
@@ -257,7 +268,9 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
         : epilogue.kind == GemmEpilogue::Kind::Bias     ? " with a bias epilogue"
         : epilogue.kind == GemmEpilogue::Kind::DGelu    ? " with a GELU-derivative epilogue"
         : epilogue.kind == GemmEpilogue::Kind::BiasGrad ? " with a bias-gradient epilogue"
-                                                        : " with a bias + GELU epilogue";
+        : epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad
+            ? " with a GELU-derivative and f32 bias-gradient epilogue"
+            : " with a bias + GELU epilogue";
     const std::string why =
         "gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) + ", n " +
         std::to_string(p.n) + ", k " + std::to_string(p.k) + " in " + dtype_name(types.inputs) +
@@ -370,7 +383,9 @@ void CublasLtGemm::run(const GemmPlan& p, GemmTypes types, const void* a, const 
     // Timed in place unless the output is also read: added to (beta), or
     // the GELU input a derivative epilogue overwrites.
     const bool reads_output =
-        beta != 0.0 || (epilogue.kind == GemmEpilogue::Kind::DGelu && epilogue.gelu_input == c);
+        beta != 0.0 || ((epilogue.kind == GemmEpilogue::Kind::DGelu ||
+                         epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad) &&
+                        epilogue.gelu_input == c);
     tune(e, p, types, a, b, c, pa, pb, reads_output, stream);
   }
   // Column-major: the BLAS call's first operand is Triad's b, its second a.

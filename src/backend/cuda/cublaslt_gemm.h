@@ -33,9 +33,13 @@ namespace triad::detail {
 // derivative at `gelu_input` (read, laid out as the output); BiasGrad writes
 // the column sums of op(second) over k, Triad's a (the output gradient of a
 // weight-gradient product), to `bias_grad`: plan.n elements of the output's
-// type (cuBLASLt's BGRADB; overwritten, never added to).
+// type (cuBLASLt's BGRADB; overwritten, never added to); DGeluBiasGrad is
+// DGelu that also writes the output's sums over each column-major row
+// (Triad's column sums of the GELU input's gradient, a linear layer's bias
+// gradient: plan.m elements) to `bias_grad` in f32 (cuBLASLt's
+// DGELU_BGRAD; overwritten).
 struct GemmEpilogue {
-  enum class Kind : uint8_t { None, Bias, BiasGelu, DGelu, BiasGrad };
+  enum class Kind : uint8_t { None, Bias, BiasGelu, DGelu, BiasGrad, DGeluBiasGrad };
   Kind kind = Kind::None;
   const void* bias = nullptr;
   void* gelu_input = nullptr;

@@ -51,6 +51,8 @@ const char* epilogue_name(GemmEpilogue::Kind kind) {
       return "GELU derivative";
     case GemmEpilogue::Kind::BiasGrad:
       return "bias gradient (its sums unchecked)";
+    case GemmEpilogue::Kind::DGeluBiasGrad:
+      return "GELU derivative and bias gradient (its sums unchecked)";
     default:
       return "none";
   }
@@ -150,8 +152,9 @@ GemmProductCheck::GemmProductCheck(const GemmPlan& plan, GemmTypes types, const 
   g.alpha = alpha, g.beta = beta;
   // (A bias-gradient epilogue leaves the product as it is: the reference
   // checks the product; the column sums it writes are not compared.)
-  g.epilogue = epilogue.kind == GemmEpilogue::Kind::BiasGrad
-                   ? k::RefGemm::Epilogue::None
+  g.epilogue = epilogue.kind == GemmEpilogue::Kind::BiasGrad ? k::RefGemm::Epilogue::None
+               : epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad
+                   ? k::RefGemm::Epilogue::DGelu
                    : static_cast<k::RefGemm::Epilogue>(epilogue.kind);
   g.bias = epilogue.bias;
   g.aux = epilogue.gelu_input;
