@@ -70,10 +70,10 @@ void Backend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Te
   gelu_backward(pre, dact, dpre, GeluForm::Tanh);
 }
 
-bool Backend::gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w, const Tensor& pre,
-                                               Tensor& dpre, Tensor&) {
+Tensor Backend::gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w,
+                                                 const Tensor& pre, Tensor& dpre) {
   gelu_linear_input_grad(dy, w, pre, dpre);
-  return false;
+  return Tensor();
 }
 
 int64_t matrix_ld(const Tensor& t, const char* op) {

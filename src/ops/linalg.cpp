@@ -78,7 +78,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 // The sums the second layer of a LinearGelu pair's input-gradient call
 // left for the first layer's bias: of `grad` (pre's gradient as that call
-// made it), f32. The first layer's backward takes them only if the gradient
+// made it), in f32 or grad's dtype. The first layer's backward takes them only if the gradient
 // it receives is that very tensor (the engine never changes a gradient in
 // place: another use of pre would have made a new sum), and clears them.
 struct detail::FusedBiasSums {
@@ -163,15 +163,17 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
                   sums](const TensorList& g) -> TensorList {
       Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
       Tensor dpre = empty({rows, in_f}, g2.dtype(), g2.device());
-      Tensor col = sums ? empty({in_f}, DType::F32, g2.device()) : Tensor();
-      if (sums && backend_for(g2).gelu_linear_input_grad_with_sums(g2, w, gin, dpre, col)) {
-        Tensor out = reshape(dpre, xs);
+      if (!sums) {
+        backend_for(g2).gelu_linear_input_grad(g2, w, gin, dpre);
+        return {reshape(dpre, xs), Tensor(), Tensor()};
+      }
+      Tensor col = backend_for(g2).gelu_linear_input_grad_with_sums(g2, w, gin, dpre);
+      Tensor out = reshape(dpre, xs);
+      if (col.defined()) {
         sums->grad = out;
         sums->sums = col;
-        return {out, Tensor(), Tensor()};
       }
-      if (!sums) backend_for(g2).gelu_linear_input_grad(g2, w, gin, dpre);
-      return {reshape(dpre, xs), Tensor(), Tensor()};
+      return {out, Tensor(), Tensor()};
     };
   } else {
     input_grad = [w, rows, out_f, in_f, xs = x.shape()](const TensorList& g) -> TensorList {
@@ -203,11 +205,12 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
           })) {
         gw = gemm_new(g2, x2, {out_f, in_f}, true, false);
       }
-      // (A one-row column sum: beta * acc + sums, in acc's type.)
+      // (A one-row column sum: beta * acc + sums, in acc's type; the sums
+      // are f32 or g2's type, acc g2's type or f32.)
       Tensor gb;
       if (!autograd::accumulate_into_leaf_grad(leaf_bias, [&](Tensor& acc, double beta) {
             Tensor row = sums;
-            if (acc.dtype() != DType::F32) {
+            if (acc.dtype() != DType::F32 && sums.dtype() != acc.dtype()) {
               row = empty({out_f}, acc.dtype(), acc.device());
               backend_for(acc).copy(sums, row);
             }

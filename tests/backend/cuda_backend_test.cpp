@@ -2348,21 +2348,25 @@ TEST(CudaRuntime, ALinearsBiasGradientWithoutAnEpilogueAlgorithmIsTheSame) {
 
 // cuda::GemmSettings::dgelu_bias_grad_epilogue: an MLP's first bias
 // gradient from the second layer's GELU-derivative product (its epilogue's
-// column sums), added into the bias's gradient over two micro-batches, in
-// f32 and bf16, equal to the CPU's; and where pre-activation's gradient has
-// another part (pre used again), the sums the epilogue made are not that
-// gradient's, so the column sums run as before and the gradient still is
-// the CPU's. Setting off: no such product.
+// column sums: f32, or where cuBLASLt offers those for no algorithm, the
+// gradient's own type), added into the bias's gradient over two
+// micro-batches, in f32 and bf16, equal to the CPU's; and where the
+// pre-activation's gradient has another part (pre used again), the sums the
+// epilogue made are not that gradient's, so the column sums run as before
+// and the gradient still is the CPU's. Setting off: no such product.
 TEST(CudaRuntime, AnMlpsFirstBiasGradientCanComeFromTheGeluDerivativeProduct) {
   namespace mock = testing::mock_cublaslt;
   const GemmSettingsScope restore;
-  const int64_t rows = 300, C = 16, H = 64;
+  const int64_t C = 16, H = 64;
+  enum class Sums { Kernel, Epilogue, EpilogueOwnType };
   for (DType d : {DType::F32, DType::BF16}) {
     for (bool pre_used_again : {false, true}) {
-      auto grads = [&](Device dev, bool setting, int64_t* fused) {
+      // (Each variant its own rows: the backend remembers a problem cuBLASLt
+      // has no algorithm for.)
+      auto grads = [&](Device dev, Sums how, int64_t rows, mock::Counters* seen) {
         cuda::GemmSettings settings;
-        settings.dgelu_bias_grad_epilogue = setting;
-        settings.verify = setting;  // (the fused products against the reference too)
+        settings.dgelu_bias_grad_epilogue = how != Sums::Kernel;
+        settings.verify = how != Sums::Kernel;  // (the fused products against the reference too)
         cuda::set_gemm_settings(settings);
         cuda::reset_gemm_verification();
         auto leaf = [&](const Tensor& t) {
@@ -2373,6 +2377,7 @@ TEST(CudaRuntime, AnMlpsFirstBiasGradientCanComeFromTheGeluDerivativeProduct) {
         Tensor w1 = leaf(randn({H, C}, 31, 1, 0.3)), b1 = leaf(randn({H}, 31, 2)),
                w2 = leaf(randn({C, H}, 31, 3, 0.3)), b2 = leaf(randn({C}, 31, 4));
         mock::reset();
+        mock::set_no_f32_bias_grad_algorithms(how == Sums::EpilogueOwnType);
         for (uint64_t micro = 0; micro < 2; ++micro) {  // the second adds into the first
           const Tensor x = to_device(cast(randn({rows, C}, 32, micro), d), dev);
           const Tensor r = to_device(cast(randn({rows, C}, 33, micro), d), dev);
@@ -2382,22 +2387,27 @@ TEST(CudaRuntime, AnMlpsFirstBiasGradientCanComeFromTheGeluDerivativeProduct) {
           autograd::backward({loss});
         }
         if (dev.is_cuda()) cuda::synchronize(0);
-        if (fused) *fused = mock::counters().dgelu_bias_grad_matmuls;
+        if (seen) *seen = mock::counters();
         mock::reset();
         return std::vector<std::vector<double>>{
             to_double_vector(b1.grad()), to_double_vector(w1.grad()), to_double_vector(b2.grad()),
             to_double_vector(w2.grad())};
       };
       SCOPED_TRACE(std::string(dtype_name(d)) + (pre_used_again ? ", pre used again" : ""));
-      const auto cpu = grads(Device::cpu(), false, nullptr);
-      for (bool setting : {false, true}) {
-        SCOPED_TRACE(setting ? "epilogue sums" : "column sums");
-        int64_t fused = -1;
-        const auto gpu = grads(kGpu, setting, &fused);
-        EXPECT_EQ(fused, setting ? 2 : 0);
+      for (Sums how : {Sums::Kernel, Sums::Epilogue, Sums::EpilogueOwnType}) {
+        if (how == Sums::EpilogueOwnType && d == DType::F32) continue;  // (f32 is its own type)
+        SCOPED_TRACE(how == Sums::Kernel     ? "column sums"
+                     : how == Sums::Epilogue ? "epilogue sums in f32"
+                                             : "epilogue sums in bf16");
+        const int64_t rows = 300 + 8 * static_cast<int64_t>(how) + (pre_used_again ? 4 : 0);
+        const auto cpu = grads(Device::cpu(), Sums::Kernel, rows, nullptr);
+        mock::Counters seen;
+        const auto gpu = grads(kGpu, how, rows, &seen);
+        EXPECT_EQ(seen.dgelu_bias_grad_matmuls, how == Sums::Kernel ? 0 : 2);
+        EXPECT_EQ(seen.f32_bias_grad_matmuls, how == Sums::Epilogue ? 2 : 0);
         const cuda::GemmVerification v = cuda::gemm_verification();
         // (5 products a micro-batch, and the forward GELU epilogue's kept input.)
-        EXPECT_EQ(v.checked, setting ? 2 * 6 : 0);
+        EXPECT_EQ(v.checked, how == Sums::Kernel ? 0 : 2 * 6);
         EXPECT_EQ(v.failed, 0) << (v.failures.empty() ? "" : v.failures[0].problem);
         const double tol = d == DType::F32 ? 1e-4 : 3e-2;
         const char* names[] = {"b1", "w1", "b2", "w2"};

@@ -54,6 +54,7 @@ struct State {
   std::map<const void*, uint32_t> reduction_masks;  // per preference
   bool no_algorithms = false;
   bool no_bias_grad_algorithms = false;
+  bool no_f32_bias_grad_algorithms = false;
   double output_factor = 1;
   std::vector<double> algorithm_delays_ms{0.0};
   Counters counters;
@@ -191,6 +192,7 @@ void reset() {
   state().counters = Counters{};
   state().no_algorithms = false;
   state().no_bias_grad_algorithms = false;
+  state().no_f32_bias_grad_algorithms = false;
   state().output_factor = 1;
   state().algorithm_delays_ms = {0.0};
   state().error.clear();
@@ -203,6 +205,9 @@ void set_no_algorithms(bool none) {
 }
 void set_no_bias_grad_algorithms(bool none) {
   state().no_bias_grad_algorithms = none;
+}
+void set_no_f32_bias_grad_algorithms(bool none) {
+  state().no_f32_bias_grad_algorithms = none;
 }
 void set_output_factor(double factor) {
   state().output_factor = factor;
@@ -366,9 +371,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (!mock::fits(s.descs[desc], s.layouts[a], s.layouts[b], s.layouts[c], s.layouts[d], &m, &n, &k,
                   &why))
     return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "heuristic: " + why);
+  const mock::MatmulDesc& md = s.descs[desc];
   if (s.no_algorithms ||
-      (s.no_bias_grad_algorithms && (s.descs[desc].epilogue == CUBLASLT_EPILOGUE_BGRADB ||
-                                     s.descs[desc].epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD)))
+      (s.no_bias_grad_algorithms &&
+       (md.epilogue == CUBLASLT_EPILOGUE_BGRADB || md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD)) ||
+      (s.no_f32_bias_grad_algorithms && md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD &&
+       md.bias_type == CUDA_R_32F && s.layouts[d].type != CUDA_R_32F))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   s.counters.last_requested = requested;
   const int offered = static_cast<int>(s.algorithm_delays_ms.size());

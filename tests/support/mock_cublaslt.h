@@ -41,6 +41,10 @@ void set_no_algorithms(bool none);
 // When set, heuristics find no algorithm for the bias-gradient epilogues
 // (BGRADB, DGELU_BGRAD) only, as a cuBLASLt without them for the types would.
 void set_no_bias_grad_algorithms(bool none);
+// When set, heuristics find no algorithm for DGELU_BGRAD with its sums in
+// f32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) beside a half output: the sums
+// only in the output's type, as the header documents for bias gradients.
+void set_no_f32_bias_grad_algorithms(bool none);
 // The algorithms heuristics offer, best first by their ranking: one per
 // entry, each product run with algorithm i taking at least delays_ms[i] of
 // its stream's time (one algorithm taking no time after reset()). Every

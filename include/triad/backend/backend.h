@@ -145,11 +145,11 @@ class Backend {
                                       Tensor& dpre);
   // gelu_linear_input_grad, and where the backend gets them from the same
   // pass, dpre's column sums (the bias gradient of the layer whose output
-  // pre is) into `sums` (in, f32): true when it wrote them, false when only
-  // dpre was computed (the default; the CUDA backend with
+  // pre is): (in) in f32 or in dpre's dtype, or an undefined tensor when
+  // only dpre was computed (the default; the CUDA backend with
   // GemmSettings::dgelu_bias_grad_epilogue sums in the GEMM's epilogue).
-  virtual bool gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w,
-                                                const Tensor& pre, Tensor& dpre, Tensor& sums);
+  virtual Tensor gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w,
+                                                  const Tensor& pre, Tensor& dpre);
 
   // x (N, C); weight, bias (C); mean, rstd (N) in stat_dtype. The scale is
   // weight_offset + weight, the sum formed in the computation's precision

@@ -123,7 +123,9 @@ struct GemmSettings {
   // With `epilogues`: the bias gradient of the layer before a GELU (GPT-2's
   // MLP's first) from the next layer's input-gradient GEMM, whose epilogue
   // already applies GELU's derivative (cuBLASLt's DGELU_BGRAD, its sums in
-  // f32); false (the default until it is timed on a GPU): the column-sum
+  // f32, or in the gradient's own type where cuBLASLt has no f32 sums for
+  // the problem, as a bf16 bias's gradient is under PyTorch's autocast);
+  // false (the default until it is timed on a GPU): the column-sum
   // kernel over that gradient. Where cuBLASLt has no such algorithm, or the
   // gradient reaching the layer is not the one the epilogue summed (another
   // use of the activation added to it), the column sums run as before.

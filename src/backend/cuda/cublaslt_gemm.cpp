@@ -183,7 +183,8 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
                 alignment,
                 static_cast<int>(epilogue.kind),
                 static_cast<int>(reduction),
-                autotune_ > 1 ? autotune_ : 1};
+                autotune_ > 1 ? autotune_ : 1,
+                epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad && epilogue.bias_grad_f32};
   auto it = cache_.find(key);
   if (it != cache_.end()) return *it->second;
   auto known = unsupported_.find(key);
@@ -219,7 +220,7 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
   check_lt(cublaslt().MatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
                                              sizeof(ep)),
            "desc epilogue");
-  if (epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad) {
+  if (epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad && epilogue.bias_grad_f32) {
     // The bias gradient's sums in f32 whatever the output's type (by
     // default cuBLASLt writes them in it).
     const int32_t bias_type = CUDA_R_32F;
@@ -269,7 +270,8 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
         : epilogue.kind == GemmEpilogue::Kind::DGelu    ? " with a GELU-derivative epilogue"
         : epilogue.kind == GemmEpilogue::Kind::BiasGrad ? " with a bias-gradient epilogue"
         : epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad
-            ? " with a GELU-derivative and f32 bias-gradient epilogue"
+            ? (epilogue.bias_grad_f32 ? " with a GELU-derivative and f32 bias-gradient epilogue"
+                                      : " with a GELU-derivative and bias-gradient epilogue")
             : " with a bias + GELU epilogue";
     const std::string why =
         "gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) + ", n " +

@@ -36,14 +36,15 @@ namespace triad::detail {
 // type (cuBLASLt's BGRADB; overwritten, never added to); DGeluBiasGrad is
 // DGelu that also writes the output's sums over each column-major row
 // (Triad's column sums of the GELU input's gradient, a linear layer's bias
-// gradient: plan.m elements) to `bias_grad` in f32 (cuBLASLt's
-// DGELU_BGRAD; overwritten).
+// gradient: plan.m elements) to `bias_grad`, in f32 or (bias_grad_f32
+// false) the output's type (cuBLASLt's DGELU_BGRAD; overwritten).
 struct GemmEpilogue {
   enum class Kind : uint8_t { None, Bias, BiasGelu, DGelu, BiasGrad, DGeluBiasGrad };
   Kind kind = Kind::None;
   const void* bias = nullptr;
   void* gelu_input = nullptr;
   void* bias_grad = nullptr;
+  bool bias_grad_f32 = true;  // (DGeluBiasGrad)
 };
 
 // The operands' element types: a and b share `inputs`; c is `output`,
@@ -100,7 +101,7 @@ class CublasLtGemm {
  private:
   struct Cached;
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int>;
+                         int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, bool>;
   Cached& lookup(const GemmPlan& plan, GemmTypes types, int alignment, const GemmEpilogue& epilogue,
                  GemmReduction reduction);
   void tune(Cached& e, const GemmPlan& plan, GemmTypes types, const void* a, const void* b, void* c,

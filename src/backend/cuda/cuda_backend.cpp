@@ -639,41 +639,48 @@ void CudaBackend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, cons
   }
 }
 
-bool CudaBackend::gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w,
-                                                   const Tensor& pre, Tensor& dpre, Tensor& sums) {
+Tensor CudaBackend::gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w,
+                                                     const Tensor& pre, Tensor& dpre) {
   // cuBLASLt's DGELU_BGRAD: the GELU derivative, and dpre's column sums (the
-  // layer before's bias gradient) in f32 from the same epilogue, where the
+  // layer before's bias gradient) from the same epilogue, where the
   // column-sum kernel would read dpre again (GPT-2 350M: 24 sums of 16384 x
-  // 4096 a step). Only where the GELU-derivative product itself would fuse,
-  // and the setting asks for it; otherwise dpre alone.
+  // 4096 a step). The sums in f32; where cuBLASLt has that for no algorithm
+  // of the problem, in dpre's own type (bf16 sums over the rows, rounded
+  // once, as a bf16 bias's gradient is under PyTorch's autocast). Only where
+  // the GELU-derivative product itself would fuse, and the setting asks for
+  // it; otherwise dpre alone.
   const cuda::GemmSettings settings = cuda::gemm_settings();
   const bool fusable = settings.dgelu_bias_grad_epilogue && dpre.numel() > 0 && dy.size(1) > 0 &&
                        (dpre.dtype() == DType::F32 || is_half(dpre.dtype())) &&
                        dy.dtype() == dpre.dtype() && w.dtype() == dpre.dtype() &&
-                       pre.dtype() == dpre.dtype() && sums.dtype() == DType::F32 &&
-                       sums.is_contiguous() && sums.shape() == Shape{dpre.size(-1)} &&
-                       sums.device() == dpre.device() && epilogues_allowed(settings, dpre.dtype());
+                       pre.dtype() == dpre.dtype() && epilogues_allowed(settings, dpre.dtype());
   const GemmPlan plan = plan_gemm(dy.shape(), w.shape(), dpre.shape(), false, false);
   if (!fusable || plan.batch != 1 || plan.out.ld % 8 != 0) {
     gelu_linear_input_grad(dy, w, pre, dpre);
-    return false;
+    return Tensor();
   }
   DeviceState& s = state(dpre.device().index);
   DeviceGuard g(s.index);
-  try {
-    OpTimer timer(s.index, s.stream, "gelu_linear_input_grad_bias_sums");
-    GemmEpilogue ep;
-    ep.kind = GemmEpilogue::Kind::DGeluBiasGrad;
-    ep.gelu_input = pre.raw_data();
-    ep.bias_grad = sums.raw_data();
-    run_gemm(s, plan, dpre.dtype(), dy.raw_data(), w.raw_data(), dpre.raw_data(), 1.0, 0.0, ep,
-             reduction_of(settings), settings);
-    return true;
-  } catch (const NotSupportedError&) {
-    // (No such algorithm for these types: the product and the sums apart.)
-    gelu_linear_input_grad(dy, w, pre, dpre);
-    return false;
+  for (const bool f32 : {true, false}) {
+    if (!f32 && dpre.dtype() == DType::F32) break;  // (the same problem again)
+    Tensor sums = empty({dpre.size(-1)}, f32 ? DType::F32 : dpre.dtype(), dpre.device());
+    try {
+      OpTimer timer(s.index, s.stream, "gelu_linear_input_grad_bias_sums");
+      GemmEpilogue ep;
+      ep.kind = GemmEpilogue::Kind::DGeluBiasGrad;
+      ep.gelu_input = pre.raw_data();
+      ep.bias_grad = sums.raw_data();
+      ep.bias_grad_f32 = f32;
+      run_gemm(s, plan, dpre.dtype(), dy.raw_data(), w.raw_data(), dpre.raw_data(), 1.0, 0.0, ep,
+               reduction_of(settings), settings);
+      return sums;
+    } catch (const NotSupportedError&) {
+      // (No such algorithm for these types: the next, or the product and
+      // the sums apart.)
+    }
   }
+  gelu_linear_input_grad(dy, w, pre, dpre);
+  return Tensor();
 }
 
 void CudaBackend::linear_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& gw, Tensor& gb,

@@ -51,8 +51,8 @@ class CudaBackend final : public Backend {
                       Tensor* gelu_input) override;
   void gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
                               Tensor& dpre) override;
-  bool gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w, const Tensor& pre,
-                                        Tensor& dpre, Tensor& sums) override;
+  Tensor gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w, const Tensor& pre,
+                                          Tensor& dpre) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           Tensor& y, Tensor& mean, Tensor& rstd, double weight_offset) override;
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
