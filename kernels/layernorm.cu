@@ -48,6 +48,38 @@ constexpr bool holds_row(int64_t C) {
   return V == kPack<T> && C <= int64_t(kRowPacks) * 32 * V;
 }
 
+// The per-pack arithmetic both ways of walking a row share.
+// y = (x - mu) * rs * (w + woff) + b, into xv.
+template <int V>
+__device__ __forceinline__ void normalize_pack(float (&xv)[V], const float (&wv)[V],
+                                               const float (&bv)[V], float mu, float rs,
+                                               float woff) {
+  for (int k = 0; k < V; ++k) xv[k] = (xv[k] - mu) * rs * (wv[k] + woff) + bv[k];
+}
+// The backward's first pass: mg += dy * w', mgx += dy * w' * xhat.
+template <int V>
+__device__ __forceinline__ void add_row_means(const float (&g)[V], const float (&xv)[V],
+                                              const float (&wv)[V], float mu, float rs, float woff,
+                                              float& mg, float& mgx) {
+  for (int k = 0; k < V; ++k) {
+    const float gw = g[k] * (wv[k] + woff);
+    mg += gw;
+    mgx += gw * (xv[k] - mu) * rs;
+  }
+}
+// The backward's second pass: dx (into xv) + extra, calling
+// each(slot + k, dy, xhat) for each element.
+template <int V, class F>
+__device__ __forceinline__ void dx_pack(const float (&g)[V], float (&xv)[V], const float (&wv)[V],
+                                        const float (&extra)[V], float mu, float rs, float mg,
+                                        float mgx, float woff, int64_t slot, F&& each) {
+  for (int k = 0; k < V; ++k) {
+    const float xhat = (xv[k] - mu) * rs;
+    each(slot + k, g[k], xhat);
+    xv[k] = rs * (g[k] * (wv[k] + woff) - mg - xhat * mgx) + extra[k];
+  }
+}
+
 template <int V, class T>
 __device__ __forceinline__ void ln_forward_row(const T* xr, const T* w, const T* b, T* yr,
                                                float* mean, float* rstd, int64_t C, float eps,
@@ -88,7 +120,7 @@ __device__ __forceinline__ void ln_forward_row(const T* xr, const T* w, const T*
     load_n<V>(xr, i, xv);
     load_n<V>(w, i, wv);
     if (!rms) load_n<V>(b, i, bv);
-    for (int k = 0; k < V; ++k) xv[k] = (xv[k] - mu) * rs * (wv[k] + woff) + bv[k];
+    normalize_pack(xv, wv, bv, mu, rs, woff);
     store_n<V>(yr, i, xv);
   }
   if (lane == 0) {
@@ -159,7 +191,7 @@ __device__ __forceinline__ void ln_forward_row_held(const T* xr, const T* w, con
       unpack_n<V, T>(xb[p], xv);
       load_n<V>(w, i, wv);
       if (!rms) load_n<V>(b, i, bv);
-      for (int k = 0; k < V; ++k) xv[k] = (xv[k] - mu) * rs * (wv[k] + woff) + bv[k];
+      normalize_pack(xv, wv, bv, mu, rs, woff);
       store_n<V>(yr, i, xv);
     }
   }
@@ -213,11 +245,7 @@ __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T
     load_n<V>(gr, i, g);
     load_n<V>(xr, i, xv);
     load_n<V>(w, i, wv);
-    for (int k = 0; k < V; ++k) {
-      const float gw = g[k] * (wv[k] + woff);
-      mg += gw;
-      mgx += gw * (xv[k] - mu) * rs;
-    }
+    add_row_means(g, xv, wv, mu, rs, woff, mg, mgx);
   }
   mg = mean ? warp_sum(mg) / static_cast<float>(C) : 0.0f;
   mgx = warp_sum(mgx) / static_cast<float>(C);
@@ -229,11 +257,7 @@ __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T
     load_n<V>(xr, i, xv);
     load_n<V>(w, i, wv);
     if (dsum) load_n<V>(dsum + row * C, i, extra);
-    for (int k = 0; k < V; ++k) {
-      const float xhat = (xv[k] - mu) * rs;
-      each(slot + k, g[k], xhat);
-      xv[k] = rs * (g[k] * (wv[k] + woff) - mg - xhat * mgx) + extra[k];
-    }
+    dx_pack(g, xv, wv, extra, mu, rs, mg, mgx, woff, slot, each);
     store_n<V>(out, i, xv);
   }
 }
@@ -266,11 +290,7 @@ __device__ __forceinline__ void ln_backward_row_held(const T* dy, const T* x, co
       unpack_n<V, T>(gb[p], g);
       unpack_n<V, T>(xb[p], xv);
       load_n<V>(w, i, wv);
-      for (int k = 0; k < V; ++k) {
-        const float gw = g[k] * (wv[k] + woff);
-        mg += gw;
-        mgx += gw * (xv[k] - mu) * rs;
-      }
+      add_row_means(g, xv, wv, mu, rs, woff, mg, mgx);
     }
   }
   mg = mean ? warp_sum(mg) / static_cast<float>(C) : 0.0f;
@@ -285,11 +305,7 @@ __device__ __forceinline__ void ln_backward_row_held(const T* dy, const T* x, co
       unpack_n<V, T>(xb[p], xv);
       load_n<V>(w, i, wv);
       if (dsum) unpack_n<V, T>(sb[p], extra);
-      for (int k = 0; k < V; ++k) {
-        const float xhat = (xv[k] - mu) * rs;
-        each(int64_t(p) * V + k, g[k], xhat);
-        xv[k] = rs * (g[k] * (wv[k] + woff) - mg - xhat * mgx) + extra[k];
-      }
+      dx_pack(g, xv, wv, extra, mu, rs, mg, mgx, woff, int64_t(p) * V, each);
       store_n<V>(out, i, xv);
     }
   }

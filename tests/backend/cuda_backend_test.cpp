@@ -2951,6 +2951,29 @@ TEST(CudaTraining, TheTrainerWaitsTwicePerStepWhateverTheMicroBatches) {
 #endif
 
 #ifdef TRIAD_CUDA_SIM
+// Three bf16 steps of a 2-layer GPT under `settings` in micro-batches of
+// `micro` sequences (2 a step), the stand-in cuBLASLt reset and then set up
+// by `mock_setup`: the losses, and the stand-in's counters in `seen`.
+std::vector<double> tiny_gpt_losses(const cuda::GemmSettings& settings, const std::string& tag,
+                                    int64_t micro, const std::function<void()>& mock_setup,
+                                    testing::mock_cublaslt::Counters* seen = nullptr) {
+  namespace mock = testing::mock_cublaslt;
+  const testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 96, seq_len: 16, dropout: 0.0}";
+  cuda::set_gemm_settings(settings);
+  mock::reset();
+  if (mock_setup) mock_setup();
+  train::Trainer t(train_config(dir, model, "cuda", "bf16", 3, 2, 96, tag, micro));
+  std::vector<double> out = losses_of(t, 3);
+  cuda::synchronize(0);
+  if (seen) *seen = mock::counters();
+  mock::reset();
+  return out;
+}
+#endif
+
+#ifdef TRIAD_CUDA_SIM
 // cuda::GemmSettings::autotune: every distinct product of a bf16 training
 // step is timed once among the heuristic's candidates (here the first made
 // slow, so the second wins each time), weight gradients added into their
@@ -2961,20 +2984,10 @@ TEST(CudaTraining, TheTrainerWaitsTwicePerStepWhateverTheMicroBatches) {
 TEST(CudaTraining, AutotunedProductsTrainToTheSameLosses) {
   namespace mock = testing::mock_cublaslt;
   const GemmSettingsScope restore;
-  testing::TempDir dir;
-  const std::string model =
-      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 96, seq_len: 16, dropout: 0.0}";
   auto losses = [&](int candidates, const std::string& tag) {
     cuda::GemmSettings settings = cuda::gemm_settings();
     settings.autotune = candidates;
-    cuda::set_gemm_settings(settings);
-    mock::reset();
-    mock::set_algorithms({2.0, 0.0});
-    train::Trainer t(train_config(dir, model, "cuda", "bf16", 3, 2, 96, tag));
-    std::vector<double> out = losses_of(t, 3);
-    cuda::synchronize(0);
-    mock::reset();
-    return out;
+    return tiny_gpt_losses(settings, tag, 0, [] { mock::set_algorithms({2.0, 0.0}); });
   };
   const cuda::GemmTuning before = cuda::gemm_tuning(0);
   const std::vector<double> plain = losses(0, "plain");
@@ -3009,21 +3022,13 @@ TEST(CudaTraining, AutotunedProductsTrainToTheSameLosses) {
 // product per layer and micro-batch, its sums in f32), and train to the
 // losses of the column sums: bf16, two micro-batches a step.
 TEST(CudaTraining, BiasGradientsFromTheGeluDerivativeProductsTrainAlike) {
-  namespace mock = testing::mock_cublaslt;
   const GemmSettingsScope restore;
-  testing::TempDir dir;
-  const std::string model =
-      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 96, seq_len: 16, dropout: 0.0}";
   auto losses = [&](bool epilogue, const std::string& tag, int64_t* fused) {
     cuda::GemmSettings settings;
     settings.dgelu_bias_grad_epilogue = epilogue;
-    cuda::set_gemm_settings(settings);
-    mock::reset();
-    train::Trainer t(train_config(dir, model, "cuda", "bf16", 3, 2, 96, tag, 1));
-    std::vector<double> out = losses_of(t, 3);
-    cuda::synchronize(0);
-    *fused = mock::counters().f32_bias_grad_matmuls;
-    mock::reset();
+    testing::mock_cublaslt::Counters seen;
+    std::vector<double> out = tiny_gpt_losses(settings, tag, 1, nullptr, &seen);
+    *fused = seen.f32_bias_grad_matmuls;
     return out;
   };
   int64_t plain_fused = -1, fused = -1;
