@@ -78,9 +78,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 // The sums the second layer of a LinearGelu pair's input-gradient call
 // left for the first layer's bias: of `grad` (pre's gradient as that call
-// made it), in f32 or grad's dtype. The first layer's backward takes them only if the gradient
-// it receives is that very tensor (the engine never changes a gradient in
-// place: another use of pre would have made a new sum), and clears them.
+// made it), in f32 or grad's dtype. The first layer's backward takes them
+// only if the gradient it receives is that very tensor (the engine never
+// changes a gradient in place: another use of pre would have made a new
+// sum), and clears them.
 struct detail::FusedBiasSums {
   Tensor grad;
   Tensor sums;
