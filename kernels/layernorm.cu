@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -29,6 +30,8 @@ constexpr int64_t kChunks = 64;   // row chunks of the column-sum stage
 constexpr int kFusedWarps = 4;
 constexpr int64_t kFusedBlocks = 512;
 constexpr int64_t kFusedMaxC = 48 * 1024 / (2 * kFusedWarps * int64_t(sizeof(float)));
+// The widest row whose dx column sums (a third slice) fit as well.
+constexpr int64_t kDxSumsMaxC = 48 * 1024 / (3 * kFusedWarps * int64_t(sizeof(float)));
 
 // Each lane of a row's warp takes the packs of V columns at lane * V, then
 // every 32 * V columns after (V divides C; the launcher checks alignment).
@@ -68,15 +71,15 @@ __device__ __forceinline__ void add_row_means(const float (&g)[V], const float (
   }
 }
 // The backward's second pass: dx (into xv) + extra, calling
-// each(slot + k, dy, xhat) for each element.
+// each(slot + k, dy, xhat, dx) for each element.
 template <int V, class F>
 __device__ __forceinline__ void dx_pack(const float (&g)[V], float (&xv)[V], const float (&wv)[V],
                                         const float (&extra)[V], float mu, float rs, float mg,
                                         float mgx, float woff, int64_t slot, F&& each) {
   for (int k = 0; k < V; ++k) {
     const float xhat = (xv[k] - mu) * rs;
-    each(slot + k, g[k], xhat);
     xv[k] = rs * (g[k] * (wv[k] + woff) - mg - xhat * mgx) + extra[k];
+    each(slot + k, g[k], xhat, xv[k]);
   }
 }
 
@@ -318,32 +321,35 @@ __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const
   const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
   if (row >= N) return;
   ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, threadIdx.x & 31, woff,
-                     [](int64_t, float, float) {});
+                     [](int64_t, float, float, float) {});
 }
 
 // dx for rows blockIdx.x * kFusedWarps + warp, then every gridDim.x *
 // kFusedWarps rows after, and part_w/part_b[blockIdx.x][c]: the column sums
 // of dy * xhat and dy over the block's rows, in a fixed order (part_b null
 // for RMSNorm, whose warps then keep one sum per column).
-template <class T, int V, bool Held>
+template <class T, int V, bool Held, bool SumDx>
 __global__ void __launch_bounds__(32 * kFusedWarps)
     ln_backward_fused_kernel(const T* dy, const T* x, const T* w, const float* mean,
                              const float* rstd, T* dx, int64_t N, int64_t C, const T* dsum,
-                             float* part_w, float* part_b, float woff) {
-  extern __shared__ float sums[];  // [warp][2][slot][lane]: the weight, then bias sums
+                             float* part_w, float* part_b, float* part_d, float woff) {
+  // [warp][slice][slot][lane]: the weight's sums, then the bias's, then dx's.
+  extern __shared__ float sums[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t slice = slots_per_lane(C, V) * 32;
-  const int per_warp = part_b ? 2 : 1;
+  const int d_slice = part_b ? 2 : 1, per_warp = d_slice + (SumDx ? 1 : 0);
   float* sw = sums + warp * per_warp * slice;
   float* sb = part_b ? sw + slice : nullptr;
+  float* sd = sw + d_slice * slice;  // (SumDx)
   // A lane only ever touches its own column [slot][lane] of its warp's
   // slice, so the slice needs no synchronisation until the block sums it.
   for (int64_t i = lane; i < per_warp * slice; i += 32) sw[i] = 0.0f;
   const int64_t stride = int64_t(gridDim.x) * kFusedWarps;
   for (int64_t row = blockIdx.x * int64_t(kFusedWarps) + warp; row < N; row += stride) {
-    auto each = [sw, sb, lane](int64_t slot, float g, float xhat) {
+    auto each = [sw, sb, sd, lane](int64_t slot, float g, float xhat, float dxv) {
       sw[slot * 32 + lane] += g * xhat;
       if (sb) sb[slot * 32 + lane] += g;
+      if constexpr (SumDx) sd[slot * 32 + lane] += dxv;
     };
     if constexpr (Held) {
       ln_backward_row_held<V>(dy, x, w, mean, rstd, dx, C, dsum, row, lane, woff, each);
@@ -354,13 +360,15 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
   __syncthreads();
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const int64_t at = slot_index(c, V);
-    float a = 0, b = 0;
+    float a = 0, b = 0, d = 0;
     for (int k = 0; k < kFusedWarps; ++k) {
       a += sums[k * per_warp * slice + at];
-      if (part_b) b += sums[(k * 2 + 1) * slice + at];
+      if (part_b) b += sums[(k * per_warp + 1) * slice + at];
+      if constexpr (SumDx) d += sums[(k * per_warp + d_slice) * slice + at];
     }
     part_w[blockIdx.x * C + c] = a;
     if (part_b) part_b[blockIdx.x * C + c] = b;
+    if constexpr (SumDx) part_d[blockIdx.x * C + c] = d;
   }
 }
 
@@ -407,22 +415,26 @@ __global__ void __launch_bounds__(kTilePacks* kRowGroups)
 // null for RMSNorm.
 template <class D>
 __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
-    ln_backward_finish_kernel(const float* part_w, const float* part_b, D* dw, D* db, int64_t C,
-                              int64_t chunks, float beta) {
+    ln_backward_finish_kernel(const float* part_w, const float* part_b, const float* part_d, D* dw,
+                              D* db, float* dx_sums, int64_t C, int64_t chunks, float beta) {
   __shared__ float sw_all[kFinishSlices * kFinishCols], sb_all[kFinishSlices * kFinishCols];
+  __shared__ float sd_all[kFinishSlices * kFinishCols];
   const int col = threadIdx.x % kFinishCols, slice = threadIdx.x / kFinishCols;
   const int64_t c = blockIdx.x * int64_t(kFinishCols) + col;
-  float sw = 0, sb = 0;
+  float sw = 0, sb = 0, sd = 0;
   if (c < C) {
 #pragma unroll kFinishUnroll
     for (int64_t k = slice; k < chunks; k += kFinishSlices) {
       sw += part_w[k * C + c];
       if (part_b) sb += part_b[k * C + c];
+      if (part_d) sd += part_d[k * C + c];
     }
   }
   sw = add_slices(sw, sw_all);
   if (part_b) sb = add_slices(sb, sb_all);
+  if (part_d) sd = add_slices(sd, sd_all);
   if (slice != 0 || c >= C) return;
+  if (part_d) dx_sums[c] = sd;  // (this backward's own sums: stored, never added)
   if (beta != 0.0f) {
     sw = beta * static_cast<float>(load(dw, c)) + sw;
     if (db) sb = beta * static_cast<float>(load(db, c)) + sb;
@@ -490,25 +502,31 @@ void norm_forward(const char* name, const void* x, const void* weight, const voi
 // it loops; the f32 kernels use no more). On the H200 at C 1024 that is 6
 // blocks of 4 warps on each multiprocessor; the fixed 512 the kernel once
 // had left them 3.9. The count, and so the order the partial sums are added
-// in, depends on the device and the shape only. Asked once per device and
-// width: every backward sizes its workspace and its grid by it.
-int64_t fused_blocks(int64_t C) {
+// in, depends on the device and the shape only. Asked once per device, width
+// and number of sums (`dx_sums`: dx's column sums as well, a third slice of
+// shared memory): every backward sizes its workspace and its grid by it.
+int64_t fused_blocks(int64_t C, bool dx_sums) {
   static std::mutex mutex;
-  static std::map<std::pair<int, int64_t>, int64_t> known;  // by (device, C)
+  static std::map<std::tuple<int, int64_t, bool>, int64_t> known;  // by (device, C, dx_sums)
   int device = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
     return kFusedBlocks;
   }
   std::lock_guard<std::mutex> lock(mutex);
-  const auto it = known.find({device, C});
+  const auto it = known.find({device, C, dx_sums});
   if (it != known.end()) return it->second;
   const int64_t slots =
       std::max({slots_per_lane(C, 1), slots_per_lane(C, 4), slots_per_lane(C, 8)});
-  const size_t smem = static_cast<size_t>(2 * kFusedWarps * slots * 32) * sizeof(float);
+  const size_t smem =
+      static_cast<size_t>((dx_sums ? 3 : 2) * kFusedWarps * slots * 32) * sizeof(float);
   using B = __nv_bfloat16;
-  const auto kernel = holds_row<B, kPack<B>>(C) ? ln_backward_fused_kernel<B, kPack<B>, true>
-                                                : ln_backward_fused_kernel<B, kPack<B>, false>;
+  constexpr int V = kPack<B>;
+  const bool held = holds_row<B, V>(C);
+  const auto kernel = dx_sums ? (held ? ln_backward_fused_kernel<B, V, true, true>
+                                      : ln_backward_fused_kernel<B, V, false, true>)
+                              : (held ? ln_backward_fused_kernel<B, V, true, false>
+                                      : ln_backward_fused_kernel<B, V, false, false>);
   // (Beyond 48 KiB a launch would need the attribute set; kFusedMaxC keeps
   // the sums below it.)
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
@@ -518,14 +536,14 @@ int64_t fused_blocks(int64_t C) {
     cudaGetLastError();
     return kFusedBlocks;
   }
-  return known[{device, C}] = int64_t(sms) * per_sm;
+  return known[{device, C, dx_sums}] = int64_t(sms) * per_sm;
 }
 
 // Partial rows of the column sums: the fused kernel's blocks, or the
 // three-launch path's row chunks.
-int64_t partial_rows(int64_t N, int64_t C) {
+int64_t partial_rows(int64_t N, int64_t C, bool dx_sums) {
   if (C <= kFusedMaxC) {
-    return std::min<int64_t>(fused_blocks(C),
+    return std::min<int64_t>(fused_blocks(C, dx_sums),
                              std::max<int64_t>((N + kFusedWarps - 1) / kFusedWarps, 1));
   }
   return std::min<int64_t>(kChunks, std::max<int64_t>(N, 1));
@@ -535,13 +553,20 @@ int64_t partial_rows(int64_t N, int64_t C) {
 void norm_backward(const char* name, const void* dy, const void* x, const void* weight,
                    const float* mean, const float* rstd, void* dx, void* dweight, void* dbias,
                    ScalarType type, int64_t N, int64_t C, void* workspace, cudaStream_t stream,
-                   const void* dsum, bool f32_param_grads, double beta, double weight_offset) {
+                   const void* dsum, bool f32_param_grads, double beta, double weight_offset,
+                   float* dx_sums) {
   require(check_layer_norm(type, N, C, 1.0), name);
   if (!workspace) throw std::invalid_argument(std::string(name) + ": workspace is null");
-  const int64_t chunks = partial_rows(N, C);
+  if (dx_sums && C > kDxSumsMaxC) {
+    throw std::invalid_argument(std::string(name) + ": dx's column sums of rows of " +
+                                std::to_string(C) + " (at most " + std::to_string(kDxSumsMaxC) +
+                                " columns)");
+  }
+  const int64_t chunks = partial_rows(N, C, dx_sums != nullptr);
   const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
   float* part_w = static_cast<float*>(workspace);
   float* part_b = mean ? part_w + chunks * C : nullptr;
+  float* part_d = dx_sums ? part_w + 2 * chunks * C : nullptr;
   const bool fused = C <= kFusedMaxC;
   dispatch_nn(type, name, [&](auto t) {
     using T = decltype(t);
@@ -554,18 +579,26 @@ void norm_backward(const char* name, const void* dy, const void* x, const void* 
       constexpr int V = decltype(v)::value;
       if (fused) {
         // (With no rows the blocks still write their zero partial sums.)
+        const int slices = (part_b ? 2 : 1) + (part_d ? 1 : 0);
         const size_t smem =
-            static_cast<size_t>((part_b ? 2 : 1) * kFusedWarps * slots_per_lane(C, V) * 32) *
-            sizeof(float);
+            static_cast<size_t>(slices * kFusedWarps * slots_per_lane(C, V) * 32) * sizeof(float);
         auto run = [&](auto kernel) {
           kernel<<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream>>>(
-              pdy, px, pw, mean, rstd, pdx, N, C, pds, part_w, part_b,
+              pdy, px, pw, mean, rstd, pdx, N, C, pds, part_w, part_b, part_d,
               static_cast<float>(weight_offset));
         };
-        if constexpr (V == kPack<T>) {
-          if (holds_row<T, V>(C)) return run(ln_backward_fused_kernel<T, V, true>);
+        auto run_held = [&](auto sum_dx) {
+          constexpr bool D = decltype(sum_dx)::value;
+          if constexpr (V == kPack<T>) {
+            if (holds_row<T, V>(C)) return run(ln_backward_fused_kernel<T, V, true, D>);
+          }
+          run(ln_backward_fused_kernel<T, V, false, D>);
+        };
+        if (part_d) {
+          run_held(std::true_type{});
+        } else {
+          run_held(std::false_type{});
         }
-        run(ln_backward_fused_kernel<T, V, false>);
       } else if (N > 0) {
         const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
         ln_backward_dx_kernel<T, V><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
@@ -593,20 +626,24 @@ void norm_backward(const char* name, const void* dy, const void* x, const void* 
     const unsigned col_blocks = static_cast<unsigned>((C + kFinishCols - 1) / kFinishCols);
     if (f32_param_grads) {
       ln_backward_finish_kernel<float><<<col_blocks, kFinishCols * kFinishSlices, 0, stream>>>(
-          part_w, part_b, static_cast<float*>(dweight), static_cast<float*>(dbias), C, chunks,
-          static_cast<float>(beta));
+          part_w, part_b, part_d, static_cast<float*>(dweight), static_cast<float*>(dbias), dx_sums,
+          C, chunks, static_cast<float>(beta));
     } else {
       ln_backward_finish_kernel<T><<<col_blocks, kFinishCols * kFinishSlices, 0, stream>>>(
-          part_w, part_b, static_cast<T*>(dweight), static_cast<T*>(dbias), C, chunks,
-          static_cast<float>(beta));
+          part_w, part_b, part_d, static_cast<T*>(dweight), static_cast<T*>(dbias), dx_sums, C,
+          chunks, static_cast<float>(beta));
     }
   });
   check_launch(name);
 }
 }  // namespace
 
-size_t layer_norm_backward_workspace(int64_t N, int64_t C) {
-  return static_cast<size_t>(2 * partial_rows(N, C) * C) * sizeof(float);
+size_t layer_norm_backward_workspace(int64_t N, int64_t C, bool dx_sums) {
+  return static_cast<size_t>((dx_sums ? 3 : 2) * partial_rows(N, C, dx_sums) * C) * sizeof(float);
+}
+
+bool layer_norm_backward_sums_dx(int64_t C) {
+  return C > 0 && C <= kDxSumsMaxC;
 }
 
 void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, float* mean,
@@ -621,11 +658,11 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
                          int64_t N, int64_t C, void* workspace, cudaStream_t stream,
-                         const void* dsum, bool f32_param_grads, double beta,
-                         double weight_offset) {
+                         const void* dsum, bool f32_param_grads, double beta, double weight_offset,
+                         float* dx_sums) {
   if (!mean || !dbias) throw std::invalid_argument("layer_norm_backward: mean and dbias are null");
   norm_backward("layer_norm_backward", dy, x, weight, mean, rstd, dx, dweight, dbias, type, N, C,
-                workspace, stream, dsum, f32_param_grads, beta, weight_offset);
+                workspace, stream, dsum, f32_param_grads, beta, weight_offset, dx_sums);
 }
 
 void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
@@ -640,7 +677,7 @@ void rms_norm_backward(const void* dy, const void* x, const void* weight, const 
                        void* workspace, cudaStream_t stream, const void* dsum, bool f32_param_grads,
                        double beta, double weight_offset) {
   norm_backward("rms_norm_backward", dy, x, weight, nullptr, rstd, dx, dweight, nullptr, type, N, C,
-                workspace, stream, dsum, f32_param_grads, beta, weight_offset);
+                workspace, stream, dsum, f32_param_grads, beta, weight_offset, nullptr);
 }
 
 }  // namespace triad::kernels

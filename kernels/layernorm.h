@@ -22,8 +22,12 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
                         cudaStream_t stream, const void* residual = nullptr, void* sum = nullptr,
                         double weight_offset = 0.0);
 
-// Bytes of device scratch layer_norm_backward needs for (N, C).
-size_t layer_norm_backward_workspace(int64_t N, int64_t C);
+// Bytes of device scratch layer_norm_backward needs for (N, C), with or
+// without dx's column sums.
+size_t layer_norm_backward_workspace(int64_t N, int64_t C, bool dx_sums = false);
+// Whether layer_norm_backward can sum dx's columns for rows of C (up to
+// 1024: the sums' third slice of shared memory must fit beside the others).
+bool layer_norm_backward_sums_dx(int64_t C);
 // dweight = beta * dweight + the weight gradient, dbias likewise (beta 0:
 // overwritten, their contents never read); they are of the tensor type, or
 // f32 with f32_param_grads (the f32 gradients of half parameters). The
@@ -31,11 +35,15 @@ size_t layer_norm_backward_workspace(int64_t N, int64_t C);
 // order), so results are deterministic. With `dsum` (N, C; the gradient
 // the fused sum gets from its other uses), dx = LayerNorm's input gradient
 // + dsum. weight_offset as in the forward (the offset has no gradient).
+// With `dx_sums` (C f32, layer_norm_backward_sums_dx(C); the workspace sized
+// for them), dx's column sums too, from the values before they are rounded
+// to the type, in a fixed order; stored, never added to (the bias gradient
+// of the layer whose output was the residual).
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
                          int64_t N, int64_t C, void* workspace, cudaStream_t stream,
                          const void* dsum = nullptr, bool f32_param_grads = false,
-                         double beta = 0.0, double weight_offset = 0.0);
+                         double beta = 0.0, double weight_offset = 0.0, float* dx_sums = nullptr);
 
 // RMSNorm (LLaMA's), LayerNorm's kernels with the mean taken as 0 and no
 // bias: y = x * rstd * (weight_offset + w), rstd = 1/sqrt(mean(x^2) + eps),

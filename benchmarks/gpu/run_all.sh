@@ -18,8 +18,9 @@
 #      (memory saved, time spent), with bf16 moments and gradients (memory
 #      saved), as a mixture of experts, 350M with its products' algorithms
 #      autotuned, 350M with its MLPs' first bias gradients from the
-#      GELU-derivative GEMM's epilogue, 350M with its bias gradients from
-#      the weight GEMM's epilogue (neither by the column-sum kernel), and
+#      GELU-derivative GEMM's epilogue, 350M with its projections' bias
+#      gradients from the add-norm backward, 350M with its bias gradients
+#      from the weight GEMM's epilogue (none by the column-sum kernel), and
 #      both models with cuDNN's
 #      non-deterministic attention backward,
 #   6. runs the collective benchmark through the NCCL group (one rank).
@@ -332,6 +333,11 @@ bench_train --preset 350m --batch "$(batch_of 350m)" --gemm-autotune 8 --profile
 # its profile's gelu_linear_input_grad_bias_sums against the default run's
 # gelu_linear_input_grad plus the 4C-wide sum_rows_into calls.
 bench_train --preset 350m --batch "$(batch_of 350m)" --dgelu-bias-grad-epilogue --profile-steps 3
+# 350M with the output projections' bias gradients from the add-norm
+# backward's sums (cuda::set_add_norm_bias_sums), not the column-sum kernel:
+# its layer_norm_backward_dx_sums against the default run's
+# layer_norm_backward plus the C-wide sum_rows_into calls.
+bench_train --preset 350m --batch "$(batch_of 350m)" --add-norm-bias-sums --profile-steps 3
 batch=$(batch_of 124m)
 # GPT-2's own vocabulary (50257, odd): linear_cross_entropy's padded logits
 # rows and zero-padded weight copy keep it near the padded 50304's speed

@@ -62,6 +62,10 @@ int run(int argc, char** argv) {
                "the MLPs' first bias gradients from the GELU-derivative GEMM's epilogue "
                "(cuBLASLt's DGELU_BGRAD; cuda::GemmSettings::dgelu_bias_grad_epilogue), not by "
                "the column-sum kernel");
+  bool add_norm_bias_sums = false;
+  app.add_flag("--add-norm-bias-sums", add_norm_bias_sums,
+               "the output projections' bias gradients from the add-norm backward's sums "
+               "(cuda::set_add_norm_bias_sums), not by the column-sum kernel");
   int gemm_autotune = 0;
   app.add_option("--gemm-autotune", gemm_autotune,
                  "time up to this many of cuBLASLt's candidate algorithms on each product's "
@@ -97,6 +101,7 @@ int run(int argc, char** argv) {
 
   triad::cuda::set_attention_kernel(triad::cuda::attention_kernel_from_string(attention));
   triad::cuda::set_attention_deterministic(!nondeterministic);
+  triad::cuda::set_add_norm_bias_sums(add_norm_bias_sums);
   {
     triad::cuda::GemmSettings gemm = triad::cuda::gemm_settings();
     gemm.bias_grad_epilogue = bias_grad_epilogue;
@@ -206,6 +211,7 @@ int run(int argc, char** argv) {
                    {"attention_deterministic", !nondeterministic},
                    {"bias_grad_epilogue", bias_grad_epilogue},
                    {"dgelu_bias_grad_epilogue", dgelu_bias_grad_epilogue},
+                   {"add_norm_bias_sums", add_norm_bias_sums},
                    {"recompute", recompute},
                    {"moment_precision", moments},
                    {"grad_precision", grads},

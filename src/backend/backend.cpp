@@ -76,6 +76,15 @@ Tensor Backend::gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor&
   return Tensor();
 }
 
+Tensor Backend::layer_norm_backward_into_with_dx_sums(const Tensor& dy, const Tensor* dh,
+                                                      const Tensor& x, const Tensor& weight,
+                                                      const Tensor& mean, const Tensor& rstd,
+                                                      Tensor& dx, Tensor& dweight, Tensor& dbias,
+                                                      double beta, double weight_offset) {
+  layer_norm_backward_into(dy, dh, x, weight, mean, rstd, dx, dweight, dbias, beta, weight_offset);
+  return Tensor();
+}
+
 int64_t matrix_ld(const Tensor& t, const char* op) {
   if (t.is_contiguous()) return t.dim() == 0 ? 1 : std::max<int64_t>(1, t.size(-1));
   if (t.dim() == 2) {

@@ -105,7 +105,7 @@ LinearGelu Linear::forward_gelu(const Tensor& x, const DropoutDraw& draw) const 
   if (!has_lora()) return linear_gelu_parts(x, weight_, bias_);
   // (The adapters join the pre-activation, so GELU cannot be fused in.)
   const Tensor pre = forward(x, draw);
-  return {pre, gelu(pre), nullptr};
+  return {pre, gelu(pre)};
 }
 
 Tensor Linear::forward_after_gelu(const LinearGelu& in, const DropoutDraw& draw) const {

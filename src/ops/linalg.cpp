@@ -76,33 +76,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-// The sums the second layer of a LinearGelu pair's input-gradient call
-// left for the first layer's bias: of `grad` (pre's gradient as that call
-// made it), in f32 or grad's dtype. The first layer's backward takes them
-// only if the gradient it receives is that very tensor (the engine never
-// changes a gradient in place: another use of pre would have made a new
-// sum), and clears them.
-struct detail::FusedBiasSums {
-  Tensor grad;
-  Tensor sums;
-  Tensor take(const Tensor& g) {
-    Tensor out;
-    if (sums.defined() && grad.defined() && g.device() == grad.device() &&
-        g.dtype() == grad.dtype() && g.numel() == grad.numel() && g.raw_data() == grad.raw_data()) {
-      out = sums;
-    }
-    grad = Tensor();
-    sums = Tensor();
-    return out;
-  }
-};
+std::shared_ptr<detail::FusedBiasSums> detail::output_grad_sums_of(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad() || !t.grad_fn() || t.impl().output_nr != 0) return nullptr;
+  return t.grad_fn()->output_grad_sums;
+}
 
 namespace {
 
 struct LinearResult {
   Tensor y;
   Tensor pre;  // with gelu_out: the linear part's output, GELU's input
-  std::shared_ptr<detail::FusedBiasSums> bias_sums;
 };
 
 // linear, linear_gelu and linear_after_gelu: the checks, one fused backend
@@ -188,11 +171,10 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   // bias its column sums, the same way.
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
   const Tensor leaf_bias = has_bias && bias.requires_grad() && bias.is_leaf() ? bias : Tensor();
-  // A first layer before GELU whose bias takes a gradient: the second
-  // layer's input-gradient call may leave that gradient's sums here.
+  // A bias that takes a gradient: the op consuming the output may leave
+  // that gradient's column sums here (Node::output_grad_sums).
   std::shared_ptr<detail::FusedBiasSums> own_sums;
-  if (gelu_out && has_bias && bias.requires_grad())
-    own_sums = std::make_shared<detail::FusedBiasSums>();
+  if (has_bias && bias.requires_grad()) own_sums = std::make_shared<detail::FusedBiasSums>();
   auto weight_grad = [rows, out_f, in_f, leaf_weight, leaf_bias, need_w = weight.requires_grad(),
                       need_b = has_bias && bias.requires_grad(),
                       own_sums](const Tensor& x2, const TensorList& g) -> TensorList {
@@ -252,9 +234,11 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   if (has_bias) inputs.push_back(bias);
   std::vector<int> deferrable{1};
   if (has_bias) deferrable.push_back(2);
-  detail::record_layer("linear", inputs, {pre}, deferrable, input_grad, weight_grad, x2, comm);
+  auto node =
+      detail::record_layer("linear", inputs, {pre}, deferrable, input_grad, weight_grad, x2, comm);
+  if (node) node->output_grad_sums = std::move(own_sums);
   if (gelu_out) detail::record_gelu(pre, pre, y, GeluForm::Tanh);
-  return {y, gelu_out ? pre : Tensor(), std::move(own_sums)};
+  return {y, gelu_out ? pre : Tensor()};
 }
 
 }  // namespace
@@ -362,20 +346,20 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   LinearResult r = linear_core("linear_gelu", x, weight, bias, true, Tensor(), nullptr);
-  return {r.pre, r.y, std::move(r.bias_sums)};
+  return {r.pre, r.y};
 }
 
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias,
                              const InputGradComm& comm) {
   LinearResult r = linear_core("linear_gelu", x, weight, bias, true, Tensor(),
                                detail::checked_comm("linear_gelu", x, comm));
-  return {r.pre, r.y, std::move(r.bias_sums)};
+  return {r.pre, r.y};
 }
 
 Tensor linear_after_gelu(const LinearGelu& in, const Tensor& weight, const Tensor& bias) {
   detail::check_defined(in.pre, "linear_after_gelu", "pre");
   return linear_core("linear_after_gelu", in.act, weight, bias, false, in.pre, nullptr,
-                     in.bias_sums)
+                     detail::output_grad_sums_of(in.pre))
       .y;
 }
 

@@ -104,14 +104,27 @@ AddNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& we
   backend_for(x).add_layer_norm_forward(xc, rc, wc, bc, eps, h, y, mu, rs, weight_offset);
   Tensor hd = h.detach();
   const std::vector<Tensor> leaves = param_leaves(weight, bias);
+  // A residual that is a linear layer's output with a bias to train: its
+  // gradient is this backward's dx, whose column sums the backend may make
+  // in the same pass for that bias (detail::FusedBiasSums).
+  std::shared_ptr<detail::FusedBiasSums> sums = detail::output_grad_sums_of(residual);
   record("add_layer_norm", {x, residual, weight, bias}, {h, y},
-         [hd, wc, mu, rs, leaves, weight_offset](const TensorList& g) -> TensorList {
+         [hd, wc, mu, rs, leaves, weight_offset, sums](const TensorList& g) -> TensorList {
            Tensor dh = contiguous(g[0]), dy = contiguous(g[1]);
            Tensor dx = empty_like(hd);
            if (autograd::accumulate_into_leaf_grads(
                    leaves, [&](std::vector<Tensor>& acc, double beta) {
-                     backend_for(hd).layer_norm_backward_into(dy, &dh, hd, wc, mu, rs, dx, acc[0],
-                                                              acc[1], beta, weight_offset);
+                     if (!sums) {
+                       backend_for(hd).layer_norm_backward_into(dy, &dh, hd, wc, mu, rs, dx, acc[0],
+                                                                acc[1], beta, weight_offset);
+                       return;
+                     }
+                     Tensor col = backend_for(hd).layer_norm_backward_into_with_dx_sums(
+                         dy, &dh, hd, wc, mu, rs, dx, acc[0], acc[1], beta, weight_offset);
+                     if (col.defined()) {
+                       sums->grad = dx;
+                       sums->sums = col;
+                     }
                    })) {
              return {dx, dx, Tensor(), Tensor()};
            }

@@ -10,6 +10,32 @@
 
 namespace triad::detail {
 
+// The column sums of a linear layer's output gradient that the op consuming
+// that output made in its own backward pass (the next layer's
+// GELU-derivative product, the add-norm's backward), left for the layer's
+// bias: of `grad` (the gradient as that op made it), in f32 or grad's
+// dtype. The layer's backward takes them only if the gradient it receives
+// is that very tensor (the engine never changes a gradient in place:
+// another use of the output would have made a new sum), and clears them.
+// The layer's node holds it (Node::output_grad_sums).
+struct FusedBiasSums {
+  Tensor grad;
+  Tensor sums;
+  Tensor take(const Tensor& g) {
+    Tensor out;
+    if (sums.defined() && grad.defined() && g.device() == grad.device() &&
+        g.dtype() == grad.dtype() && g.numel() == grad.numel() && g.raw_data() == grad.raw_data()) {
+      out = sums;
+    }
+    grad = Tensor();
+    sums = Tensor();
+    return out;
+  }
+};
+// Where `t`'s gradient sums may be left: its producer's slot, if t is a
+// linear layer's output whose bias trains (else null).
+std::shared_ptr<FusedBiasSums> output_grad_sums_of(const Tensor& t);
+
 // `comm` if it has a start (else null), after checking that x, the input
 // the layer computes on, needs no gradient other than comm.source's.
 const InputGradComm* checked_comm(const char* op, const Tensor& x, const InputGradComm& comm);

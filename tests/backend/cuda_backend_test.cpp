@@ -1585,6 +1585,123 @@ TEST(CudaKernels, LayerNormBackwardFillsTheDeviceAndMatchesTheCpu) {
   }
 }
 
+// cuda::set_add_norm_bias_sums: the fused add-norm backward also gives its
+// input gradient's column sums (f32), in f32 and bf16, held and looped rows
+// (C 1024 and 768 packed, 40 and 37 not), equal to the column sums of the
+// dx it writes, with dx and the parameters' gradients as the CPU's; rows
+// wider than its shared memory allows, or the setting off: no sums, the
+// rest as before.
+TEST(CudaKernels, AddNormBackwardCanSumItsInputGradientsColumns) {
+  struct Restore {
+    ~Restore() { cuda::set_add_norm_bias_sums(false); }
+  } restore;
+  const int64_t N = 600;
+  for (DType d : {DType::F32, DType::BF16}) {
+    for (int64_t C : {int64_t{1024}, int64_t{768}, int64_t{40}, int64_t{37}, int64_t{1040}}) {
+      for (bool on : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(d)) + " C " + std::to_string(C) +
+                     (on ? "" : ", setting off"));
+        cuda::set_add_norm_bias_sums(on);
+        const Tensor x = cast(randn({N, C}, 41, 1), d), dy = cast(randn({N, C}, 41, 2), d);
+        const Tensor dh = cast(randn({N, C}, 41, 3), d), w = cast(randn({C}, 41, 4), d);
+        Tensor b = cast(randn({C}, 41, 5), d), y = empty({N, C}, d);
+        Tensor mean = empty({N}, DType::F32), rstd = empty({N}, DType::F32);
+        Backend& cpu = backend_for(DeviceType::CPU);
+        cpu.layer_norm_forward(x, w, b, 1e-5, y, mean, rstd, 0.0);
+        Tensor dx = empty({N, C}, d), dw = zeros({C}, DType::F32), db = zeros({C}, DType::F32);
+        cpu.layer_norm_backward_into(dy, &dh, x, w, mean, rstd, dx, dw, db, 0.0, 0.0);
+        auto g = [](const Tensor& t) { return to_device(t, kGpu); };
+        const Tensor gdh = g(dh);
+        Tensor gdx = empty({N, C}, d, kGpu), gdw = g(dw), gdb = g(db);
+        const Tensor sums =
+            backend_for(DeviceType::CUDA)
+                .layer_norm_backward_into_with_dx_sums(g(dy), &gdh, g(x), g(w), g(mean), g(rstd),
+                                                       gdx, gdw, gdb, 0.0, 0.0);
+        const double tol = d == DType::F32 ? 1e-4 : 1e-2;
+        expect_close(to_double_vector(gdx), to_double_vector(dx), tol, tol, "dx");
+        expect_close(to_double_vector(gdw), to_double_vector(dw), 1e-4, 1e-4, "dweight");
+        expect_close(to_double_vector(gdb), to_double_vector(db), 1e-4, 1e-4, "dbias");
+        ASSERT_EQ(sums.defined(), on && C <= 1024);
+        if (!sums.defined()) continue;
+        EXPECT_EQ(sums.dtype(), DType::F32);
+        // The sums of the values before dx's rounding: against the sums of
+        // the written (rounded) dx, bf16's rounding over N rows.
+        const std::vector<double> written = to_double_vector(gdx);
+        std::vector<double> want(static_cast<size_t>(C), 0.0);
+        for (int64_t r = 0; r < N; ++r)
+          for (int64_t c = 0; c < C; ++c)
+            want[static_cast<size_t>(c)] += written[static_cast<size_t>(r * C + c)];
+        const double stol = d == DType::F32 ? 1e-4 : 2e-2;
+        expect_close(to_double_vector(sums), want, stol, stol, "dx's column sums");
+      }
+    }
+  }
+}
+
+// The same through the ops: a linear layer's output added by add_layer_norm
+// (GPT's projections into the next norm); with the setting, the layer's
+// bias gradient comes from the norm's sums (no column-sum launch for it),
+// over two micro-batches, in f32 and bf16, equal to the CPU's; with the
+// output used again, the gradient reaching the layer is another tensor and
+// it sums its own.
+TEST(CudaRuntime, AProjectionsBiasGradientCanComeFromTheAddNormBackward) {
+  struct Restore {
+    ~Restore() {
+      cuda::set_add_norm_bias_sums(false);
+      cuda::set_op_profiling(false);
+    }
+  } restore;
+  const int64_t rows = 300, C = 32;
+  for (DType d : {DType::F32, DType::BF16}) {
+    for (bool used_again : {false, true}) {
+      auto grads = [&](Device dev, bool on, int64_t* norm_sums) {
+        cuda::set_add_norm_bias_sums(on);
+        auto leaf = [&](const Tensor& t) {
+          Tensor p = to_device(cast(t, d), dev).detach();
+          p.set_requires_grad(true);
+          return p;
+        };
+        Tensor w = leaf(randn({C, C}, 51, 1, 0.3)), b = leaf(randn({C}, 51, 2)),
+               lw = leaf(randn({C}, 51, 3)), lb = leaf(randn({C}, 51, 4));
+        if (dev.is_cuda()) {
+          cuda::set_op_profiling(true);
+          cuda::op_profile(0);  // (clears what came before)
+        }
+        for (uint64_t micro = 0; micro < 2; ++micro) {
+          const Tensor a = to_device(cast(randn({rows, C}, 52, micro), d), dev);
+          const Tensor stream = to_device(cast(randn({rows, C}, 53, micro), d), dev);
+          const Tensor r = to_device(cast(randn({rows, C}, 54, micro), d), dev);
+          const Tensor proj = linear(a, w, b);
+          const AddNorm o = add_layer_norm(stream, proj, lw, lb);
+          Tensor loss = add(sum(mul(o.norm, r)), sum(mul(o.sum, r)));
+          if (used_again) loss = add(loss, sum(mul(proj, proj)));
+          autograd::backward({loss});
+        }
+        if (dev.is_cuda()) {
+          *norm_sums = 0;
+          for (const cuda::OpTime& t : cuda::op_profile(0))
+            if (t.op == "layer_norm_backward_dx_sums") *norm_sums = t.calls;
+          cuda::set_op_profiling(false);
+        }
+        return std::vector<std::vector<double>>{
+            to_double_vector(b.grad()), to_double_vector(w.grad()), to_double_vector(lw.grad()),
+            to_double_vector(lb.grad())};
+      };
+      SCOPED_TRACE(std::string(dtype_name(d)) + (used_again ? ", output used again" : ""));
+      const auto cpu = grads(Device::cpu(), false, nullptr);
+      for (bool on : {false, true}) {
+        SCOPED_TRACE(on ? "norm's sums" : "column sums");
+        int64_t norm_sums = -1;
+        const auto gpu = grads(kGpu, on, &norm_sums);
+        EXPECT_EQ(norm_sums, on ? 2 : 0);
+        const double tol = d == DType::F32 ? 1e-4 : 3e-2;
+        const char* names[] = {"b", "w", "ln weight", "ln bias"};
+        for (size_t i = 0; i < cpu.size(); ++i) expect_close(gpu[i], cpu[i], tol, tol, names[i]);
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, AttentionBackwardIsDeterministic) {
   auto grads = [] {
     Tensor qkv = to_device(randn({2, 150, 3 * 128}, 3, 1, 1.0, DType::BF16), kGpu).detach();
@@ -3037,6 +3154,40 @@ TEST(CudaTraining, BiasGradientsFromTheGeluDerivativeProductsTrainAlike) {
   EXPECT_EQ(plain_fused, 0);
   // 2 layers x 2 micro-batches x 3 steps.
   EXPECT_EQ(fused, 2 * 2 * 3);
+  ASSERT_EQ(summed.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_NEAR(summed[i], plain[i], 1e-3 * std::abs(plain[i])) << "step " << i + 1;
+}
+#endif
+
+#ifdef TRIAD_CUDA_SIM
+// With cuda::set_add_norm_bias_sums a GPT's output projections (the
+// attention's into ln_2, the MLP's into the next block's ln_1 or ln_f) take
+// their bias gradients from the add-norm backward's sums: two such
+// backwards per layer and micro-batch; the losses are the column sums'.
+TEST(CudaTraining, ProjectionBiasGradientsFromTheAddNormBackwardTrainAlike) {
+  struct Restore {
+    ~Restore() {
+      cuda::set_add_norm_bias_sums(false);
+      cuda::set_op_profiling(false);
+    }
+  } restore;
+  auto losses = [&](bool on, const std::string& tag, int64_t* norm_sums) {
+    cuda::set_add_norm_bias_sums(on);
+    cuda::set_op_profiling(true);
+    cuda::op_profile(0);  // (clears what came before)
+    std::vector<double> out = tiny_gpt_losses(cuda::GemmSettings{}, tag, 1, nullptr);
+    *norm_sums = 0;
+    for (const cuda::OpTime& t : cuda::op_profile(0))
+      if (t.op == "layer_norm_backward_dx_sums") *norm_sums = t.calls;
+    cuda::set_op_profiling(false);
+    return out;
+  };
+  int64_t plain_sums = -1, sums = -1;
+  const std::vector<double> plain = losses(false, "norm_plain", &plain_sums);
+  const std::vector<double> summed = losses(true, "norm_summed", &sums);
+  EXPECT_EQ(plain_sums, 0);
+  EXPECT_EQ(sums, 2 * 2 * 2 * 3);  // 2 a layer, 2 layers, 2 micro-batches, 3 steps
   ASSERT_EQ(summed.size(), plain.size());
   for (size_t i = 0; i < plain.size(); ++i)
     EXPECT_NEAR(summed[i], plain[i], 1e-3 * std::abs(plain[i])) << "step " << i + 1;

@@ -93,7 +93,7 @@ TEST(LinearAfterGelu, AnMlpFusedOnBothSidesEqualsTheComposedOneBitForBit) {
 }
 
 TEST(LinearAfterGelu, NamesAMismatchedPreActivation) {
-  const LinearGelu in{randn({4, 5}, 8, 1), randn({4, 6}, 8, 2), nullptr};
+  const LinearGelu in{randn({4, 5}, 8, 1), randn({4, 6}, 8, 2)};
   try {
     linear_after_gelu(in, randn({3, 6}, 8, 3));
     FAIL() << "no error";

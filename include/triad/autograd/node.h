@@ -7,6 +7,10 @@
 
 #include "triad/core/tensor.h"
 
+namespace triad::detail {
+struct FusedBiasSums;  // (ops/op_nodes.h)
+}  // namespace triad::detail
+
 namespace triad::autograd {
 
 class Node;
@@ -50,6 +54,11 @@ class Node {
 
   std::vector<Edge> next_edges;
   std::vector<OutputMeta> outputs;
+  // A linear layer with a bias to train (ops/linalg.cpp): where the op that
+  // consumes its output may leave the column sums of that output's
+  // gradient, made in its own backward pass, for this node's backward to
+  // take as the bias's gradient. Null for every other node.
+  std::shared_ptr<detail::FusedBiasSums> output_grad_sums;
 };
 
 // A node backed by closures: `backward` computes every input gradient;

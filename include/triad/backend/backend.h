@@ -150,6 +150,16 @@ class Backend {
   // GemmSettings::dgelu_bias_grad_epilogue sums in the GEMM's epilogue).
   virtual Tensor gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w,
                                                   const Tensor& pre, Tensor& dpre);
+  // layer_norm_backward_into with dh (the fused add's), and where the
+  // backend gets them from the same pass, dx's column sums (C, f32: the
+  // bias gradient of the linear layer whose output was the residual), or an
+  // undefined tensor when only the rest was computed (the default; the CUDA
+  // backend with cuda::set_add_norm_bias_sums(true)).
+  virtual Tensor layer_norm_backward_into_with_dx_sums(const Tensor& dy, const Tensor* dh,
+                                                       const Tensor& x, const Tensor& weight,
+                                                       const Tensor& mean, const Tensor& rstd,
+                                                       Tensor& dx, Tensor& dweight, Tensor& dbias,
+                                                       double beta, double weight_offset);
 
   // x (N, C); weight, bias (C); mean, rstd (N) in stat_dtype. The scale is
   // weight_offset + weight, the sum formed in the computation's precision

@@ -102,6 +102,16 @@ std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, in
 void set_attention_deterministic(bool deterministic);
 bool attention_deterministic();
 
+// Whether the fused add-norm's backward also sums the columns of its input
+// gradient for the linear layer whose output was the residual it added (its
+// bias gradient: the attention's and the MLP's output projections in GPT-2;
+// Backend::layer_norm_backward_into_with_dx_sums), in place of that layer's
+// column-sum kernel. It takes a third slice of the kernel's shared memory
+// (4 blocks a multiprocessor at C 1024 instead of 6), so it is off (the
+// default) until a GPU has timed it. Rows up to 1024 columns.
+void set_add_norm_bias_sums(bool enabled);
+bool add_norm_bias_sums();
+
 // How the CUDA backend runs its matrix products, process-wide (as PyTorch's
 // torch.backends.cuda.matmul flags). The defaults are the fast ones. Each
 // switch turned off takes one of cuBLASLt's liberties out of half-precision

@@ -1,15 +1,10 @@
 #pragma once
 
 #include <functional>
-#include <memory>
 
 #include "triad/core/tensor.h"
 
 namespace triad {
-
-namespace detail {
-struct FusedBiasSums;  // (linalg.cpp)
-}  // namespace detail
 
 // a (..., M, K) @ b (K, N) or b (..., K, N) with the same leading dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
@@ -38,9 +33,6 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
 struct LinearGelu {
   Tensor pre;  // the first layer's output, GELU's input
   Tensor act;  // gelu(pre)
-  // Where the second layer's backward leaves those sums for the first's
-  // (set by linear_gelu_parts when the first layer's bias takes a gradient).
-  std::shared_ptr<detail::FusedBiasSums> bias_sums;
 };
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 Tensor linear_after_gelu(const LinearGelu& in, const Tensor& weight, const Tensor& bias = Tensor());

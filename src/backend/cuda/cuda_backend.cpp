@@ -856,13 +856,15 @@ void run_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* residual,
 void run_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, const Tensor& x,
                        const Tensor& weight, const Tensor* mean, const Tensor& rstd, Tensor& dx,
                        Tensor& dweight, Tensor* dbias, double beta = 0.0,
-                       double weight_offset = 0.0) {
-  const char* name = mean ? "layer_norm_backward" : "rms_norm_backward";
+                       double weight_offset = 0.0, float* dx_sums = nullptr) {
+  const char* name = dx_sums ? "layer_norm_backward_dx_sums"
+                     : mean  ? "layer_norm_backward"
+                             : "rms_norm_backward";
   require_nn(name, x.dtype());
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   CudaBackend::DeviceState& s = be.state(dx.device().index);
   DeviceGuard g(s.index);
-  Scratch ws(s.allocator, k::layer_norm_backward_workspace(N, C));
+  Scratch ws(s.allocator, k::layer_norm_backward_workspace(N, C, dx_sums != nullptr));
   const void* ds = dsum ? dsum->raw_data() : nullptr;
   const bool f32_grads = dweight.dtype() == DType::F32 && x.dtype() != DType::F32;
   launch(s.index, s.stream, name, [&] {
@@ -870,7 +872,7 @@ void run_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, co
       k::layer_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), mean->data<float>(),
                              rstd.data<float>(), dx.raw_data(), dweight.raw_data(),
                              dbias->raw_data(), scalar(x.dtype()), N, C, ws.get(), s.stream, ds,
-                             f32_grads, beta, weight_offset);
+                             f32_grads, beta, weight_offset, dx_sums);
     } else {
       k::rms_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), rstd.data<float>(),
                            dx.raw_data(), dweight.raw_data(), scalar(x.dtype()), N, C, ws.get(),
@@ -930,6 +932,32 @@ void CudaBackend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, c
   }
   run_norm_backward(*this, dy, dh, x, weight, &mean, rstd, dx, dweight, &dbias, beta,
                     weight_offset);
+}
+
+Tensor CudaBackend::layer_norm_backward_into_with_dx_sums(const Tensor& dy, const Tensor* dh,
+                                                          const Tensor& x, const Tensor& weight,
+                                                          const Tensor& mean, const Tensor& rstd,
+                                                          Tensor& dx, Tensor& dweight,
+                                                          Tensor& dbias, double beta,
+                                                          double weight_offset) {
+  // dx's column sums from the fused kernel's own pass (a third slice of its
+  // shared memory beside the weight's and the bias's), where the next
+  // linear layer's bias gradient would take a column-sum kernel over dx
+  // (GPT-2 350M: 48 of a step's 96). Rows the fused kernel takes with room
+  // for the slice (C <= 1024), and the setting on; otherwise no sums.
+  const int64_t C = x.size(-1);
+  if (!cuda::add_norm_bias_sums() || x.dtype() == DType::F64 ||
+      !k::layer_norm_backward_sums_dx(C) || !fits_grad_buffer(dweight, x, weight) ||
+      !fits_grad_buffer(dbias, x, weight) || dweight.dtype() != dbias.dtype() ||
+      (beta != 0.0 && beta != 1.0)) {
+    layer_norm_backward_into(dy, dh, x, weight, mean, rstd, dx, dweight, dbias, beta,
+                             weight_offset);
+    return Tensor();
+  }
+  Tensor sums = empty({C}, DType::F32, dx.device());
+  run_norm_backward(*this, dy, dh, x, weight, &mean, rstd, dx, dweight, &dbias, beta, weight_offset,
+                    sums.data<float>());
+  return sums;
 }
 
 void CudaBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,

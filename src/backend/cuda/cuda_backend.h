@@ -53,6 +53,11 @@ class CudaBackend final : public Backend {
                               Tensor& dpre) override;
   Tensor gelu_linear_input_grad_with_sums(const Tensor& dy, const Tensor& w, const Tensor& pre,
                                           Tensor& dpre) override;
+  Tensor layer_norm_backward_into_with_dx_sums(const Tensor& dy, const Tensor* dh, const Tensor& x,
+                                               const Tensor& weight, const Tensor& mean,
+                                               const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                               Tensor& dbias, double beta,
+                                               double weight_offset) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           Tensor& y, Tensor& mean, Tensor& rstd, double weight_offset) override;
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,

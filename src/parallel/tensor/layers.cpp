@@ -62,7 +62,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, const nn::DropoutDraw& dra
 LinearGelu ColumnParallelLinear::forward_gelu(const Tensor& x, const nn::DropoutDraw& draw) const {
   if (has_lora()) {
     const Tensor pre = forward(x, draw);
-    return {pre, gelu(pre), nullptr};
+    return {pre, gelu(pre)};
   }
   const RegionInput in = enter_region(x, group_, sp_);
   return linear_gelu_parts(in.input, weight_, bias_, in.comm);
