@@ -2480,7 +2480,8 @@ TEST(CudaRuntime, AnMlpsFirstBiasGradientCanComeFromTheGeluDerivativeProduct) {
     for (bool pre_used_again : {false, true}) {
       // (Each variant its own rows: the backend remembers a problem cuBLASLt
       // has no algorithm for.)
-      auto grads = [&](Device dev, Sums how, int64_t rows, mock::Counters* seen) {
+      auto grads = [&](Device dev, Sums how, int64_t rows, mock::Counters* seen,
+                       int64_t* timed = nullptr) {
         cuda::GemmSettings settings;
         settings.dgelu_bias_grad_epilogue = how != Sums::Kernel;
         settings.verify = how != Sums::Kernel;  // (the fused products against the reference too)
@@ -2495,6 +2496,10 @@ TEST(CudaRuntime, AnMlpsFirstBiasGradientCanComeFromTheGeluDerivativeProduct) {
                w2 = leaf(randn({C, H}, 31, 3, 0.3)), b2 = leaf(randn({C}, 31, 4));
         mock::reset();
         mock::set_no_f32_bias_grad_algorithms(how == Sums::EpilogueOwnType);
+        if (timed) {
+          cuda::set_op_profiling(true);
+          cuda::op_profile(0);  // (clears what came before)
+        }
         for (uint64_t micro = 0; micro < 2; ++micro) {  // the second adds into the first
           const Tensor x = to_device(cast(randn({rows, C}, 32, micro), d), dev);
           const Tensor r = to_device(cast(randn({rows, C}, 33, micro), d), dev);
@@ -2505,6 +2510,12 @@ TEST(CudaRuntime, AnMlpsFirstBiasGradientCanComeFromTheGeluDerivativeProduct) {
         }
         if (dev.is_cuda()) cuda::synchronize(0);
         if (seen) *seen = mock::counters();
+        if (timed) {
+          *timed = 0;
+          for (const cuda::OpTime& t : cuda::op_profile(0))
+            if (t.op == std::string("gelu_linear_input_grad_bias_sums")) *timed = t.calls;
+          cuda::set_op_profiling(false);
+        }
         mock::reset();
         return std::vector<std::vector<double>>{
             to_double_vector(b1.grad()), to_double_vector(w1.grad()), to_double_vector(b2.grad()),
@@ -2519,8 +2530,12 @@ TEST(CudaRuntime, AnMlpsFirstBiasGradientCanComeFromTheGeluDerivativeProduct) {
         const int64_t rows = 300 + 8 * static_cast<int64_t>(how) + (pre_used_again ? 4 : 0);
         const auto cpu = grads(Device::cpu(), Sums::Kernel, rows, nullptr);
         mock::Counters seen;
-        const auto gpu = grads(kGpu, how, rows, &seen);
+        int64_t timed = -1;
+        const auto gpu = grads(kGpu, how, rows, &seen, &timed);
         EXPECT_EQ(seen.dgelu_bias_grad_matmuls, how == Sums::Kernel ? 0 : 2);
+        // The op profile's calls: one a micro-batch, and where f32 sums are
+        // refused, the first micro-batch's refused attempt (asked once).
+        EXPECT_EQ(timed, how == Sums::Kernel ? 0 : how == Sums::Epilogue ? 2 : 3);
         EXPECT_EQ(seen.f32_bias_grad_matmuls, how == Sums::Epilogue ? 2 : 0);
         const cuda::GemmVerification v = cuda::gemm_verification();
         // (5 products a micro-batch, and the forward GELU epilogue's kept input.)
