@@ -616,17 +616,27 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   }
 }
 
+namespace {
+// Whether the GELU-derivative product dpre = GELU'(pre) * (dy @ w) of `plan`
+// can run with its derivative (and sums) in cuBLASLt's epilogue: one type
+// throughout, f32 or half, a single product whose output rows cuBLASLt's
+// aux matrix takes (leading dimension a multiple of 8).
+bool dgelu_fusable(const cuda::GemmSettings& settings, const GemmPlan& plan, const Tensor& dy,
+                   const Tensor& w, const Tensor& pre, const Tensor& dpre) {
+  return dpre.numel() > 0 && dy.size(1) > 0 &&
+         (dpre.dtype() == DType::F32 || is_half(dpre.dtype())) && dy.dtype() == dpre.dtype() &&
+         w.dtype() == dpre.dtype() && pre.dtype() == dpre.dtype() &&
+         epilogues_allowed(settings, dpre.dtype()) && plan.batch == 1 && plan.out.ld % 8 == 0;
+}
+}  // namespace
+
 void CudaBackend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
                                          Tensor& dpre) {
   // GELU's derivative in the input-gradient GEMM's epilogue (DGELU): no
   // separate pass reading the pre-activation and the gradient.
   const cuda::GemmSettings settings = cuda::gemm_settings();
-  const bool fusable = dpre.numel() > 0 && dy.size(1) > 0 &&
-                       (dpre.dtype() == DType::F32 || is_half(dpre.dtype())) &&
-                       dy.dtype() == dpre.dtype() && w.dtype() == dpre.dtype() &&
-                       pre.dtype() == dpre.dtype() && epilogues_allowed(settings, dpre.dtype());
   const GemmPlan plan = plan_gemm(dy.shape(), w.shape(), dpre.shape(), false, false);
-  if (!fusable || plan.batch != 1 || plan.out.ld % 8 != 0) {
+  if (!dgelu_fusable(settings, plan, dy, w, pre, dpre)) {
     Backend::gelu_linear_input_grad(dy, w, pre, dpre);
     return;
   }
@@ -655,12 +665,8 @@ Tensor CudaBackend::gelu_linear_input_grad_with_sums(const Tensor& dy, const Ten
   // the GELU-derivative product itself would fuse, and the setting asks for
   // it; otherwise dpre alone.
   const cuda::GemmSettings settings = cuda::gemm_settings();
-  const bool fusable = settings.dgelu_bias_grad_epilogue && dpre.numel() > 0 && dy.size(1) > 0 &&
-                       (dpre.dtype() == DType::F32 || is_half(dpre.dtype())) &&
-                       dy.dtype() == dpre.dtype() && w.dtype() == dpre.dtype() &&
-                       pre.dtype() == dpre.dtype() && epilogues_allowed(settings, dpre.dtype());
   const GemmPlan plan = plan_gemm(dy.shape(), w.shape(), dpre.shape(), false, false);
-  if (!fusable || plan.batch != 1 || plan.out.ld % 8 != 0) {
+  if (!settings.dgelu_bias_grad_epilogue || !dgelu_fusable(settings, plan, dy, w, pre, dpre)) {
     gelu_linear_input_grad(dy, w, pre, dpre);
     return Tensor();
   }
