@@ -25,30 +25,86 @@ __global__ void embedding_forward_kernel(const T* w, const void* ids, bool ids64
   }
 }
 
-// blockIdx.x = segment, (blockIdx.y * blockDim.x + threadIdx.x) * V = the
-// thread's first column (V columns per access when V > 1). With `add`, the
-// segment's sum is added to its row of dw instead of stored (D: the tensor
-// type, or f32 for a half weight's f32 gradient).
-template <class T, class D, int V>
-__global__ void embedding_backward_kernel(const int64_t* order, const int64_t* seg_start,
-                                          const int64_t* seg_id, const T* dout, int64_t C, D* dw,
-                                          bool add) {
-  const int64_t c = (blockIdx.y * int64_t(blockDim.x) + threadIdx.x) * V;
-  if (c >= C) return;
-  const int64_t s = blockIdx.x;
-  float acc[V] = {};
-  for (int64_t k = seg_start[s]; k < seg_start[s + 1]; ++k) {
-    float v[V];
-    load_n<V>(dout, order[k] * C + c, v);
-    for (int j = 0; j < V; ++j) acc[j] += v[j];
+// V f32 values at p + i (aligned to their size), as accesses of at most 16
+// bytes (a bf16 pack's 8 sums are two).
+template <int V>
+__device__ __forceinline__ void store_f32(float* p, int64_t i, const float (&in)[V]) {
+  constexpr int W = V < 4 ? V : 4;
+#pragma unroll
+  for (int q = 0; q < V / W; ++q) {
+    float part[W];
+#pragma unroll
+    for (int j = 0; j < W; ++j) part[j] = in[q * W + j];
+    store_n<W>(p, i + q * W, part);
   }
-  const int64_t at = seg_id[s] * C + c;
+}
+template <int V>
+__device__ __forceinline__ void load_f32(const float* p, int64_t i, float (&out)[V]) {
+  constexpr int W = V < 4 ? V : 4;
+#pragma unroll
+  for (int q = 0; q < V / W; ++q) {
+    float part[W];
+    load_n<W>(p, i + q * W, part);
+#pragma unroll
+    for (int j = 0; j < W; ++j) out[q * W + j] = part[j];
+  }
+}
+
+// acc stored to dw[at, at + V), or with `add` added to what is there.
+template <class D, int V>
+__device__ __forceinline__ void finish_row(D* dw, int64_t at, float (&acc)[V], bool add) {
   if (add) {
     compute_t<D> old[V];
     load_n<V>(dw, at, old);
     for (int j = 0; j < V; ++j) acc[j] = static_cast<float>(old[j]) + acc[j];
   }
   store_n<V>(dw, at, acc);
+}
+
+// blockIdx.x = piece, (blockIdx.y * blockDim.x + threadIdx.x) * V = the
+// thread's first column (V columns per access when V > 1). A piece sums its
+// positions in order; a whole segment's piece finishes its row of dw (with
+// `add`, adds to it; D: the tensor type, or f32 for a half weight's f32
+// gradient), a long segment's piece stores its sum to its slot of partials.
+template <class T, class D, int V>
+__global__ void embedding_backward_kernel(const int64_t* order, const int64_t* piece_start,
+                                          const int64_t* piece_dest, const T* dout, int64_t C,
+                                          D* dw, float* partials, bool add) {
+  const int64_t c = (blockIdx.y * int64_t(blockDim.x) + threadIdx.x) * V;
+  if (c >= C) return;
+  const int64_t p = blockIdx.x, end = piece_start[p + 1];
+  float acc[V] = {};
+  // Unrolled so that several rows' loads are in flight; the adds keep their order.
+#pragma unroll 4
+  for (int64_t k = piece_start[p]; k < end; ++k) {
+    float v[V];
+    load_n<V>(dout, order[k] * C + c, v);
+    for (int j = 0; j < V; ++j) acc[j] += v[j];
+  }
+  const int64_t dest = piece_dest[p];
+  if (dest < 0) {
+    store_f32<V>(partials, (-1 - dest) * C + c, acc);
+  } else {
+    finish_row<D, V>(dw, dest * C + c, acc, add);
+  }
+}
+
+// blockIdx.x = long segment, columns as above: its pieces' sums added in
+// order, then its row finished.
+template <class D, int V>
+__global__ void embedding_pieces_kernel(const int64_t* long_first, const int64_t* long_id,
+                                        const float* partials, int64_t C, D* dw, bool add) {
+  const int64_t c = (blockIdx.y * int64_t(blockDim.x) + threadIdx.x) * V;
+  if (c >= C) return;
+  const int64_t l = blockIdx.x, end = long_first[l + 1];
+  float acc[V] = {};
+#pragma unroll 4
+  for (int64_t s = long_first[l]; s < end; ++s) {
+    float v[V];
+    load_f32<V>(partials, s * C + c, v);
+    for (int j = 0; j < V; ++j) acc[j] += v[j];
+  }
+  finish_row<D, V>(dw, long_id[l] * C + c, acc, add);
 }
 
 }  // namespace
@@ -84,33 +140,45 @@ void embedding_forward(const void* weight, ScalarType type, const void* ids, boo
   check_launch("embedding_forward");
 }
 
-void embedding_backward(const int64_t* order, const int64_t* seg_start, const int64_t* seg_id,
-                        int64_t num_segments, const void* dout, ScalarType type, int64_t V,
+void embedding_backward(const EmbeddingPlan& plan, const void* dout, ScalarType type, int64_t V,
                         int64_t C, void* dweight, cudaStream_t stream, bool f32_grad,
                         bool accumulate) {
   require(check_embedding(type, V, C, 0), "embedding_backward");
-  if (num_segments > V || num_segments > 2147483647LL) {
-    throw std::invalid_argument("embedding_backward: " + std::to_string(num_segments) +
-                                " segments for " + std::to_string(V) + " rows");
+  if (plan.pieces < 0 || plan.pieces > 2147483647LL || plan.longs < 0 || plan.longs > V ||
+      plan.longs > plan.pieces) {
+    throw std::invalid_argument("embedding_backward: " + std::to_string(plan.pieces) +
+                                " pieces and " + std::to_string(plan.longs) +
+                                " long segments for " + std::to_string(V) + " rows");
+  }
+  if (plan.longs > 0 && plan.partials == nullptr) {
+    throw std::invalid_argument("embedding_backward: " + std::to_string(plan.longs) +
+                                " long segments need a scratch of partial sums (null)");
   }
   if (!accumulate) {
     const size_t element = f32_grad ? sizeof(float) : scalar_size(type);
     check_cuda(cudaMemsetAsync(dweight, 0, static_cast<size_t>(V * C) * element, stream),
                "embedding_backward: cudaMemsetAsync");
   }
-  if (num_segments == 0) return;
+  if (plan.pieces == 0) return;
   const bool aligned = pack_aligned(dout) && pack_aligned(dweight);
   dispatch_nn(type, "embedding_backward", [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto d, auto v, bool add) {
       using D = decltype(d);
-      constexpr int V = decltype(v)::value;
-      const int64_t threads = (C / V + 31) / 32 * 32;  // a block covers the row when it can
+      constexpr int W = decltype(v)::value;
+      const int64_t threads = (C / W + 31) / 32 * 32;  // a block covers the row when it can
       const int block = static_cast<int>(std::min<int64_t>(threads, kThreads));
-      const dim3 grid(static_cast<unsigned>(num_segments),
-                      static_cast<unsigned>((C / V + block - 1) / block));
-      embedding_backward_kernel<T, D, V><<<grid, block, 0, stream>>>(
-          order, seg_start, seg_id, static_cast<const T*>(dout), C, static_cast<D*>(dweight), add);
+      const unsigned column_blocks = static_cast<unsigned>((C / W + block - 1) / block);
+      D* dw = static_cast<D*>(dweight);
+      embedding_backward_kernel<T, D, W>
+          <<<dim3(static_cast<unsigned>(plan.pieces), column_blocks), block, 0, stream>>>(
+              plan.order, plan.piece_start, plan.piece_dest, static_cast<const T*>(dout), C, dw,
+              plan.partials, add);
+      if (plan.longs > 0) {
+        embedding_pieces_kernel<D, W>
+            <<<dim3(static_cast<unsigned>(plan.longs), column_blocks), block, 0, stream>>>(
+                plan.long_first, plan.long_id, plan.partials, C, dw, add);
+      }
     };
     // Packs of the wider of the two types (4 for f32 gradients).
     if (f32_grad) {

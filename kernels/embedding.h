@@ -2,13 +2,13 @@
 
 // Token embedding (embedding.cu): weight (V, C), ids (N) i32/i64, out (N, C).
 // The backward is deterministic without float atomics: the caller groups
-// token positions by id (stable, so in token order) into segments, and one
-// thread per (segment, column) sums its rows in that fixed order, the same
-// order as the CPU reference.
+// token positions by id (stable, so in token order) and cuts each id's into
+// pieces; one thread per (piece, column) sums its rows in that fixed order,
+// and a second launch adds a long segment's pieces in order: the CPU
+// reference's order (src/backend/embedding_order.h).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "common.h"
 
@@ -19,23 +19,26 @@ Status check_embedding(ScalarType type, int64_t V, int64_t C, int64_t N);
 void embedding_forward(const void* weight, ScalarType type, const void* ids, bool ids64, int64_t V,
                        int64_t C, int64_t N, void* out, cudaStream_t stream);
 
-// Positions grouped by id: segment s covers order[seg_start[s], seg_start[s+1])
-// and belongs to row seg_id[s]. Built on the host from the ids.
-struct EmbeddingSegments {
-  std::vector<int64_t> order;      // (N) positions, stable-sorted by id
-  std::vector<int64_t> seg_start;  // (U + 1)
-  std::vector<int64_t> seg_id;     // (U)
+// The backward's work (src/backend/embedding_order.h, as device arrays):
+// piece p sums dout's rows order[piece_start[p], piece_start[p+1]) in order,
+// into row piece_dest[p] of dweight (>= 0) or into slot -1 - piece_dest[p]
+// of `partials` (f32, slots x C, 16-byte aligned); long segment l then adds
+// its slots [long_first[l], long_first[l+1]) in order into row long_id[l].
+struct EmbeddingPlan {
+  const int64_t* order = nullptr;
+  const int64_t* piece_start = nullptr;
+  const int64_t* piece_dest = nullptr;
+  int64_t pieces = 0;
+  const int64_t* long_first = nullptr;
+  const int64_t* long_id = nullptr;
+  int64_t longs = 0;
+  float* partials = nullptr;  // needed when longs > 0
 };
-// Throws std::invalid_argument naming the first id outside [0, V).
-EmbeddingSegments group_by_id(const int64_t* ids, int64_t N, int64_t V);
 
 // dweight (V, C) is overwritten, or with `accumulate` added to in the rows
-// the segments touch (and not written elsewhere). dweight is of the tensor
-// type, or f32 with f32_grad (a half weight's f32 gradient). `segments`
-// points to device copies of the three arrays of an EmbeddingSegments
-// (order, seg_start, seg_id).
-void embedding_backward(const int64_t* order, const int64_t* seg_start, const int64_t* seg_id,
-                        int64_t num_segments, const void* dout, ScalarType type, int64_t V,
+// the pieces reach (and not written elsewhere). dweight is of the tensor
+// type, or f32 with f32_grad (a half weight's f32 gradient).
+void embedding_backward(const EmbeddingPlan& plan, const void* dout, ScalarType type, int64_t V,
                         int64_t C, void* dweight, cudaStream_t stream, bool f32_grad = false,
                         bool accumulate = false);
 

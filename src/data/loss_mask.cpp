@@ -13,9 +13,9 @@
 namespace triad::data {
 namespace {
 
-constexpr char kMagic[8] = {'T', 'R', 'I', 'A', 'D', 'L', 'M', '\0'};
-constexpr uint64_t kVersion = 1;
-constexpr uint64_t kHeaderBytes = 8 + 8 + 8;  // magic, version, N
+constexpr char kMaskMagic[8] = {'T', 'R', 'I', 'A', 'D', 'L', 'M', '\0'};
+constexpr uint64_t kMaskVersion = 1;
+constexpr uint64_t kMaskHeaderBytes = 8 + 8 + 8;  // magic, version, N
 constexpr const char* kSuffix = ".loss_mask";
 
 uint64_t load_u64(const std::byte* p) {
@@ -40,19 +40,19 @@ LossMask::LossMask(const std::string& path, int64_t expected_tokens, bool check_
   const std::string where = "loss mask '" + path + "'";
   const std::byte* p = file_->data();
   const uint64_t size = file_->size();
-  if (size < kHeaderBytes || std::memcmp(p, kMagic, sizeof(kMagic)) != 0) {
+  if (size < kMaskHeaderBytes || std::memcmp(p, kMaskMagic, sizeof(kMaskMagic)) != 0) {
     throw IoError(where + ": not a loss mask (expected the magic \"TRIADLM\" in a " +
-                  std::to_string(kHeaderBytes) + "-byte header, the file has " +
+                  std::to_string(kMaskHeaderBytes) + "-byte header, the file has " +
                   std::to_string(size) + " bytes)");
   }
-  if (const uint64_t version = load_u64(p + 8); version != kVersion) {
+  if (const uint64_t version = load_u64(p + 8); version != kMaskVersion) {
     throw IoError(where + ": version " + std::to_string(version) + " (expected " +
-                  std::to_string(kVersion) + ")");
+                  std::to_string(kMaskVersion) + ")");
   }
   const uint64_t n = load_u64(p + 16);
-  if (size - kHeaderBytes != n) {
+  if (size - kMaskHeaderBytes != n) {
     throw IoError(where + ": the header counts " + std::to_string(n) + " tokens but " +
-                  std::to_string(size - kHeaderBytes) + " bytes follow it");
+                  std::to_string(size - kMaskHeaderBytes) + " bytes follow it");
   }
   if (static_cast<int64_t>(n) != expected_tokens) {
     throw IoError(where + " covers " + std::to_string(n) + " tokens, but its dataset holds " +
@@ -60,7 +60,7 @@ LossMask::LossMask(const std::string& path, int64_t expected_tokens, bool check_
                   " (a mask written for other token data? tokenize both again)");
   }
   count_ = static_cast<int64_t>(n);
-  if (count_ > 0) bytes_ = reinterpret_cast<const uint8_t*>(p + kHeaderBytes);
+  if (count_ > 0) bytes_ = reinterpret_cast<const uint8_t*>(p + kMaskHeaderBytes);
   kept_ = -1;
   if (!check_bytes) return;
   const Scan all = scan(0, count_);
@@ -114,8 +114,8 @@ LossMaskWriter::LossMaskWriter(std::string path) : path_(std::move(path)) {
   out_ = std::make_unique<std::ofstream>(tmp, std::ios::binary | std::ios::trunc);
   if (!*out_) throw IoError("loss mask '" + tmp + "': cannot open for writing");
   const uint64_t zero = 0;
-  out_->write(kMagic, sizeof(kMagic));
-  out_->write(reinterpret_cast<const char*>(&kVersion), 8);
+  out_->write(kMaskMagic, sizeof(kMaskMagic));
+  out_->write(reinterpret_cast<const char*>(&kMaskVersion), 8);
   out_->write(reinterpret_cast<const char*>(&zero), 8);  // N, filled in by finish()
 }
 

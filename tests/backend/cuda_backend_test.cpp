@@ -1474,6 +1474,44 @@ TEST(CudaKernels, EmbeddingBackwardIsDeterministicAndEqualsTheCpuSum) {
   EXPECT_EQ(a, cpu);
 }
 
+TEST(CudaKernels, EmbeddingBackwardSumsLongIdsInPiecesAsTheCpuDoes) {
+  // Id 0 at 200 positions (7 pieces of at most 32), id 1 at exactly 32 (one
+  // piece), id 2 at 33 (two), the rest once or twice: the GPU sums the long
+  // ids' pieces side by side, then adds them in order, and its f32 gradient
+  // equals the CPU's bit for bit (a straight sum of 200 rows rounds
+  // differently). Both widths: packs (24) and single columns (37).
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 200; ++i) ids.push_back(0);
+  for (int i = 0; i < 32; ++i) ids.push_back(1);
+  for (int i = 0; i < 33; ++i) ids.push_back(2);
+  for (int i = 0; i < 60; ++i) ids.push_back(3 + (i * 7) % 30);
+  std::vector<int64_t> shuffled(ids.size());  // interleaved in token order
+  for (size_t i = 0; i < ids.size(); ++i) shuffled[(i * 97) % ids.size()] = ids[i];
+  const int64_t N = static_cast<int64_t>(shuffled.size());
+  const Tensor idt = from_vector(shuffled, {N});
+  for (int64_t C : {int64_t{24}, int64_t{37}}) {
+    for (DType d : {DType::F32, DType::BF16}) {
+      for (DType buf : {d, DType::F32}) {
+        for (double beta : {0.0, 1.0}) {
+          SCOPED_TRACE("C " + std::to_string(C) + " " + dtype_name(d) + " into " + dtype_name(buf) +
+                       " beta " + std::to_string(beta));
+          const Tensor dout = cast(randn({N, C}, 16, 1), d);
+          const Tensor start = cast(randn({40, C}, 16, 2), buf);
+          Tensor acc = clone(start), gacc = to_device(start, kGpu);
+          backend_for(DeviceType::CPU).embedding_backward_into(idt, dout, acc, beta);
+          backend_for(DeviceType::CUDA)
+              .embedding_backward_into(to_device(idt, kGpu), to_device(dout, kGpu), gacc, beta);
+          if (buf == DType::F32) {
+            EXPECT_EQ(to_float_vector(gacc), to_float_vector(acc));
+          } else {  // the CPU rounds the sum to bf16 before adding it
+            expect_close(to_double_vector(gacc), to_double_vector(acc), 1e-2, 1e-2, "embedding");
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, LayerNormBackwardIsDeterministic) {
   // The column sums run in a fixed order (warp slices, then blocks), with
   // no float atomics: the same bits every run, at a width the fused

@@ -1,7 +1,6 @@
 // Host-side logic of the CUDA kernels, run on every machine of a CUDA build
 // (no GPU needed): the "can this run?" checks, the launchers' refusal of bad
-// arguments before touching the device, strided-view coalescing and the
-// embedding backward's grouping of positions.
+// arguments before touching the device, and strided-view coalescing.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -105,6 +104,22 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
                std::invalid_argument);
   EXPECT_THROW(vocab_ce_sumexp(nullptr, ScalarType::F32, nullptr, 2, 10, 10, 11, nullptr, nullptr),
                std::invalid_argument);
+  // An embedding backward with long segments needs its scratch of partial
+  // sums, and has no more long segments than rows.
+  EmbeddingPlan plan;
+  plan.pieces = 3;
+  plan.longs = 1;
+  auto embedding_refusal = [&](const EmbeddingPlan& p) {
+    try {
+      embedding_backward(p, nullptr, ScalarType::F32, 4, 8, nullptr, nullptr);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(embedding_refusal(plan).find("scratch of partial sums"), std::string::npos);
+  plan.longs = 5;
+  EXPECT_NE(embedding_refusal(plan).find("5 long segments for 4 rows"), std::string::npos);
   EXPECT_THROW(reduce(ReduceKind::Max, nullptr, ScalarType::F32, 2, 0, 3, nullptr, nullptr, nullptr,
                       nullptr),
                std::invalid_argument);
@@ -316,21 +331,6 @@ TEST(CudaKernelChecks, CoalesceMergesContiguousDimensions) {
   EXPECT_EQ(o.shape[0], 5);
   const int64_t big[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
   EXPECT_THROW(make_view(9, big, big), std::invalid_argument);
-}
-
-TEST(CudaKernelChecks, EmbeddingGroupsPositionsByIdInTokenOrder) {
-  const int64_t ids[7] = {3, 1, 3, 0, 1, 3, 5};
-  const EmbeddingSegments s = group_by_id(ids, 7, 6);
-  EXPECT_EQ(s.seg_id, (std::vector<int64_t>{0, 1, 3, 5}));
-  EXPECT_EQ(s.seg_start, (std::vector<int64_t>{0, 1, 3, 6, 7}));
-  EXPECT_EQ(s.order, (std::vector<int64_t>{3, 1, 4, 0, 2, 5, 6}));
-  const int64_t bad[3] = {0, 6, 1};
-  try {
-    group_by_id(bad, 3, 6);
-    FAIL() << "expected an error";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("token id 6 at position 1"), std::string::npos);
-  }
 }
 
 TEST(CudaKernelChecks, RuntimeQueriesWorkWithoutAGpu) {

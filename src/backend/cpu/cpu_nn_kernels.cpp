@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/embedding_order.h"
 #include "cpu_backend.h"
 #include "parallel_for.h"
 #include "vec_math.h"
@@ -901,18 +902,38 @@ void CpuBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Tens
 }
 
 void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
+  const int64_t V = dweight.size(0), C = dweight.size(1), N = ids.numel();
+  std::vector<int64_t> host(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) host[static_cast<size_t>(i)] = load_index(ids, i);
+  const detail::EmbeddingSegments seg = detail::group_by_id(host.data(), N, V);
+  const int64_t U = static_cast<int64_t>(seg.seg_id.size());
   dispatch_float(dout.dtype(), "embedding_backward", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t C = dweight.size(1), N = ids.numel();
     T* dw = dweight.data<T>();
     const T* g = dout.data<T>();
     std::fill_n(dw, dweight.numel(), T(0));
-    // Sequential in token order: the sum for each row is always formed the same way.
-    for (int64_t i = 0; i < N; ++i) {
-      T* row = dw + load_index(ids, i) * C;
-      const T* src = g + i * C;
-      for (int64_t c = 0; c < C; ++c) row[c] += src[c];
-    }
+    // The fixed order (embedding_order.h): each id's positions in pieces summed
+    // in token order, the pieces' sums added in order. Ids own their rows.
+    parallel_for(U, N * C > 4096, [&](int64_t u) {
+      const int64_t begin = seg.seg_start[u], end = seg.seg_start[u + 1];
+      T* row = dw + seg.seg_id[u] * C;
+      auto add_rows = [&](int64_t from, int64_t to, T* into) {
+        for (int64_t k = from; k < to; ++k) {
+          const T* src = g + seg.order[k] * C;
+          for (int64_t c = 0; c < C; ++c) into[c] += src[c];
+        }
+      };
+      if (end - begin <= detail::kEmbeddingPiece) {
+        add_rows(begin, end, row);
+        return;
+      }
+      std::vector<T> piece(static_cast<size_t>(C));
+      for (int64_t k = begin; k < end; k += detail::kEmbeddingPiece) {
+        std::fill(piece.begin(), piece.end(), T(0));
+        add_rows(k, std::min(end, k + detail::kEmbeddingPiece), piece.data());
+        for (int64_t c = 0; c < C; ++c) row[c] += piece[c];
+      }
+    });
   });
 }
 

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/embedding_order.h"
 #include "cublaslt_gemm.h"
 #include "cudnn_attention.h"
 #include "gemm_check_record.h"
@@ -1430,24 +1431,43 @@ void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, 
   require_index("embedding_backward", ids);
   const int64_t V = dweight.size(0), C = dweight.size(1), N = ids.numel();
   const std::vector<int64_t> host = host_indices(*this, ids);
-  k::EmbeddingSegments seg;
-  launch("embedding_backward", [&] { seg = k::group_by_id(host.data(), N, V); });  // host work
-  const int64_t U = static_cast<int64_t>(seg.seg_id.size());
-  // order | seg_start | seg_id in one upload.
-  Tensor packed = empty({N + 2 * U + 1}, DType::I64, Device::cpu());
+  detail::EmbeddingPieces pieces;
+  std::vector<int64_t> order;
+  launch("embedding_backward", [&] {  // host work
+    detail::EmbeddingSegments seg = detail::group_by_id(host.data(), N, V);
+    pieces = detail::cut_into_pieces(seg);
+    order = std::move(seg.order);
+  });
+  const int64_t P = static_cast<int64_t>(pieces.piece_dest.size());
+  const int64_t L = static_cast<int64_t>(pieces.long_id.size());
+  // order | piece_start | piece_dest | long_first | long_id in one upload.
+  Tensor packed = empty({N + 2 * P + 2 * L + 2}, DType::I64, Device::cpu());
   int64_t* p = packed.data<int64_t>();
-  std::copy(seg.order.begin(), seg.order.end(), p);
-  std::copy(seg.seg_start.begin(), seg.seg_start.end(), p + N);
-  std::copy(seg.seg_id.begin(), seg.seg_id.end(), p + N + U + 1);
+  for (const std::vector<int64_t>* part :
+       {&order, &pieces.piece_start, &pieces.piece_dest, &pieces.long_first, &pieces.long_id}) {
+    p = std::copy(part->begin(), part->end(), p);
+  }
   Tensor dev = empty(packed.shape(), DType::I64, dweight.device());
   copy(packed, dev);
+  // The long segments' pieces' sums, from the caching allocator (stream-ordered).
+  Tensor partials;
+  if (L > 0) partials = empty({pieces.slots(), C}, DType::F32, dweight.device());
   DeviceState& s = state(dweight.device().index);
   DeviceGuard g(s.index);
   const int64_t* d = dev.data<int64_t>();
+  k::EmbeddingPlan plan;
+  plan.order = d;
+  plan.piece_start = d + N;
+  plan.piece_dest = plan.piece_start + P + 1;
+  plan.pieces = P;
+  plan.long_first = plan.piece_dest + P;
+  plan.long_id = plan.long_first + L + 1;
+  plan.longs = L;
+  plan.partials = L > 0 ? partials.data<float>() : nullptr;
   launch(s.index, s.stream, "embedding_backward", [&] {
-    k::embedding_backward(d, d + N, d + N + U + 1, U, dout.raw_data(), scalar(dout.dtype()), V, C,
-                          dweight.raw_data(), s.stream,
-                          dweight.dtype() == DType::F32 && dout.dtype() != DType::F32, accumulate);
+    k::embedding_backward(plan, dout.raw_data(), scalar(dout.dtype()), V, C, dweight.raw_data(),
+                          s.stream, dweight.dtype() == DType::F32 && dout.dtype() != DType::F32,
+                          accumulate);
   });
 }
 
