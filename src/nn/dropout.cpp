@@ -50,16 +50,16 @@ Tensor sequence_dropout(const Tensor& x, double p, uint64_t seed, uint64_t strea
   const auto C = static_cast<uint64_t>(features);
   const uint64_t base = call * B * T * C;
   const Tensor whole = reshape(x, {static_cast<int64_t>(B), held, features});
-  std::vector<Tensor> parts;
-  int64_t at = 0;
-  for (const auto& [first, count] : pieces->runs) {
+  std::vector<int64_t> counts;
+  for (const auto& run : pieces->runs) counts.push_back(run.second);
+  std::vector<Tensor> parts = split(whole, counts, 1);
+  for (size_t r = 0; r < parts.size(); ++r) {
     // Element (b, j, c) is whole element (b * T + first + j) * C + c: rows
     // of count tokens' features, one a sequence, T * C draws apart.
-    const Tensor piece = narrow(whole, 1, at, count);
-    at += count;
-    parts.push_back(dropout(piece, p, seed, stream,
-                            philox::Counters{base + static_cast<uint64_t>(first) * C,
-                                             static_cast<uint64_t>(count) * C, T * C}));
+    const auto [first, count] = pieces->runs[r];
+    parts[r] = dropout(parts[r], p, seed, stream,
+                       philox::Counters{base + static_cast<uint64_t>(first) * C,
+                                        static_cast<uint64_t>(count) * C, T * C});
   }
   return reshape(parts.size() == 1 ? parts[0] : concat(parts, 1), x.shape());
 }

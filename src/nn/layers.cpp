@@ -80,19 +80,19 @@ Tensor LinearBase::lora_dropout_pieces(const Tensor& x, const DropoutDraw& draw)
   const auto full = static_cast<uint64_t>(lora_in_full_ > 0 ? lora_in_full_ : features);
   const uint64_t M = B * T, base = draw.call * M * full;
   const Tensor whole = reshape(x, {static_cast<int64_t>(B), held, features});
-  std::vector<Tensor> parts;
-  int64_t at = 0;
-  for (const auto& [first, count] : s.runs) {
-    const Tensor piece = narrow(whole, 1, at, count);  // (B, count, features)
-    at += count;
+  std::vector<int64_t> counts;
+  for (const auto& run : s.runs) counts.push_back(run.second);
+  std::vector<Tensor> parts = split(whole, counts, 1);  // (B, count, features) each
+  for (size_t r = 0; r < parts.size(); ++r) {
     // Feature-major, (f, b, j) draws (offset + f) * M + b * T + t0 + j:
     // rows of count tokens, one a (feature, sequence), T apart.
-    const auto t0 = static_cast<uint64_t>(first), n = static_cast<uint64_t>(count);
-    const Tensor t = permute(piece, {2, 0, 1});
+    const auto t0 = static_cast<uint64_t>(s.runs[r].first);
+    const auto n = static_cast<uint64_t>(s.runs[r].second);
+    const Tensor t = permute(parts[r], {2, 0, 1});
     const auto f0 = static_cast<uint64_t>(lora_in_offset_);
-    parts.push_back(permute(
+    parts[r] = permute(
         dropout(t, p, draw.seed, lora_dropout_.stream, philox::Counters{base + f0 * M + t0, n, T}),
-        {1, 2, 0}));
+        {1, 2, 0});
   }
   return reshape(concat(parts, 1), x.shape());
 }
@@ -184,11 +184,9 @@ Tensor norm_heads_of(const Tensor& qkv, const AttentionHeads& heads, const Norm&
   }
   const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2);
   const int64_t D = heads.head_dim(W, "norm_query_key_heads");
-  const Tensor h = reshape(qkv, {B, T, heads.fused(), D});
-  return reshape(concat({q_norm.forward(narrow(h, 2, 0, heads.q)),
-                         k_norm.forward(narrow(h, 2, heads.q, heads.kv)),
-                         narrow(h, 2, heads.q + heads.kv, heads.kv)},
-                        2),
+  const std::vector<Tensor> parts =
+      split(reshape(qkv, {B, T, heads.fused(), D}), {heads.q, heads.kv, heads.kv}, 2);
+  return reshape(concat({q_norm.forward(parts[0]), k_norm.forward(parts[1]), parts[2]}, 2),
                  {B, T, W});
 }
 }  // namespace
@@ -209,10 +207,8 @@ Tensor norm_query_key(const Tensor& qkv, int64_t q_width, int64_t kv_width, cons
     throw ShapeError("norm_query_key: qkv must be (B, T, " + std::to_string(q_width) + " + 2 * " +
                      std::to_string(kv_width) + "), got " + shape_str(qkv.shape()));
   }
-  return concat({q_norm.forward(narrow(qkv, 2, 0, q_width)),
-                 k_norm.forward(narrow(qkv, 2, q_width, kv_width)),
-                 narrow(qkv, 2, q_width + kv_width, kv_width)},
-                2);
+  const std::vector<Tensor> parts = split(qkv, {q_width, kv_width, kv_width}, 2);
+  return concat({q_norm.forward(parts[0]), k_norm.forward(parts[1]), parts[2]}, 2);
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, DType dtype) {

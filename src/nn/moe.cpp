@@ -634,12 +634,14 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
           return expert_forward(experts_.at(static_cast<size_t>(i)), x, draw(k));
         });
   } else {
-    std::vector<Tensor> parts;
+    // (Split as one op: the rows' gradient is the experts' side by side.)
+    std::vector<Tensor> parts = split(rows, routing.rows, 0);
     int64_t at = 0;
     for (int64_t e = 0; e < E; ++e) {
       const int64_t n = routing.rows[static_cast<size_t>(e)];
-      parts.push_back(expert_forward(experts_[static_cast<size_t>(e)], narrow(rows, 0, at, n),
-                                     draw(keys.defined() ? narrow(keys, 0, at, n) : Tensor{})));
+      Tensor& part = parts[static_cast<size_t>(e)];
+      part = expert_forward(experts_[static_cast<size_t>(e)], part,
+                            draw(keys.defined() ? narrow(keys, 0, at, n) : Tensor{}));
       at += n;
     }
     outputs = concat(parts, 0);

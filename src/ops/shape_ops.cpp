@@ -105,6 +105,15 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
   return permute(x, dims);
 }
 
+namespace {
+// Elements [start, start + length) of dim d as a view, unrecorded.
+Tensor narrow_view(const Tensor& x, int64_t d, int64_t start, int64_t length) {
+  Shape shape = x.shape();
+  shape[d] = length;
+  return make_view(x, shape, x.strides(), x.offset() + start * x.strides()[d]);
+}
+}  // namespace
+
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   detail::check_defined(x, "narrow", "x");
   const int64_t d = wrap_dim(dim, x.dim(), "narrow");
@@ -113,9 +122,7 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
                      std::to_string(start + length) + ") is outside dim " + std::to_string(d) +
                      " of size " + std::to_string(x.shape()[d]));
   }
-  Shape shape = x.shape();
-  shape[d] = length;
-  Tensor y = make_view(x, shape, x.strides(), x.offset() + start * x.strides()[d]);
+  Tensor y = narrow_view(x, d, start, length);
   const Shape in_shape = x.shape();
   const DType dt = x.dtype();
   const Device dev = x.device();
@@ -225,9 +232,13 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  detail::check_defined(x, "split", "x");
   const int64_t d = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
-  for (int64_t s : sizes) total += s;
+  for (int64_t s : sizes) {
+    if (s < 0) throw ShapeError("split: size " + std::to_string(s) + " is negative");
+    total += s;
+  }
   if (total != x.shape()[d]) {
     throw ShapeError("split: sizes add up to " + std::to_string(total) + " but dim " +
                      std::to_string(d) + " has size " + std::to_string(x.shape()[d]));
@@ -235,8 +246,14 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   std::vector<Tensor> out;
   int64_t off = 0;
   for (int64_t s : sizes) {
-    out.push_back(narrow(x, d, off, s));
+    out.push_back(narrow_view(x, d, off, s));
     off += s;
+  }
+  // One node for every piece: x's gradient is the pieces' gradients side by
+  // side, written once (a narrow per piece would make a zero tensor the size
+  // of x for each, and add them).
+  if (!out.empty()) {
+    record("split", {x}, out, [d](const TensorList& g) -> TensorList { return {concat(g, d)}; });
   }
   return out;
 }

@@ -436,5 +436,22 @@ TEST(Autograd, DiamondGraphSumsBothPaths) {
   expect_all_near(vec(x.grad()), {3.0 + 3.0, 3.0 - 4.0});
 }
 
+TEST(Autograd, SplitIsOneNodeWhoseGradientIsThePiecesSideBySide) {
+  // One node for every piece (a narrow per piece would make each a zero
+  // tensor the size of x and add them): x's gradient is the pieces' written
+  // once, zero where no gradient reached.
+  Tensor x = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {6}, DType::F64);
+  x.set_requires_grad(true);
+  const std::vector<Tensor> parts = split(x, {2, 1, 3}, 0);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].grad_fn(), parts[2].grad_fn());
+  EXPECT_EQ(parts[0].grad_fn()->name(), "split");
+  EXPECT_EQ(vec(parts[2]), (std::vector<double>{4, 5, 6}));  // views of x
+  autograd::backward({add(sum(scale(parts[0], 2.0)), sum(mul(parts[2], parts[2])))});
+  expect_all_near(vec(x.grad()), {2, 2, 0, 8, 10, 12});
+  EXPECT_THROW(split(x, {2, 5}, 0), ShapeError);
+  EXPECT_THROW(split(x, {7, -1}, 0), ShapeError);
+}
+
 }  // namespace
 }  // namespace triad

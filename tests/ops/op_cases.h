@@ -117,6 +117,16 @@ inline std::vector<OpCase> op_cases() {
                  auto parts = split(x[0], {2, 5}, 0);
                  return add(sum(parts[0], 0), sum(mul(parts[1], parts[1]), 0));
                }});
+  // Along a strided dimension, with an empty piece and a piece no gradient
+  // reaches (its share of x's gradient is zero).
+  c.push_back({"split_dim1_unused_piece",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({3, 7}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 auto parts = split(x[0], {2, 0, 3, 2}, 1);
+                 return add(sum(mul(parts[0], parts[0]), 1), sum(parts[3], 1));
+               }});
   c.push_back({"sum_dim",
                [](DType d) {
                  return std::vector<Tensor>{rnd({3, 4, 5}, d, 1)};

@@ -116,12 +116,13 @@ Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_e
       regrouped[i] = k[static_cast<size_t>(by_expert[i])];
     grouped_keys = to_device(index(regrouped), rows.device());
   }
-  std::vector<Tensor> outputs;
+  // (Split as one op: the rows' gradient is the experts' side by side.)
+  std::vector<Tensor> outputs = split(grouped, sizes, 0);
   int64_t at = 0;
   for (int64_t l = 0; l < L; ++l) {
     const int64_t n = sizes[static_cast<size_t>(l)];
-    outputs.push_back(expert(l, narrow(grouped, 0, at, n),
-                             keys.defined() ? narrow(grouped_keys, 0, at, n) : Tensor{}));
+    Tensor& part = outputs[static_cast<size_t>(l)];
+    part = expert(l, part, keys.defined() ? narrow(grouped_keys, 0, at, n) : Tensor{});
     at += n;
   }
   const Tensor done = embedding(concat(outputs, 0), index(back));  // by source again
