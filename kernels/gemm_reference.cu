@@ -72,6 +72,10 @@ __global__ void __launch_bounds__(kTileDim* kTileDim)
       pre[at] = v;
       v = gelu(v);
       break;
+    case RefGemm::Epilogue::Gelu:
+      pre[at] = v;
+      v = gelu(v);
+      break;
     case RefGemm::Epilogue::DGelu:
       v *= gelu_grad(load(static_cast<const O*>(g.aux), c_at));
       break;
@@ -181,8 +185,8 @@ Status check_gemm_reference(const RefGemm& g) {
 void gemm_reference(const RefGemm& g, float* ref, float* pre, cudaStream_t stream) {
   require(check_gemm_reference(g), "gemm_reference");
   if (g.m == 0 || g.n == 0) return;
-  if (g.epilogue == RefGemm::Epilogue::BiasGelu && !pre)
-    require(Status::fail("bias + GELU needs the pre-activation buffer"), "gemm_reference");
+  if ((g.epilogue == RefGemm::Epilogue::BiasGelu || g.epilogue == RefGemm::Epilogue::Gelu) && !pre)
+    require(Status::fail("a GELU epilogue needs the pre-activation buffer"), "gemm_reference");
   const dim3 grid(static_cast<unsigned>((g.m + kTileDim - 1) / kTileDim),
                   static_cast<unsigned>((g.n + kTileDim - 1) / kTileDim),
                   static_cast<unsigned>(g.batch));

@@ -30,7 +30,8 @@ struct RefGemm {
   RefMatrix first, second;              // op(first) m x k, op(second) k x n
   RefMatrix c;                          // read when beta != 0 (never transposed)
   double alpha = 1, beta = 0;
-  enum class Epilogue : uint8_t { None, Bias, BiasGelu, DGelu } epilogue = Epilogue::None;
+  // Gelu: BiasGelu without a bias.
+  enum class Epilogue : uint8_t { None, Bias, BiasGelu, DGelu, Gelu } epilogue = Epilogue::None;
   const void* bias = nullptr;  // m elements (Bias, BiasGelu)
   const void* aux = nullptr;   // DGelu: GELU's input, laid out as C
 };
@@ -40,7 +41,7 @@ struct RefGemm {
 Status check_gemm_reference(const RefGemm& g);
 
 // ref[b * m * n + j * m + i] = element (i, j) of batch b, before any
-// rounding to the output type; for BiasGelu, pre (same layout) receives the
+// rounding to the output type; for BiasGelu and Gelu, pre (same layout) receives the
 // GELU's input. Reads C (and the DGelu input) as they are when the launch
 // runs, so queue it before a product that overwrites them.
 void gemm_reference(const RefGemm& g, float* ref, float* pre, cudaStream_t stream);

@@ -148,7 +148,8 @@ TEST_F(CublasLtGemmMock, RowMajorProductsInEveryLayout) {
 }
 
 TEST_F(CublasLtGemmMock, BiasAndGeluEpiloguesActPerOutputFeature) {
-  // A linear layer: y (rows 7, out 16) = x (7, 6) w^T (w 16 x 6) + bias (16).
+  // A linear layer: y (rows 7, out 16) = x (7, 6) w^T (w 16 x 6) + bias (16),
+  // then with GELU, then a bias-free one with GELU.
   const int64_t rows = 7, in = 6, out = 16;
   for (DType dtype : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -179,6 +180,20 @@ TEST_F(CublasLtGemmMock, BiasAndGeluEpiloguesActPerOutputFeature) {
       const double g = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
       ASSERT_NEAR(pre.get(i), v, tolerance(dtype) * (1 + std::fabs(v))) << "pre, element " << i;
       ASSERT_NEAR(y.get(i), g, 2 * tolerance(dtype) * (1 + std::fabs(g))) << "gelu, element " << i;
+    }
+
+    // A bias-free layer's GELU (GELU_AUX): no bias read, none added.
+    ep.kind = GemmEpilogue::Kind::Gelu;
+    ep.bias = nullptr;
+    gemm.run(plan, dtype, x.data(), w.data(), y.data(), 1, 0, nullptr, ep);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        const int64_t i = r * out + o;
+        const double v = lin[static_cast<size_t>(i)] - bias.get(o);
+        const double g = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        ASSERT_NEAR(pre.get(i), v, tolerance(dtype) * (1 + std::fabs(lin[i]))) << "pre " << i;
+        ASSERT_NEAR(y.get(i), g, 2 * tolerance(dtype) * (1 + std::fabs(lin[i]))) << "gelu " << i;
+      }
     }
   }
 }

@@ -820,6 +820,12 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
        [](const std::vector<Tensor>& x) {
          return linear_after_gelu(linear_gelu_parts(x[0], x[1], x[2]), x[3], x[4]);
        }},
+      {"linear_gelu_nobias_N257_768x3072",  // a bias-free layer's GELU epilogue (GELU_AUX)
+       [](DType d) {
+         return std::vector<Tensor>{randn({257, 768}, 7, 1, 1.0, d),
+                                    randn({3072, 768}, 7, 2, 0.05, d)};
+       },
+       [](const std::vector<Tensor>& x) { return linear_gelu(x[0], x[1]); }},
       {"linear_gelu_odd_features",  // 23 outputs: the epilogue's aux ld is not a multiple of 8
        [](DType d) {
          return std::vector<Tensor>{randn({31, 40}, 7, 1, 1.0, d), randn({23, 40}, 7, 2, 1.0, d),
@@ -2830,6 +2836,45 @@ TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
     expect_close(to_double_vector(gp[i].second.grad()), to_double_vector(cp[i].second.grad()), 1e-3,
                  1e-5, gp[i].first);
   }
+}
+
+// A bias-free layer's GELU (a mixture's experts', `linear_bias: false`
+// GELU MLPs') runs in its product's epilogue, as a biased one's does: one
+// op writing the activation and its input, no GELU pass after the product.
+TEST(CudaRuntime, ABiasFreeLayersGeluRunsInItsProductsEpilogue) {
+  const cuda::GemmSettings before = cuda::gemm_settings();
+  struct Restore {
+    cuda::GemmSettings settings;
+    ~Restore() {
+      cuda::set_op_profiling(false);
+      cuda::set_gemm_settings(settings);
+      cuda::reset_gemm_verification();
+    }
+  } restore{before};
+  const Tensor x = randn({40, 64}, 21, 1, 1.0, DType::BF16);
+  const Tensor w = randn({256, 64}, 21, 2, 0.2, DType::BF16);
+  const LinearGelu cpu = linear_gelu_parts(x, w, Tensor());
+  cuda::GemmSettings verified = before;
+  verified.verify = true;  // (the product and its GELU input against the reference kernel)
+  cuda::set_gemm_settings(verified);
+  cuda::reset_gemm_verification();
+  cuda::set_op_profiling(true);
+  cuda::op_profile(0);  // (clears what came before)
+  const LinearGelu gpu = linear_gelu_parts(to_device(x, kGpu), to_device(w, kGpu), Tensor());
+  cuda::synchronize(0);
+  std::map<std::string, int64_t> calls;
+  for (const cuda::OpTime& t : cuda::op_profile(0)) calls[t.op] = t.calls;
+  cuda::set_op_profiling(false);
+  EXPECT_EQ(calls["linear_gelu"], 1);
+  EXPECT_EQ(calls.count("gelu_forward"), 0u);
+  EXPECT_EQ(calls.count("gemm"), 0u);
+  const cuda::GemmVerification checked = cuda::gemm_verification();
+  EXPECT_EQ(checked.checked, 2);  // the activation and its input
+  EXPECT_EQ(checked.failed, 0);
+  EXPECT_NE(checked.worst.problem.find("epilogue GELU"), std::string::npos)
+      << checked.worst.problem;
+  expect_close(to_double_vector(gpu.pre), to_double_vector(cpu.pre), 1e-2, 1e-2, "pre");
+  expect_close(to_double_vector(gpu.act), to_double_vector(cpu.act), 1e-2, 1e-2, "act");
 }
 
 // Token ids and targets may stay on the host (as the trainer keeps its

@@ -167,11 +167,12 @@ bool fits(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c
     }
   } else if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     if (d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
-        d.epilogue != CUBLASLT_EPILOGUE_DGELU) {
+        d.epilogue != CUBLASLT_EPILOGUE_GELU_AUX && d.epilogue != CUBLASLT_EPILOGUE_DGELU) {
       *why = "epilogue " + std::to_string(d.epilogue) + " is not known to the mock";
       return false;
     }
-    if (!d.bias && d.epilogue != CUBLASLT_EPILOGUE_DGELU) {
+    if (!d.bias && d.epilogue != CUBLASLT_EPILOGUE_DGELU &&
+        d.epilogue != CUBLASLT_EPILOGUE_GELU_AUX) {
       *why = "a bias epilogue without a bias pointer";
       return false;
     }
@@ -469,10 +470,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
             const double th = std::tanh(u);
             v *= 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
           } else if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
-                     md.epilogue != CUBLASLT_EPILOGUE_BGRADB) {  // (BIAS, GELU_AUX_BIAS)
+                     md.epilogue != CUBLASLT_EPILOGUE_BGRADB &&
+                     md.epilogue != CUBLASLT_EPILOGUE_GELU_AUX) {  // (BIAS, GELU_AUX_BIAS)
             v += mock::load(t, md.bias, i);
           }
-          if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+          if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+              md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX) {
             mock::store(t, md.aux, od + i + j * md.aux_ld, v * factor);
             v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
           }

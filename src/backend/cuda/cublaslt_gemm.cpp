@@ -125,6 +125,8 @@ cublasLtEpilogue_t epilogue_of(GemmEpilogue::Kind k) {
       return CUBLASLT_EPILOGUE_BIAS;
     case GemmEpilogue::Kind::BiasGelu:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::Kind::Gelu:
+      return CUBLASLT_EPILOGUE_GELU_AUX;
     case GemmEpilogue::Kind::DGelu:
       return CUBLASLT_EPILOGUE_DGELU;
     case GemmEpilogue::Kind::BiasGrad:
@@ -144,13 +146,13 @@ void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmPlan& p, const G
     check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                &e.bias_grad, sizeof(e.bias_grad)),
              "desc bias gradient pointer");
-  } else if (e.kind != GemmEpilogue::Kind::DGelu) {
+  } else if (e.kind != GemmEpilogue::Kind::DGelu && e.kind != GemmEpilogue::Kind::Gelu) {
     check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
                                                sizeof(e.bias)),
              "desc bias pointer");
   }
-  if (e.kind == GemmEpilogue::Kind::BiasGelu || e.kind == GemmEpilogue::Kind::DGelu ||
-      e.kind == GemmEpilogue::Kind::DGeluBiasGrad) {
+  if (e.kind == GemmEpilogue::Kind::BiasGelu || e.kind == GemmEpilogue::Kind::Gelu ||
+      e.kind == GemmEpilogue::Kind::DGelu || e.kind == GemmEpilogue::Kind::DGeluBiasGrad) {
     const int64_t ld = p.out.ld;
     check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                &e.gelu_input, sizeof(e.gelu_input)),
@@ -267,6 +269,7 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
     const char* what =
         epilogue.kind == GemmEpilogue::Kind::None       ? ""
         : epilogue.kind == GemmEpilogue::Kind::Bias     ? " with a bias epilogue"
+        : epilogue.kind == GemmEpilogue::Kind::Gelu     ? " with a GELU epilogue"
         : epilogue.kind == GemmEpilogue::Kind::DGelu    ? " with a GELU-derivative epilogue"
         : epilogue.kind == GemmEpilogue::Kind::BiasGrad ? " with a bias-gradient epilogue"
         : epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad

@@ -37,9 +37,10 @@ namespace triad::detail {
 // DGelu that also writes the output's sums over each column-major row
 // (Triad's column sums of the GELU input's gradient, a linear layer's bias
 // gradient: plan.m elements) to `bias_grad`, in f32 or (bias_grad_f32
-// false) the output's type (cuBLASLt's DGELU_BGRAD; overwritten).
+// false) the output's type (cuBLASLt's DGELU_BGRAD; overwritten). Gelu is
+// BiasGelu without a bias (a bias-free layer's; cuBLASLt's GELU_AUX).
 struct GemmEpilogue {
-  enum class Kind : uint8_t { None, Bias, BiasGelu, DGelu, BiasGrad, DGeluBiasGrad };
+  enum class Kind : uint8_t { None, Bias, BiasGelu, DGelu, BiasGrad, DGeluBiasGrad, Gelu };
   Kind kind = Kind::None;
   const void* bias = nullptr;
   void* gelu_input = nullptr;

@@ -583,14 +583,15 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
 
 void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                                  Tensor* gelu_input) {
-  // The bias (and GELU) in the GEMM's epilogue: one pass over y instead of
-  // a bias broadcast before the product and a GELU pass after it. f64, no
-  // bias, empty products and layouts cuBLASLt has no epilogue algorithm for
-  // take the composed path.
+  // The bias and GELU (or a bias-free layer's GELU) in the GEMM's epilogue:
+  // one pass over y instead of a bias broadcast before the product and a
+  // GELU pass after it. f64, a bias-free layer without GELU (a plain
+  // product), empty products and layouts cuBLASLt has no epilogue algorithm
+  // for take the composed path.
   const cuda::GemmSettings settings = cuda::gemm_settings();
-  const bool fusable = bias.defined() && y.numel() > 0 && x.size(1) > 0 &&
+  const bool fusable = (bias.defined() || gelu_input) && y.numel() > 0 && x.size(1) > 0 &&
                        (y.dtype() == DType::F32 || is_half(y.dtype())) && x.dtype() == y.dtype() &&
-                       w.dtype() == y.dtype() && bias.dtype() == y.dtype() &&
+                       w.dtype() == y.dtype() && (!bias.defined() || bias.dtype() == y.dtype()) &&
                        epilogues_allowed(settings, y.dtype());
   if (!fusable) {
     Backend::linear_forward(x, w, bias, y, gelu_input);
@@ -604,10 +605,15 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   }
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
-  OpTimer timer(s.index, s.stream, gelu_input ? "linear_bias_gelu" : "linear_bias");
+  OpTimer timer(s.index, s.stream,
+                !bias.defined() ? "linear_gelu"
+                : gelu_input    ? "linear_bias_gelu"
+                                : "linear_bias");
   GemmEpilogue ep;
-  ep.kind = gelu_input ? GemmEpilogue::Kind::BiasGelu : GemmEpilogue::Kind::Bias;
-  ep.bias = bias.raw_data();
+  ep.kind = !bias.defined() ? GemmEpilogue::Kind::Gelu
+            : gelu_input    ? GemmEpilogue::Kind::BiasGelu
+                            : GemmEpilogue::Kind::Bias;
+  ep.bias = bias.defined() ? bias.raw_data() : nullptr;
   ep.gelu_input = gelu_input ? gelu_input->raw_data() : nullptr;
   try {
     run_gemm(s, plan, y.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), 1.0, 0.0, ep,

@@ -16,13 +16,29 @@ namespace {
 
 namespace k = triad::kernels;
 
-static_assert(static_cast<int>(k::RefGemm::Epilogue::Bias) ==
-                      static_cast<int>(GemmEpilogue::Kind::Bias) &&
-                  static_cast<int>(k::RefGemm::Epilogue::BiasGelu) ==
-                      static_cast<int>(GemmEpilogue::Kind::BiasGelu) &&
-                  static_cast<int>(k::RefGemm::Epilogue::DGelu) ==
-                      static_cast<int>(GemmEpilogue::Kind::DGelu),
-              "the reference's epilogues follow GemmEpilogue::Kind");
+// The reference's epilogue for a product's. (A bias-gradient epilogue
+// leaves the product as it is: the reference checks the product; the
+// column sums it writes are not compared.)
+k::RefGemm::Epilogue reference_epilogue(GemmEpilogue::Kind kind) {
+  switch (kind) {
+    case GemmEpilogue::Kind::Bias:
+      return k::RefGemm::Epilogue::Bias;
+    case GemmEpilogue::Kind::BiasGelu:
+      return k::RefGemm::Epilogue::BiasGelu;
+    case GemmEpilogue::Kind::Gelu:
+      return k::RefGemm::Epilogue::Gelu;
+    case GemmEpilogue::Kind::DGelu:
+    case GemmEpilogue::Kind::DGeluBiasGrad:
+      return k::RefGemm::Epilogue::DGelu;
+    default:
+      return k::RefGemm::Epilogue::None;
+  }
+}
+
+// Whether the epilogue also writes GELU's input (checked as a second output).
+bool writes_gelu_input(GemmEpilogue::Kind kind) {
+  return kind == GemmEpilogue::Kind::BiasGelu || kind == GemmEpilogue::Kind::Gelu;
+}
 
 // The product's element count, and its reference's f32 values (twice as
 // many for bias + GELU: the GELU input too), rounded up so that the two
@@ -31,7 +47,7 @@ size_t elements(const GemmPlan& p) {
   return static_cast<size_t>(p.m * p.n * p.batch);
 }
 size_t reference_floats(const GemmPlan& p, const GemmEpilogue& e) {
-  const size_t n = elements(p) * (e.kind == GemmEpilogue::Kind::BiasGelu ? 2 : 1);
+  const size_t n = elements(p) * (writes_gelu_input(e.kind) ? 2 : 1);
   return (n + 1) / 2 * 2;
 }
 
@@ -47,6 +63,8 @@ const char* epilogue_name(GemmEpilogue::Kind kind) {
       return "bias";
     case GemmEpilogue::Kind::BiasGelu:
       return "bias + GELU";
+    case GemmEpilogue::Kind::Gelu:
+      return "GELU";
     case GemmEpilogue::Kind::DGelu:
       return "GELU derivative";
     case GemmEpilogue::Kind::BiasGrad:
@@ -141,7 +159,7 @@ GemmProductCheck::GemmProductCheck(const GemmPlan& plan, GemmTypes types, const 
       scratch_(scratch),
       stream_(stream) {
   float* ref = static_cast<float*>(scratch_);
-  const bool gelu = epilogue.kind == GemmEpilogue::Kind::BiasGelu;
+  const bool gelu = writes_gelu_input(epilogue.kind);
   k::RefGemm g;
   g.m = plan.m, g.n = plan.n, g.k = plan.k, g.batch = plan.batch;
   g.inputs = scalar(types.inputs), g.output = scalar(types.output);
@@ -150,12 +168,7 @@ GemmProductCheck::GemmProductCheck(const GemmPlan& plan, GemmTypes types, const 
   g.second = {a, plan.second.ld, plan.second.batch_stride, plan.second.transpose};
   g.c = {c, plan.out.ld, plan.out.batch_stride, false};
   g.alpha = alpha, g.beta = beta;
-  // (A bias-gradient epilogue leaves the product as it is: the reference
-  // checks the product; the column sums it writes are not compared.)
-  g.epilogue = epilogue.kind == GemmEpilogue::Kind::BiasGrad ? k::RefGemm::Epilogue::None
-               : epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad
-                   ? k::RefGemm::Epilogue::DGelu
-                   : static_cast<k::RefGemm::Epilogue>(epilogue.kind);
+  g.epilogue = reference_epilogue(epilogue.kind);
   g.bias = epilogue.bias;
   g.aux = epilogue.gelu_input;
   k::gemm_reference(g, ref, gelu ? ref + elements(plan) : nullptr, stream);
@@ -165,7 +178,7 @@ void GemmProductCheck::finish() {
   const float* ref = static_cast<const float*>(scratch_);
   auto* diffs = reinterpret_cast<k::GemmDiff*>(static_cast<char*>(scratch_) +
                                                reference_floats(plan_, epilogue_) * sizeof(float));
-  const bool gelu = epilogue_.kind == GemmEpilogue::Kind::BiasGelu;
+  const bool gelu = writes_gelu_input(epilogue_.kind);
   const k::ScalarType out = scalar(types_.output);
   k::gemm_compare(out, c_, plan_.out.ld, plan_.out.batch_stride, plan_.m, plan_.n, plan_.batch, ref,
                   diffs, stream_);
