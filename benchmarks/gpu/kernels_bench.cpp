@@ -380,6 +380,14 @@ int main(int argc, char** argv) {
   report("linear_gelu_fc_composed",
          time_ms([&] { be.Backend::linear_forward(x, wfc, bfc, hfc, &pre); }, iters), 0,
          2.0 * N * C * 4 * C);
+  // A bias-free first layer (a mixture's experts'): GELU alone in the
+  // epilogue, against the product and a GELU pass.
+  report("linear_gelu_fc_nobias_fused",
+         time_ms([&] { be.linear_forward(x, wfc, Tensor(), hfc, &pre); }, iters), 0,
+         2.0 * N * C * 4 * C);
+  report("linear_gelu_fc_nobias_composed",
+         time_ms([&] { be.Backend::linear_forward(x, wfc, Tensor(), hfc, &pre); }, iters), 0,
+         2.0 * N * C * 4 * C);
   // Its backward into the pre-activation: the second layer's input gradient
   // with GELU's derivative in the epilogue, against GEMM + GELU backward.
   Tensor wproj = rnd({C, 4 * C}, 14), dpre = triad::empty({N, 4 * C}, bf, gpu);
