@@ -1,5 +1,6 @@
 #include "triad/autograd/engine.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -110,7 +111,9 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs,
     auto& buf = buffers[n];
     buf.resize(std::max<size_t>(buf.size(), std::max<size_t>(n->outputs.size(), 1)));
     accumulate_into(buf[edge.input_nr], seed);
-    roots.push_back(n);
+    // (Outputs of one node, or one output twice, make one root: its edges
+    // are counted once.)
+    if (std::find(roots.begin(), roots.end(), n) == roots.end()) roots.push_back(n);
   }
 
   // Count, for every reachable node, how many edges lead into it.

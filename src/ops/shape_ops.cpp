@@ -251,9 +251,14 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   }
   // One node for every piece: x's gradient is the pieces' gradients side by
   // side, written once (a narrow per piece would make a zero tensor the size
-  // of x for each, and add them).
+  // of x for each, and add them), in x's dtype as narrow's.
   if (!out.empty()) {
-    record("split", {x}, out, [d](const TensorList& g) -> TensorList { return {concat(g, d)}; });
+    const DType dt = x.dtype();
+    record("split", {x}, out, [d, dt](const TensorList& g) -> TensorList {
+      TensorList pieces;
+      for (const Tensor& t : g) pieces.push_back(t.dtype() == dt ? t : cast(t, dt));
+      return {concat(pieces, d)};
+    });
   }
   return out;
 }

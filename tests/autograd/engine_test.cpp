@@ -449,6 +449,24 @@ TEST(Autograd, SplitIsOneNodeWhoseGradientIsThePiecesSideBySide) {
   EXPECT_EQ(vec(parts[2]), (std::vector<double>{4, 5, 6}));  // views of x
   autograd::backward({add(sum(scale(parts[0], 2.0)), sum(mul(parts[2], parts[2])))});
   expect_all_near(vec(x.grad()), {2, 2, 0, 8, 10, 12});
+  // A piece's gradient in another dtype joins in x's, as narrow's would.
+  Tensor y = from_vector(std::vector<double>{1, 2, 3}, {3}, DType::F64);
+  y.set_requires_grad(true);
+  const std::vector<Tensor> halves = split(y, {1, 2}, 0);
+  autograd::backward({halves[0], halves[1]},
+                     {from_vector(std::vector<float>{0.5f}, {1}),
+                      from_vector(std::vector<double>{2, 4}, {2}, DType::F64)});
+  EXPECT_EQ(y.grad().dtype(), DType::F64);
+  expect_all_near(vec(y.grad()), {0.5, 2, 4});
+  // (Both roots are one node's outputs: the node runs once and its edges
+  // count once, so the leaf is reached. The same output twice adds its
+  // gradients.)
+  Tensor z = from_vector(std::vector<double>{1, 2}, {2}, DType::F64);
+  z.set_requires_grad(true);
+  const Tensor twice = scale(z, 3.0);
+  autograd::backward({twice, twice}, {from_vector(std::vector<double>{1, 1}, {2}, DType::F64),
+                                      from_vector(std::vector<double>{1, 2}, {2}, DType::F64)});
+  expect_all_near(vec(z.grad()), {6, 9});
   EXPECT_THROW(split(x, {2, 5}, 0), ShapeError);
   EXPECT_THROW(split(x, {7, -1}, 0), ShapeError);
 }
