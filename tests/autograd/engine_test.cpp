@@ -467,6 +467,14 @@ TEST(Autograd, SplitIsOneNodeWhoseGradientIsThePiecesSideBySide) {
   autograd::backward({twice, twice}, {from_vector(std::vector<double>{1, 1}, {2}, DType::F64),
                                       from_vector(std::vector<double>{1, 2}, {2}, DType::F64)});
   expect_all_near(vec(z.grad()), {6, 9});
+  // A root another root reaches waits for it: dz/dz = 1 and d(3z)/dz = 3
+  // both arrive before z's node runs.
+  Tensor w = from_vector(std::vector<double>{1}, {1}, DType::F64);
+  w.set_requires_grad(true);
+  const Tensor inner = scale(w, 2.0), outer = scale(inner, 3.0);
+  autograd::backward({outer, inner}, {from_vector(std::vector<double>{1}, {1}, DType::F64),
+                                      from_vector(std::vector<double>{1}, {1}, DType::F64)});
+  expect_all_near(vec(w.grad()), {8});
   EXPECT_THROW(split(x, {2, 5}, 0), ShapeError);
   EXPECT_THROW(split(x, {7, -1}, 0), ShapeError);
 }
