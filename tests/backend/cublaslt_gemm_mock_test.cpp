@@ -79,6 +79,15 @@ class Buffer {
   std::vector<char> bytes_;
 };
 
+// GELU (tanh form), as cuBLASLt's epilogues take it, and its derivative.
+double gelu_tanh(double v) {
+  return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+}
+double gelu_tanh_grad(double x) {
+  const double k0 = 0.7978845608028654, th = std::tanh(k0 * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
+}
+
 double tolerance(DType d) {
   return d == DType::F64 ? 1e-12 : d == DType::F32 ? 1e-5 : 1e-2;
 }
@@ -177,7 +186,7 @@ TEST_F(CublasLtGemmMock, BiasAndGeluEpiloguesActPerOutputFeature) {
     gemm.run(plan, dtype, x.data(), w.data(), y.data(), 1, 0, nullptr, ep);
     for (int64_t i = 0; i < rows * out; ++i) {
       const double v = lin[static_cast<size_t>(i)];
-      const double g = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+      const double g = gelu_tanh(v);
       ASSERT_NEAR(pre.get(i), v, tolerance(dtype) * (1 + std::fabs(v))) << "pre, element " << i;
       ASSERT_NEAR(y.get(i), g, 2 * tolerance(dtype) * (1 + std::fabs(g))) << "gelu, element " << i;
     }
@@ -190,7 +199,7 @@ TEST_F(CublasLtGemmMock, BiasAndGeluEpiloguesActPerOutputFeature) {
       for (int64_t o = 0; o < out; ++o) {
         const int64_t i = r * out + o;
         const double v = lin[static_cast<size_t>(i)] - bias.get(o);
-        const double g = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        const double g = gelu_tanh(v);
         ASSERT_NEAR(pre.get(i), v, tolerance(dtype) * (1 + std::fabs(lin[i]))) << "pre " << i;
         ASSERT_NEAR(y.get(i), g, 2 * tolerance(dtype) * (1 + std::fabs(lin[i]))) << "gelu " << i;
       }
@@ -215,10 +224,7 @@ TEST_F(CublasLtGemmMock, GeluDerivativeEpilogueGivesThePreActivationGradient) {
     gemm.run(plan_gemm(k.a, k.b, k.c, false, false), dtype, dy.data(), w.data(), dpre.data(), 1, 0,
              nullptr, ep);
     for (int64_t i = 0; i < rows * in; ++i) {
-      const double x = pre.get(i), k0 = 0.7978845608028654;
-      const double th = std::tanh(k0 * (x + 0.044715 * x * x * x));
-      const double d = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
-      const double want = d * da[static_cast<size_t>(i)];
+      const double want = gelu_tanh_grad(pre.get(i)) * da[static_cast<size_t>(i)];
       ASSERT_NEAR(dpre.get(i), want, 2 * tolerance(dtype) * (1 + std::fabs(want)))
           << "element " << i;
     }
@@ -519,10 +525,7 @@ TEST_F(CublasLtGemmMock, AutotuneTimesProductsThatReadTheirOutputIntoScratch) {
   gemm.run(plan_gemm(d.a, d.b, d.c, false, false), DType::F32, dy.data(), w.data(), pre.data(), 1,
            0, nullptr, ep);
   for (int64_t i = 0; i < rows * in; ++i) {
-    const double xi = x[static_cast<size_t>(i)], k0 = 0.7978845608028654;
-    const double th = std::tanh(k0 * (xi + 0.044715 * xi * xi * xi));
-    const double g = 0.5 * (1 + th) + 0.5 * xi * (1 - th * th) * k0 * (1 + 3 * 0.044715 * xi * xi);
-    const double v = g * da[static_cast<size_t>(i)];
+    const double v = gelu_tanh_grad(x[static_cast<size_t>(i)]) * da[static_cast<size_t>(i)];
     ASSERT_NEAR(pre.get(i), v, 1e-5 * (1 + std::fabs(v))) << "element " << i;
   }
   EXPECT_EQ(gemm.tuning().problems, 1);
