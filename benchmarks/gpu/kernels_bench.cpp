@@ -458,6 +458,28 @@ int main(int argc, char** argv) {
            N * C * (h + 8), 0);
   }
 
+  // A mixture's top-k choice on the device (Backend::route_top_k), N
+  // tokens' f32 scores: Mixtral's top 2 of 8, and DeepSeek-V3's biased top 8
+  // of 256 within 4 of 8 groups. (bench_routing times the same choices on
+  // the host.)
+  {
+    struct Rule {
+      const char* name;
+      int64_t E, k, groups, top_groups;
+      bool biased;
+    };
+    for (const Rule& r : {Rule{"route_top_k_8_top2", 8, 2, 1, 1, false},
+                          Rule{"route_top_k_256_top8_groups", 256, 8, 8, 4, true}}) {
+      Tensor scores = triad::to_device(triad::softmax(triad::randn({N, r.E}, 11, 1)), gpu);
+      Tensor bias = r.biased ? triad::to_device(triad::randn({r.E}, 11, 2, 0.01), gpu) : Tensor();
+      Tensor choice = triad::empty({N, r.k}, DType::I64, gpu);
+      report(
+          r.name,
+          time_ms([&] { be.route_top_k(scores, bias, r.groups, r.top_groups, 2, choice); }, iters),
+          static_cast<double>(N * (r.E * 4 + r.k * 8)), 0);
+    }
+  }
+
   // The optimizer's step as the trainer runs it: bf16 parameters with f32
   // masters, gradients and moments, GPT-2 124M's tensors (per layer 4
   // matrices, 9 vectors; the two tables), all in one adamw_many; and the

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/expert_choice.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/half_adapter.h"
 #ifdef TRIAD_WITH_CUDA
@@ -321,6 +322,36 @@ void register_backend(DeviceType type, Backend* backend) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.backends[static_cast<size_t>(type)] = backend;
+}
+
+void Backend::route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups,
+                          int64_t top_groups, int64_t group_best, Tensor& choice) {
+  detail::ExpertRule rule =
+      detail::route_top_k_rule(scores, bias, groups, top_groups, group_best, choice);
+  // f64 copies on the host (f32 widens exactly), then the choice back.
+  const auto on_host = [this](const Tensor& t) {
+    Tensor h = empty(t.shape(), DType::F64, Device::cpu());
+    if (t.device().type == DeviceType::CPU) {
+      backend_for(h).copy(t, h);
+    } else {
+      Tensor staged = empty(t.shape(), t.dtype(), Device::cpu());
+      copy(t, staged);
+      backend_for(h).copy(staged, h);
+    }
+    return h;
+  };
+  const Tensor s = on_host(scores);
+  Tensor b;
+  if (bias.defined()) {
+    b = on_host(bias);
+    rule.bias = b.data<double>();
+    if (const std::string problem = detail::expert_rule_problem(rule); !problem.empty())
+      throw ValueError("route_top_k: " + problem);
+  }
+  const bool here = choice.device().type == DeviceType::CPU;
+  Tensor out = here ? choice : empty(choice.shape(), DType::I64, Device::cpu());
+  detail::choose_experts(s.data<double>(), scores.size(0), rule, out.data<int64_t>());
+  if (!here) copy(out, choice);
 }
 
 }  // namespace triad

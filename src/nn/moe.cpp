@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <string>
 
+#include "backend/expert_choice.h"
 #include "triad/autograd/checkpoint.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/backend.h"
@@ -20,141 +20,14 @@ namespace triad::nn {
 
 namespace {
 
-// The k best of v[0..n) into top (their indices) and value, best first;
-// equal ones by index (a stable order every rank of a tensor-parallel
-// group agrees on): by insertion into the short list in one pass in index
-// order, a later index passing an earlier one only with a higher value.
-void best_k(const double* v, int64_t n, int64_t k, int64_t* top, double* value) {
-  int64_t held = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double x = v[i];
-    if (held == k && !(x > value[k - 1])) continue;
-    int64_t at = held < k ? held++ : k - 1;
-    for (; at > 0 && value[at - 1] < x; --at) {
-      value[at] = value[at - 1];
-      top[at] = top[at - 1];
-    }
-    value[at] = x;
-    top[at] = i;
-  }
-}
-
-}  // namespace
-
-Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
-                    int64_t top_k, int64_t capacity, GptConfig::Moe::DropPolicy policy,
-                    const ExpertChoice& choice) {
-  if (tokens < 0 || experts < 1 || top_k < 1 || top_k > experts) {
-    throw ValueError("route_top_k: top_k " + std::to_string(top_k) + " of " +
-                     std::to_string(experts) + " experts for " + std::to_string(tokens) +
-                     " tokens (expected 1 <= top_k <= experts)");
-  }
-  if (capacity < 0) {
-    throw ValueError("route_top_k: capacity " + std::to_string(capacity) +
-                     " (expected >= 0; 0: dropless)");
-  }
-  if (static_cast<int64_t>(probs.size()) != tokens * experts) {
-    throw ValueError("route_top_k: " + std::to_string(probs.size()) + " probabilities for " +
-                     std::to_string(tokens) + " tokens and " + std::to_string(experts) +
-                     " experts");
-  }
-  const bool biased = !choice.bias.empty();
-  if (biased && static_cast<int64_t>(choice.bias.size()) != experts) {
-    throw ValueError("route_top_k: " + std::to_string(choice.bias.size()) + " expert biases for " +
-                     std::to_string(experts) + " experts");
-  }
-  for (size_t e = 0; e < choice.bias.size(); ++e) {
-    if (!std::isfinite(choice.bias[e])) {
-      throw ValueError("route_top_k: expert " + std::to_string(e) + "'s bias is " +
-                       std::to_string(choice.bias[e]) + " (expected a finite number)");
-    }
-  }
-  const int64_t groups = choice.groups, size = groups > 0 ? experts / groups : 0;
-  if (choice.group_best < 1) {
-    throw ValueError("route_top_k: a group scored by its " + std::to_string(choice.group_best) +
-                     " best experts (expected at least 1)");
-  }
-  if (groups < 1 || experts % groups != 0 || choice.top_groups < 1 || choice.top_groups > groups ||
-      top_k > choice.top_groups * size) {
-    throw ValueError("route_top_k: top_k " + std::to_string(top_k) + " within the best " +
-                     std::to_string(choice.top_groups) + " of " + std::to_string(groups) +
-                     " groups of " + std::to_string(experts) +
-                     " experts (expected groups dividing the experts, 1 <= top_groups <= "
-                     "groups, and top_k within top_groups' experts)");
-  }
-  Routing r;
-  r.tokens = tokens;
-  r.experts = experts;
-  r.top_k = top_k;
-  r.choice.resize(static_cast<size_t>(tokens * top_k));
+// r (tokens, experts, top_k and choice set) completed: its loads, and the
+// rows grouped by expert, each group in token order, under `capacity` (0:
+// dropless; over it, `policy` ranks an expert's assignments by `probs`, the
+// (tokens, experts) scores, or by token).
+Routing group_rows(Routing r, const double* probs, int64_t capacity,
+                   GptConfig::Moe::DropPolicy policy) {
+  const int64_t tokens = r.tokens, experts = r.experts, top_k = r.top_k;
   r.load.assign(static_cast<size_t>(experts), 0);
-  // Each token's choice is its own: tokens run in parallel (each thread
-  // with its own scratch), the same choices on any number of threads. A
-  // score that is not finite is noted (the first by position) and named
-  // after the loop.
-  int64_t bad = tokens * experts;
-  const bool grouped = groups > 1, shifted = biased || grouped;
-#pragma omp parallel if (tokens * experts >= (int64_t{1} << 16))
-  {
-    // (Locals: the loop reads no shared variable through a pointer.)
-    const int64_t E = experts, K = top_k, G = groups, width = size, open = choice.top_groups,
-                  counted = std::min(choice.group_best, size);
-    const double* const all = probs.data();
-    const double* const shift = biased ? choice.bias.data() : nullptr;
-    int64_t* const choices = r.choice.data();
-    std::vector<int64_t> best(static_cast<size_t>(std::max(groups, counted)));
-    std::vector<double> best_value(best.size()), top_value(static_cast<size_t>(top_k));
-    std::vector<double> chosen_by(shifted ? static_cast<size_t>(experts) : 0);
-    std::vector<double> group_score(static_cast<size_t>(groups));
-    std::vector<bool> kept(static_cast<size_t>(groups));
-#pragma omp for schedule(static) reduction(min : bad)
-    for (int64_t n = 0; n < tokens; ++n) {
-      const double* p = all + n * E;
-      bool finite = true;
-      for (int64_t e = 0; e < E; ++e) finite &= std::isfinite(p[e]);
-      if (!finite) {
-        int64_t e = 0;
-        while (std::isfinite(p[e])) ++e;
-        bad = std::min(bad, n * E + e);
-        continue;
-      }
-      // What the token chooses by: its scores, plus the biases, with the
-      // experts outside its best groups out of reach.
-      const double* s = p;
-      if (shifted) {
-        double* by = chosen_by.data();
-        for (int64_t e = 0; e < E; ++e) by[e] = p[e] + (shift ? shift[e] : 0.0);
-        if (grouped) {
-          // Each group's score: the sum of its `counted` best.
-          for (int64_t g = 0; g < G; ++g) {
-            best_k(by + g * width, width, counted, best.data(), best_value.data());
-            double sum = 0.0;
-            for (int64_t j = 0; j < counted; ++j) sum += best_value[static_cast<size_t>(j)];
-            group_score[static_cast<size_t>(g)] = sum;
-          }
-          // The experts of every group but the best top_groups are out of
-          // reach.
-          best_k(group_score.data(), G, open, best.data(), best_value.data());
-          std::fill(kept.begin(), kept.end(), false);
-          for (int64_t j = 0; j < open; ++j)
-            kept[static_cast<size_t>(best[static_cast<size_t>(j)])] = true;
-          for (int64_t g = 0; g < G; ++g) {
-            if (!kept[static_cast<size_t>(g)])
-              std::fill(by + g * width, by + (g + 1) * width,
-                        -std::numeric_limits<double>::infinity());
-          }
-        }
-        s = by;
-      }
-      best_k(s, E, K, choices + n * K, top_value.data());
-    }
-  }
-  if (bad < tokens * experts) {
-    const int64_t n = bad / experts, e = bad % experts;
-    throw ValueError("route_top_k: token " + std::to_string(n) + "'s probability for expert " +
-                     std::to_string(e) + " is " + std::to_string(probs[static_cast<size_t>(bad)]) +
-                     " (the router's output is not finite)");
-  }
   for (const int64_t e : r.choice) ++r.load[static_cast<size_t>(e)];
   // Rows grouped by expert, each group in token order: a counting sort of
   // the assignments into one array, each expert's run starting where the
@@ -181,8 +54,7 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
       // order.
       if (policy == GptConfig::Moe::DropPolicy::Probs) {
         std::stable_sort(first, last, [&](int64_t a, int64_t b) {
-          return probs[static_cast<size_t>((a / top_k) * experts + e)] >
-                 probs[static_cast<size_t>((b / top_k) * experts + e)];
+          return probs[(a / top_k) * experts + e] > probs[(b / top_k) * experts + e];
         });
       }
       r.dropped += (last - first) - capacity;
@@ -202,6 +74,82 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
     r.rows[static_cast<size_t>(e)] = last - first;
   }
   return r;
+}
+
+// The first score of token n (a row of `experts`) that is not finite: the
+// error that names it.
+[[noreturn]] void throw_not_finite(const double* row, int64_t n, int64_t experts) {
+  int64_t e = 0;
+  while (e + 1 < experts && std::isfinite(row[e])) ++e;
+  throw ValueError("route_top_k: token " + std::to_string(n) + "'s probability for expert " +
+                   std::to_string(e) + " is " + std::to_string(row[e]) +
+                   " (the router's output is not finite)");
+}
+
+}  // namespace
+
+Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
+                    int64_t top_k, int64_t capacity, GptConfig::Moe::DropPolicy policy,
+                    const ExpertChoice& choice) {
+  if (tokens < 0 || experts < 1 || top_k < 1 || top_k > experts) {
+    throw ValueError("route_top_k: top_k " + std::to_string(top_k) + " of " +
+                     std::to_string(experts) + " experts for " + std::to_string(tokens) +
+                     " tokens (expected 1 <= top_k <= experts)");
+  }
+  if (capacity < 0) {
+    throw ValueError("route_top_k: capacity " + std::to_string(capacity) +
+                     " (expected >= 0; 0: dropless)");
+  }
+  if (static_cast<int64_t>(probs.size()) != tokens * experts) {
+    throw ValueError("route_top_k: " + std::to_string(probs.size()) + " probabilities for " +
+                     std::to_string(tokens) + " tokens and " + std::to_string(experts) +
+                     " experts");
+  }
+  if (!choice.bias.empty() && static_cast<int64_t>(choice.bias.size()) != experts) {
+    throw ValueError("route_top_k: " + std::to_string(choice.bias.size()) + " expert biases for " +
+                     std::to_string(experts) + " experts");
+  }
+  const detail::ExpertRule rule{experts,
+                                top_k,
+                                choice.bias.empty() ? nullptr : choice.bias.data(),
+                                choice.groups,
+                                choice.top_groups,
+                                choice.group_best};
+  if (const std::string problem = detail::expert_rule_problem(rule); !problem.empty())
+    throw ValueError("route_top_k: " + problem);
+  Routing r;
+  r.tokens = tokens;
+  r.experts = experts;
+  r.top_k = top_k;
+  r.choice.resize(static_cast<size_t>(tokens * top_k));
+  detail::choose_experts(probs.data(), tokens, rule, r.choice.data());
+  for (int64_t n = 0; n < tokens; ++n) {
+    if (r.choice[static_cast<size_t>(n * top_k)] < 0)
+      throw_not_finite(probs.data() + n * experts, n, experts);
+  }
+  return group_rows(std::move(r), probs.data(), capacity, policy);
+}
+
+Routing route_chosen(std::vector<int64_t> choice, int64_t tokens, int64_t experts, int64_t top_k) {
+  if (tokens < 0 || experts < 1 || top_k < 1 || top_k > experts ||
+      static_cast<int64_t>(choice.size()) != tokens * top_k) {
+    throw ValueError("route_chosen: " + std::to_string(choice.size()) + " choices for " +
+                     std::to_string(tokens) + " tokens' top " + std::to_string(top_k) + " of " +
+                     std::to_string(experts) + " experts");
+  }
+  for (size_t a = 0; a < choice.size(); ++a) {
+    if (choice[a] < 0 || choice[a] >= experts) {
+      throw ValueError("route_chosen: token " + std::to_string(a / static_cast<size_t>(top_k)) +
+                       " chose expert " + std::to_string(choice[a]) + " of " +
+                       std::to_string(experts));
+    }
+  }
+  Routing r;
+  r.tokens = tokens;
+  r.experts = experts;
+  r.top_k = top_k;
+  r.choice = std::move(choice);
+  return group_rows(std::move(r), nullptr, 0, GptConfig::Moe::DropPolicy::Probs);
 }
 
 Routing keep_assignments(const Routing& r, const std::vector<char>& keep, int64_t tokens,
@@ -261,26 +209,48 @@ int64_t expert_capacity(double factor, int64_t tokens, int64_t experts, int64_t 
 
 double balance_loss(const Routing& r, const std::vector<double>& probs, int64_t sequence) {
   if (r.tokens == 0) return 0.0;
+  const int64_t T = sequence > 0 ? sequence : r.tokens, E = r.experts;
+  if (r.tokens % T != 0) {
+    throw ValueError("balance_loss: sequences of " + std::to_string(T) + " tokens do not divide " +
+                     std::to_string(r.tokens));
+  }
+  if (static_cast<int64_t>(probs.size()) != r.tokens * E) {
+    throw ValueError("balance_loss: " + std::to_string(probs.size()) + " probabilities for " +
+                     std::to_string(r.tokens) + " tokens and " + std::to_string(E) + " experts");
+  }
+  std::vector<double> sums(static_cast<size_t>((r.tokens / T) * E), 0.0);
+  for (int64_t n = 0; n < r.tokens; ++n) {
+    for (int64_t e = 0; e < E; ++e)
+      sums[static_cast<size_t>((n / T) * E + e)] += probs[static_cast<size_t>(n * E + e)];
+  }
+  return balance_loss_of_sums(r, sums, sequence);
+}
+
+double balance_loss_of_sums(const Routing& r, const std::vector<double>& sums, int64_t sequence) {
+  if (r.tokens == 0) return 0.0;
   const int64_t T = sequence > 0 ? sequence : r.tokens;
   if (r.tokens % T != 0) {
     throw ValueError("balance_loss: sequences of " + std::to_string(T) + " tokens do not divide " +
                      std::to_string(r.tokens));
   }
-  const int64_t E = r.experts, k = r.top_k;
-  const auto at = [](int64_t i) { return static_cast<size_t>(i); };
-  double sum = 0;
-  std::vector<double> load(at(E)), p(at(E));
-  for (int64_t first = 0; first < r.tokens; first += T) {
-    std::fill(load.begin(), load.end(), 0.0);
-    std::fill(p.begin(), p.end(), 0.0);
-    for (int64_t n = first; n < first + T; ++n) {
-      for (int64_t j = 0; j < k; ++j) ++load[at(r.choice[at(n * k + j)])];
-      for (int64_t e = 0; e < E; ++e) p[at(e)] += probs[at(n * E + e)];
-    }
-    for (int64_t e = 0; e < E; ++e)
-      sum += load[at(e)] / static_cast<double>(T * k) * p[at(e)] / static_cast<double>(T);
+  const int64_t E = r.experts, k = r.top_k, S = r.tokens / T;
+  if (static_cast<int64_t>(sums.size()) != S * E) {
+    throw ValueError("balance_loss: " + std::to_string(sums.size()) + " sums for " +
+                     std::to_string(S) + " sequences of " + std::to_string(E) + " experts");
   }
-  return static_cast<double>(E) * sum / static_cast<double>(r.tokens / T);
+  const auto at = [](int64_t i) { return static_cast<size_t>(i); };
+  double total = 0;
+  std::vector<double> load(at(E));
+  for (int64_t s = 0; s < S; ++s) {
+    std::fill(load.begin(), load.end(), 0.0);
+    for (int64_t n = s * T; n < (s + 1) * T; ++n)
+      for (int64_t j = 0; j < k; ++j) ++load[at(r.choice[at(n * k + j)])];
+    for (int64_t e = 0; e < E; ++e) {
+      total +=
+          load[at(e)] / static_cast<double>(T * k) * sums[at(s * E + e)] / static_cast<double>(T);
+    }
+  }
+  return static_cast<double>(E) * total / static_cast<double>(S);
 }
 
 bool is_moe_state(const std::string& name) {
@@ -564,6 +534,39 @@ Routing MoeMlp::route_chunk_under_capacity(const std::vector<double>& host, int6
   return keep_assignments(route_top_k(host, N, E, k, 0, drop_policy_, choice), keep, N, k);
 }
 
+Routing MoeMlp::route_dropless(const Tensor& probs) const {
+  const int64_t N = probs.size(0), E = num_experts(), k = top_k_;
+  Tensor chosen = empty({N, k}, DType::I64, probs.device());
+  backend_for(probs).route_top_k(probs.is_contiguous() ? probs : contiguous(probs), expert_bias_,
+                                 groups_, top_groups_, group_best_, chosen);
+  const Tensor host = to_device(chosen, Device::cpu());
+  std::vector<int64_t> choice(host.data<int64_t>(), host.data<int64_t>() + N * k);
+  for (int64_t n = 0; n < N; ++n) {
+    if (choice[static_cast<size_t>(n * k)] >= 0) continue;
+    // A token that could not choose: name the first score (or bias) that
+    // is not finite, reading the scores only now.
+    const std::vector<double> row = to_double_vector(narrow(probs, 0, n, 1));
+    for (int64_t e = 0; e < E; ++e) {
+      if (!std::isfinite(row[static_cast<size_t>(e)])) {
+        throw ValueError("route_top_k: token " + std::to_string(n) + "'s probability for expert " +
+                         std::to_string(e) + " is " + std::to_string(row[static_cast<size_t>(e)]) +
+                         " (the router's output is not finite)");
+      }
+    }
+    const std::vector<double> bias =
+        expert_bias_.defined() ? to_double_vector(expert_bias_) : std::vector<double>{};
+    for (size_t e = 0; e < bias.size(); ++e) {
+      if (!std::isfinite(bias[e] + row[e])) {
+        throw ValueError("route_top_k: expert " + std::to_string(e) + "'s bias is " +
+                         std::to_string(bias[e]) + " (token " + std::to_string(n) +
+                         "'s choosing score is not finite)");
+      }
+    }
+    throw ValueError("route_top_k: token " + std::to_string(n) + " chose no expert");
+  }
+  return route_chosen(std::move(choice), N, E, k);
+}
+
 Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardContext& ctx,
                        const GateHook& gate) const {
   const Tensor& probs = scores.probs;
@@ -584,20 +587,27 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
                      std::to_string(N) + " tokens (expected (" + std::to_string(N) + ", " +
                      std::to_string(E) + "))");
   }
-  // The one read of the step's routing on the host (a GPU waits for the
-  // router here): the experts' batch sizes decide the GEMMs' shapes.
-  const std::vector<double> host = to_double_vector(probs);
   // Capacity caps the experts' batches while training (evaluation and
   // generation are dropless).
   // Under context parallelism the micro-batch is every rank's chunks.
   const int64_t P = chunks_.parts;
   const int64_t capacity = ctx.training ? expert_capacity(capacity_factor_, N * P, E, k) : 0;
-  ExpertChoice choice{{}, groups_, top_groups_, group_best_};
-  if (expert_bias_.defined()) choice.bias = to_double_vector(expert_bias_);
-  const Routing routing =
-      capacity > 0 && P > 1
-          ? route_chunk_under_capacity(host, x.dim() >= 3 ? x.size(-2) : N, capacity, choice)
-          : route_top_k(host, N, E, k, capacity, drop_policy_, choice);
+  // The one read of the step's routing on the host (a GPU waits for the
+  // router here): the experts' batch sizes decide the GEMMs' shapes.
+  // Dropless, the tokens choose where the scores are (on a GPU, a kernel)
+  // and the host reads their choices; under a capacity it reads the scores,
+  // which rank an expert's assignments.
+  Routing routing;
+  if (capacity > 0) {
+    const std::vector<double> host = to_double_vector(probs);
+    ExpertChoice choice{{}, groups_, top_groups_, group_best_};
+    if (expert_bias_.defined()) choice.bias = to_double_vector(expert_bias_);
+    routing =
+        P > 1 ? route_chunk_under_capacity(host, x.dim() >= 3 ? x.size(-2) : N, capacity, choice)
+              : route_top_k(host, N, E, k, capacity, drop_policy_, choice);
+  } else {
+    routing = route_dropless(probs);
+  }
   const bool sigmoid_scores = score_ == GptConfig::Moe::Score::Sigmoid;
   // The gates: each token's k chosen probabilities, renormalised over the k
   // if asked, then the padding's 0: (N k + 1, 1).
@@ -666,18 +676,15 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
                  ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad(),
              reporting = ctx.moe_stats && ctx.training && !autograd::recomputing();
   const int64_t T_local = sequence > 0 ? sequence : N, S = N / T_local;
-  // The probabilities on the host, where the balance is counted (sigmoid
-  // scores as probabilities: each token's over their sum); only when read.
-  std::vector<double> p_host;
+  // The probabilities the balance counts: sigmoid scores as probabilities
+  // (each token's over their sum).
+  const Tensor p = sigmoid_scores ? div(probs, affine(sum(probs, 1, true), 1.0, 1e-20)) : probs;
+  // Each expert's probabilities summed over each sequence (S x E) on the
+  // host, summed where they are; only when read.
+  std::vector<double> p_sums;
   if (reporting || (balancing && P > 1)) {
-    p_host = host;
-    if (sigmoid_scores) {
-      for (int64_t n = 0; n < N; ++n) {
-        double* row = p_host.data() + n * E;
-        const double total = std::accumulate(row, row + E, 0.0) + 1e-20;
-        for (int64_t e = 0; e < E; ++e) row[e] /= total;
-      }
-    }
+    autograd::NoGradGuard no_grad;
+    p_sums = to_double_vector(sum(reshape(p, {S, T_local, E}), 1));
   }
   // Under context parallelism the whole micro-batch's counts and summed
   // probabilities of each expert, per sequence (over every rank's chunk of
@@ -689,9 +696,8 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
       const int64_t s = n / T_local;
       for (int64_t j = 0; j < k; ++j)
         whole[static_cast<size_t>(s * E + routing.choice[static_cast<size_t>(n * k + j)])] += 1.0;
-      for (int64_t e = 0; e < E; ++e)
-        whole[static_cast<size_t>((S + s) * E + e)] += p_host[static_cast<size_t>(n * E + e)];
     }
+    std::copy(p_sums.begin(), p_sums.end(), whole.begin() + S * E);
     chunks_.sum(whole);
   }
   if (balancing) {
@@ -716,7 +722,6 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
       }
     }
     const Tensor f = from_vector(share, {S, E}, probs.dtype(), probs.device());
-    const Tensor p = sigmoid_scores ? div(probs, affine(sum(probs, 1, true), 1.0, 1e-20)) : probs;
     const Tensor aux = scale(sum(mul(f, mean(reshape(p, {S, T, E}), 1))),
                              static_cast<double>(E) / static_cast<double>(S));
     out = attach_loss(out, aux, aux_coef_ * ctx.loss_grad);
@@ -772,7 +777,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
       }
       balance *= static_cast<double>(E) / static_cast<double>(S);
     } else {
-      balance = balance_loss(routing, p_host, sequence);
+      balance = balance_loss_of_sums(routing, p_sums, sequence);
     }
     ctx.moe_stats->add_loads(layer_, routing.load);
     ctx.moe_stats->record(

@@ -39,6 +39,7 @@
 #include "triad/nn/documents.h"
 #include "triad/nn/generate.h"
 #include "triad/nn/gpt.h"
+#include "triad/nn/moe.h"
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
 #include "triad/optim/clip.h"
@@ -1518,6 +1519,49 @@ TEST(CudaKernels, EmbeddingBackwardSumsLongIdsInPiecesAsTheCpuDoes) {
   }
 }
 
+// A mixture's top-k choice on the device is the CPU's, equal scores and
+// all: plain and biased, group-limited (scored by a group's best one or
+// two), f32 and f64 scores, more tokens than a block; a token whose score
+// is not finite chooses -1 on both; and a list longer than a thread keeps
+// (top 65 of 70) is chosen through the host, the same.
+TEST(CudaKernels, RouteTopKChoosesAsTheCpuDoes) {
+  struct Case {
+    int64_t N, E, k, groups, top_groups, group_best;
+    bool biased;
+  };
+  const Case cases[] = {{300, 8, 2, 1, 1, 2, false},
+                        {130, 16, 4, 4, 2, 2, true},
+                        {77, 12, 3, 3, 1, 1, true},
+                        {40, 64, 8, 8, 4, 2, true},
+                        {9, 70, 65, 1, 1, 2, false}};
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::F32, DType::F64}) {
+      SCOPED_TRACE("E " + std::to_string(c.E) + " k " + std::to_string(c.k) + " groups " +
+                   std::to_string(c.groups) + " " + dtype_name(dtype));
+      // Multiples of 1/8: many equal scores.
+      std::vector<double> v(static_cast<size_t>(c.N * c.E));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 2654435761u) % 8) / 8;
+      v[static_cast<size_t>(5 * c.E + 1)] = NAN;  // token 5
+      std::vector<double> b;
+      for (int64_t e = 0; e < c.E; ++e) b.push_back(static_cast<double>(e % 3) / 16);
+      const Tensor scores = from_vector(v, {c.N, c.E}, dtype);
+      const Tensor bias = c.biased ? from_vector(b, {c.E}, DType::F32) : Tensor();
+      Tensor cpu = empty({c.N, c.k}, DType::I64), gpu = empty({c.N, c.k}, DType::I64, kGpu);
+      backend_for(DeviceType::CPU)
+          .route_top_k(scores, bias, c.groups, c.top_groups, c.group_best, cpu);
+      backend_for(DeviceType::CUDA)
+          .route_top_k(to_device(scores, kGpu), c.biased ? to_device(bias, kGpu) : Tensor(),
+                       c.groups, c.top_groups, c.group_best, gpu);
+      const Tensor back = to_device(gpu, Device::cpu());
+      const std::vector<int64_t> want(cpu.data<int64_t>(), cpu.data<int64_t>() + cpu.numel()),
+          got(back.data<int64_t>(), back.data<int64_t>() + back.numel());
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(want[static_cast<size_t>(5 * c.k)], -1);
+      EXPECT_GE(want[0], 0);
+    }
+  }
+}
+
 TEST(CudaKernels, LayerNormBackwardIsDeterministic) {
   // The column sums run in a fixed order (warp slices, then blocks), with
   // no float atomics: the same bits every run, at a width the fused
@@ -2875,6 +2919,47 @@ TEST(CudaRuntime, ABiasFreeLayersGeluRunsInItsProductsEpilogue) {
       << checked.worst.problem;
   expect_close(to_double_vector(gpu.pre), to_double_vector(cpu.pre), 1e-2, 1e-2, "pre");
   expect_close(to_double_vector(gpu.act), to_double_vector(cpu.act), 1e-2, 1e-2, "act");
+}
+
+// A mixture's dropless routing is chosen on the device: one route_top_k a
+// layer, and the same outputs and gradients as the CPU's.
+TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
+  nn::GptConfig cfg{
+      .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
+  cfg.moe.experts = 8;
+  cfg.moe.top_k = 2;
+  cfg.moe.ffn_hidden_size = 24;
+  cfg.moe.groups = 4;
+  cfg.moe.top_groups = 2;
+  cfg.moe.expert_bias = true;
+  cfg.moe.aux_loss_coef = 0.01;
+  nn::Gpt cpu_model(cfg, 5), gpu_model(cfg, 5);
+  gpu_model.to(kGpu);
+  const auto [ids, tg] = token_batch(2, 16);
+  nn::ForwardContext cpu_ctx, gpu_ctx;
+  cpu_ctx.moe_stats = std::make_shared<nn::MoeStats>();
+  gpu_ctx.moe_stats = std::make_shared<nn::MoeStats>();
+  const Tensor cpu_loss = cpu_model.loss(ids, tg, cpu_ctx);
+  cuda::set_op_profiling(true);
+  cuda::op_profile(0);  // (clears what came before)
+  const Tensor gpu_loss = gpu_model.loss(ids, tg, gpu_ctx);
+  cuda::synchronize(0);
+  std::map<std::string, int64_t> calls;
+  for (const cuda::OpTime& t : cuda::op_profile(0)) calls[t.op] = t.calls;
+  cuda::set_op_profiling(false);
+  EXPECT_EQ(calls["route_top_k"], 2);
+  EXPECT_NEAR(to_double_vector(gpu_loss)[0], to_double_vector(cpu_loss)[0], 1e-4);
+  EXPECT_NEAR(gpu_ctx.moe_stats->balance_sum, cpu_ctx.moe_stats->balance_sum, 1e-5);
+  EXPECT_EQ(gpu_ctx.moe_stats->loads, cpu_ctx.moe_stats->loads);
+  autograd::backward({cpu_loss});
+  autograd::backward({gpu_loss});
+  auto cp = cpu_model.named_parameters(), gp = gpu_model.named_parameters();
+  ASSERT_EQ(cp.size(), gp.size());
+  for (size_t i = 0; i < cp.size(); ++i) {
+    if (nn::is_moe_state(cp[i].first)) continue;  // (the expert biases: no gradient)
+    expect_close(to_double_vector(gp[i].second.grad()), to_double_vector(cp[i].second.grad()), 1e-3,
+                 1e-5, gp[i].first);
+  }
 }
 
 // Token ids and targets may stay on the host (as the trainer keeps its

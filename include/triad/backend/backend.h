@@ -407,6 +407,20 @@ class Backend {
   // the CUDA backend reads every tensor once, in a few launches, squaring
   // and summing in f64.
   virtual void sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out);
+
+  // A mixture of experts' top-k choice (src/backend/expert_choice.h):
+  // choice (N, k) i64 = each row of scores (N, E; f32 or f64, contiguous)'s
+  // k experts, best first, chosen by score plus `bias` ((E), f32 or f64;
+  // undefined: none) among the experts of the best `top_groups` of `groups`
+  // contiguous groups, each scored by its `group_best` best; in f64, equal
+  // ones by the lower index. A row holding a score (plus its bias) that is
+  // not finite chooses -1 k times. Every backend chooses the same experts. The
+  // default chooses on the host (copying through it when the tensors are
+  // elsewhere); the CUDA backend chooses on the device, without a wait.
+  // Throws ShapeError/ValueError naming the value for shapes, dtypes or a
+  // rule that cannot choose.
+  virtual void route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups,
+                           int64_t top_groups, int64_t group_best, Tensor& choice);
 };
 
 // The row stride of a matrix a backend call may take row-strided: a 2-D

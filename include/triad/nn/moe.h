@@ -14,9 +14,10 @@
 
 namespace triad::nn {
 
-// Top-k routing of N tokens among E experts, decided on the host from the
-// router's probabilities (N, E): where each token goes, and the rows of
-// the experts' batch that carry it there.
+// Top-k routing of N tokens among E experts, from the router's scores
+// (N, E): where each token goes, and the rows of the experts' batch that
+// carry it there. route_top_k decides it on the host; route_chosen builds it
+// from choices a backend made where the scores are (Backend::route_top_k).
 struct Routing {
   int64_t tokens = 0, experts = 0, top_k = 0;
   // (N, k) row-major: token n's j-th expert, most probable first (equal
@@ -59,6 +60,11 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
                     int64_t top_k, int64_t capacity = 0,
                     GptConfig::Moe::DropPolicy policy = GptConfig::Moe::DropPolicy::Probs,
                     const ExpertChoice& choice = {});
+// The dropless routing of N tokens whose choice (N * k: each token's
+// experts, best first) was made elsewhere (Backend::route_top_k, on the
+// scores' device). Throws ValueError unless each choice is one of the
+// experts.
+Routing route_chosen(std::vector<int64_t> choice, int64_t tokens, int64_t experts, int64_t top_k);
 // `r` with only the assignments `keep` flags (N * k of them, indexed n * k +
 // j) given rows: a capacity decided elsewhere (context parallelism's whole
 // micro-batch). The others count as dropped; an expert left without a row
@@ -78,6 +84,11 @@ int64_t expert_capacity(double factor, int64_t tokens, int64_t experts, int64_t 
 // of that loss over each run of `sequence` tokens (GptConfig::Moe::
 // BalanceScope::Sequence).
 double balance_loss(const Routing& routing, const std::vector<double>& probs, int64_t sequence = 0);
+// The same from each sequence's summed probabilities instead: sums (S, E)
+// row-major, sums[s * E + e] expert e's probabilities summed over
+// sequence s's tokens (the whole micro-batch's with `sequence` 0).
+double balance_loss_of_sums(const Routing& routing, const std::vector<double>& sums,
+                            int64_t sequence = 0);
 
 // Auxiliary-loss-free balancing's step for one layer (GptConfig::Moe::
 // expert_bias): each of its E biases moves by `rate` towards balance, up
@@ -227,6 +238,10 @@ class MoeMlp : public Module {
     std::shared_ptr<Linear> c_fc, c_proj;
   };
   Tensor expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const;
+  // The dropless routing of the N tokens whose scores are probs (N, E):
+  // chosen on probs' device (the expert biases and groups as configured),
+  // the host reading only the choices.
+  Routing route_dropless(const Tensor& probs) const;
   // The rows' keys (nn::assignment_key) of `routing` of N tokens, held as
   // draw.pieces of the micro-batch's sequences or all of them in order: i64
   // (rows) on `device`.

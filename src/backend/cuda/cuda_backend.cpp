@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/embedding_order.h"
+#include "backend/expert_choice.h"
 #include "cublaslt_gemm.h"
 #include "cudnn_attention.h"
 #include "gemm_check_record.h"
@@ -31,6 +32,7 @@
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/rotary.h"
+#include "kernels/routing.h"
 #include "kernels/soft_cap.h"
 #include "kernels/softmax.h"
 #include "op_profiler.h"
@@ -1812,6 +1814,25 @@ void CudaBackend::sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out
     });
     accumulate = true;
   }
+}
+
+void CudaBackend::route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups,
+                              int64_t top_groups, int64_t group_best, Tensor& choice) {
+  const ExpertRule rule = route_top_k_rule(scores, bias, groups, top_groups, group_best, choice);
+  const k::RouteShape shape{scores.size(0), rule.experts, rule.top_k,
+                            groups,         top_groups,   group_best};
+  const k::ScalarType bias_type = scalar(bias.defined() ? bias.dtype() : scores.dtype());
+  // Lists longer than a thread keeps: chosen on the host instead.
+  if (!k::check_route_top_k(scalar(scores.dtype()), bias_type, shape).ok) {
+    Backend::route_top_k(scores, bias, groups, top_groups, group_best, choice);
+    return;
+  }
+  DeviceState& s = state(scores.device().index);
+  launch(s.index, s.stream, "route_top_k", [&] {
+    k::route_top_k(scores.raw_data(), scalar(scores.dtype()),
+                   bias.defined() ? bias.raw_data() : nullptr, bias_type, shape,
+                   choice.data<int64_t>(), s.stream);
+  });
 }
 
 CudaBackend& cuda_backend() {

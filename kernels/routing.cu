@@ -1,0 +1,144 @@
+// A mixture of experts' top-k choice, one thread a token (routing.h). Each
+// thread walks its token's scores in expert order and keeps its short
+// lists exactly as the host's best_k does (src/backend/expert_choice.cpp):
+// insertion in index order, a later index passing an earlier one only with
+// a higher value; so the device chooses what the CPU chooses.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "device_utils.cuh"
+#include "routing.h"
+
+namespace triad::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kList = static_cast<int>(kMaxRouteList);
+
+// x (index i) into the best-first list (value, top) of at most k, holding
+// `held`; equal values keep the earlier index first.
+__device__ __forceinline__ void insert(double x, int i, double* value, int* top, int& held, int k) {
+  if (held == k && !(x > value[k - 1])) return;
+  int at = held < k ? held++ : k - 1;
+  for (; at > 0 && value[at - 1] < x; --at) {
+    value[at] = value[at - 1];
+    top[at] = top[at - 1];
+  }
+  value[at] = x;
+  top[at] = i;
+}
+
+// Neither infinite nor NaN (a NaN fails the comparison).
+__device__ __forceinline__ bool finite(double x) {
+  return fabs(x) <= DBL_MAX;
+}
+
+template <class S, class B>
+__global__ void __launch_bounds__(kThreads)
+    route_top_k_kernel(const S* scores, const B* bias, int64_t tokens, int E, int K, int G,
+                       int open, int counted, int64_t* choice) {
+  const int width = E / G;
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < tokens;
+       n += int64_t(gridDim.x) * blockDim.x) {
+    const S* p = scores + n * E;
+    int64_t* mine = choice + n * K;
+    // What the token chooses by: score plus bias, in f64.
+    auto by = [&](int e) {
+      return static_cast<double>(p[e]) + (bias ? static_cast<double>(bias[e]) : 0.0);
+    };
+    bool all_finite = true;
+    for (int e = 0; e < E; ++e) all_finite &= finite(by(e));
+    if (!all_finite) {
+      for (int j = 0; j < K; ++j) mine[j] = -1;
+      continue;
+    }
+    double value[kList];
+    int top[kList];
+    uint64_t kept = ~uint64_t{0};  // bit g: group g is within reach
+    if (G > 1) {
+      // Each group's score: the sum of its `counted` best, in order from 0.
+      double group_score[kList];
+      for (int g = 0; g < G; ++g) {
+        int held = 0;
+        for (int e = g * width; e < (g + 1) * width; ++e)
+          insert(by(e), e, value, top, held, counted);
+        double sum = 0.0;
+        for (int j = 0; j < counted; ++j) sum += value[j];
+        group_score[g] = sum;
+      }
+      // Every group but the best `open` is out of reach.
+      int held = 0;
+      for (int g = 0; g < G; ++g) insert(group_score[g], g, value, top, held, open);
+      kept = 0;
+      for (int j = 0; j < open; ++j) kept |= uint64_t{1} << top[j];
+    }
+    int held = 0;
+    for (int e = 0; e < E; ++e) {
+      const double x = (kept >> (e / width)) & 1u ? by(e) : -INFINITY;
+      insert(x, e, value, top, held, K);
+    }
+    for (int j = 0; j < K; ++j) mine[j] = top[j];
+  }
+}
+
+bool is_float(ScalarType t) {
+  return t == ScalarType::F32 || t == ScalarType::F64;
+}
+
+}  // namespace
+
+Status check_route_top_k(ScalarType scores, ScalarType bias, const RouteShape& s) {
+  if (!is_float(scores) || !is_float(bias)) {
+    return Status::fail(std::string("scores ") + scalar_name(scores) + " and bias " +
+                        scalar_name(bias) + " (expected f32 or f64)");
+  }
+  const int64_t E = s.experts, k = s.top_k, G = s.groups;
+  if (s.tokens < 0 || E < 1 || E > (int64_t{1} << 30) || k < 1 || k > E) {
+    return Status::fail("top_k " + std::to_string(k) + " of " + std::to_string(E) +
+                        " experts for " + std::to_string(s.tokens) +
+                        " tokens (expected 1 <= top_k <= experts <= 2^30)");
+  }
+  const int64_t width = G > 0 ? E / G : 0;
+  if (G < 1 || E % G != 0 || s.top_groups < 1 || s.top_groups > G || k > s.top_groups * width ||
+      s.group_best < 1) {
+    return Status::fail("top_k " + std::to_string(k) + " within the best " +
+                        std::to_string(s.top_groups) + " of " + std::to_string(G) + " groups of " +
+                        std::to_string(E) + " experts, each scored by its " +
+                        std::to_string(s.group_best) + " best (expected a rule that can choose)");
+  }
+  if (k > kMaxRouteList || G > kMaxRouteList || std::min(s.group_best, width) > kMaxRouteList) {
+    return Status::fail("top_k " + std::to_string(k) + ", " + std::to_string(G) +
+                        " groups scored by their " + std::to_string(s.group_best) +
+                        " best (the kernel keeps lists of at most " +
+                        std::to_string(kMaxRouteList) + ")");
+  }
+  return Status::fine();
+}
+
+void route_top_k(const void* scores, ScalarType scores_type, const void* bias, ScalarType bias_type,
+                 const RouteShape& s, int64_t* choice, cudaStream_t stream) {
+  require(check_route_top_k(scores_type, bias_type, s), "route_top_k");
+  if (s.tokens == 0) return;
+  const int E = static_cast<int>(s.experts), K = static_cast<int>(s.top_k),
+            G = static_cast<int>(s.groups), open = static_cast<int>(s.top_groups),
+            counted = static_cast<int>(std::min(s.group_best, s.experts / s.groups));
+  const unsigned blocks = grid_for(s.tokens, kThreads);
+  auto run = [&](auto score_tag, auto bias_tag) {
+    using S = decltype(score_tag);
+    using B = decltype(bias_tag);
+    route_top_k_kernel<S, B><<<blocks, kThreads, 0, stream>>>(static_cast<const S*>(scores),
+                                                              static_cast<const B*>(bias), s.tokens,
+                                                              E, K, G, open, counted, choice);
+  };
+  const bool s64 = scores_type == ScalarType::F64, b64 = bias_type == ScalarType::F64;
+  if (s64 && b64) run(double{}, double{});
+  if (s64 && !b64) run(double{}, float{});
+  if (!s64 && b64) run(float{}, double{});
+  if (!s64 && !b64) run(float{}, float{});
+  check_launch("route_top_k");
+}
+
+}  // namespace triad::kernels

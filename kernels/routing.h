@@ -1,0 +1,35 @@
+#pragma once
+
+// A mixture of experts' top-k choice on the device (routing.cu), the same
+// choice as the host's (src/backend/expert_choice.h): each token's top k
+// of its scores plus an expert bias, among its best groups' experts, all
+// in f64, equal ones by the lower index. One thread a token, its short
+// lists in local memory, so the lists are bounded (kMaxRouteList).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common.h"
+
+namespace triad::kernels {
+
+// The longest list a thread keeps: top_k, the groups, and the best of a
+// group that score it.
+inline constexpr int64_t kMaxRouteList = 64;
+
+struct RouteShape {
+  int64_t tokens = 0, experts = 1, top_k = 1;
+  int64_t groups = 1, top_groups = 1, group_best = 2;
+};
+
+// Whether the kernel takes this choice: f32 or f64 scores and bias, a rule
+// that can choose (as expert_choice.h's) and lists within kMaxRouteList.
+Status check_route_top_k(ScalarType scores, ScalarType bias, const RouteShape& shape);
+
+// choice (tokens, top_k) i64 from scores (tokens, experts) and bias
+// (experts; null: none) of types `scores_type` and `bias_type`. A token
+// whose score plus bias is not finite somewhere chooses -1 top_k times.
+void route_top_k(const void* scores, ScalarType scores_type, const void* bias, ScalarType bias_type,
+                 const RouteShape& shape, int64_t* choice, cudaStream_t stream);
+
+}  // namespace triad::kernels

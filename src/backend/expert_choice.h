@@ -1,0 +1,44 @@
+#pragma once
+
+// A mixture of experts' top-k choice, token by token, as every backend makes
+// it (the host reference here, kernels/routing.cu on a GPU): the same
+// experts for the same scores, so a GPU routes as the CPU does.
+//
+// Token n chooses by its scores plus a bias per expert (none: the scores),
+// with the experts outside its best `top_groups` of `groups` equal,
+// contiguous groups out of reach; a group is scored by the sum of its
+// `group_best` best (at most the group's size). Its top_k are the best of
+// what remains, best first, equal ones by the lower index. All in f64: a
+// score and its bias are added in f64, each group's best summed in order
+// from 0.
+#include <cstdint>
+#include <string>
+
+#include "triad/core/tensor.h"
+
+namespace triad::detail {
+
+struct ExpertRule {
+  int64_t experts = 1, top_k = 1;
+  const double* bias = nullptr;  // (experts) or null
+  int64_t groups = 1, top_groups = 1, group_best = 2;
+};
+
+// The reason `rule` cannot choose ("" when it can): top_k within
+// [1, experts], groups dividing the experts, 1 <= top_groups <= groups,
+// top_k within the top groups' experts, group_best >= 1 and a finite bias.
+// The message starts with what is wrong, for a caller to prefix its name.
+std::string expert_rule_problem(const ExpertRule& rule);
+
+// choice[n * top_k + j] = token n's j-th expert, for scores (tokens,
+// experts) row-major. A token with a score (plus its bias) that is not
+// finite chooses -1 top_k times. Tokens run in parallel; the result does not depend on the
+// threads. Expects a rule without a problem.
+void choose_experts(const double* scores, int64_t tokens, const ExpertRule& rule, int64_t* choice);
+
+// Backend::route_top_k's arguments checked (ShapeError or ValueError naming
+// the value, prefixed "route_top_k: "): its rule, without the bias's values.
+ExpertRule route_top_k_rule(const Tensor& scores, const Tensor& bias, int64_t groups,
+                            int64_t top_groups, int64_t group_best, const Tensor& choice);
+
+}  // namespace triad::detail

@@ -1,0 +1,144 @@
+// A mixture of experts' top-k choice as a backend op (Backend::route_top_k,
+// src/backend/expert_choice.h): the CPU's equals nn::route_top_k's choice,
+// a token with a score that is not finite chooses -1, and bad arguments
+// are refused naming the value.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "src/backend/expert_choice.h"
+#include "triad/backend/backend.h"
+#include "triad/core/error.h"
+#include "triad/nn/moe.h"
+#include "triad/ops/creation.h"
+
+namespace triad {
+namespace {
+
+// Scores with many equal values (multiples of 1/8), where the order of
+// equal ones decides.
+std::vector<double> tied_scores(int64_t N, int64_t E, uint64_t seed) {
+  std::vector<double> v(static_cast<size_t>(N * E));
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (double& s : v) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s = static_cast<double>(x % 8) / 8.0;
+  }
+  return v;
+}
+
+struct Case {
+  int64_t N, E, k, groups, top_groups, group_best;
+  bool biased;
+};
+
+std::vector<int64_t> cpu_choice(const std::vector<double>& scores, const std::vector<double>& bias,
+                                const Case& c, DType dtype) {
+  const Tensor s = from_vector(scores, {c.N, c.E}, dtype);
+  const Tensor b = bias.empty() ? Tensor() : from_vector(bias, {c.E}, DType::F32);
+  Tensor choice = empty({c.N, c.k}, DType::I64);
+  backend_for(DeviceType::CPU).route_top_k(s, b, c.groups, c.top_groups, c.group_best, choice);
+  return std::vector<int64_t>(choice.data<int64_t>(), choice.data<int64_t>() + c.N * c.k);
+}
+
+TEST(ExpertChoice, TheBackendsChoiceIsRouteTopKs) {
+  const Case cases[] = {{37, 8, 2, 1, 1, 2, false},  {50, 16, 4, 4, 2, 2, true},
+                        {20, 12, 3, 3, 1, 1, true},  {9, 6, 6, 1, 1, 2, true},
+                        {64, 32, 8, 8, 4, 2, false}, {5, 4, 1, 2, 1, 3, false}};
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::F32, DType::F64}) {
+      SCOPED_TRACE("E " + std::to_string(c.E) + " k " + std::to_string(c.k) + " groups " +
+                   std::to_string(c.groups) + " " + dtype_name(dtype));
+      const std::vector<double> scores = tied_scores(c.N, c.E, static_cast<uint64_t>(c.E + c.k));
+      std::vector<double> bias;
+      // (Biases that f32 holds exactly, so both sides add the same values.)
+      for (int64_t e = 0; c.biased && e < c.E; ++e) bias.push_back(static_cast<double>(e % 3) / 16);
+      const nn::ExpertChoice rule{bias, c.groups, c.top_groups, c.group_best};
+      const nn::Routing want =
+          nn::route_top_k(scores, c.N, c.E, c.k, 0, nn::GptConfig::Moe::DropPolicy::Probs, rule);
+      EXPECT_EQ(cpu_choice(scores, bias, c, dtype), want.choice);
+      // route_chosen builds the same routing from those choices.
+      const nn::Routing built = nn::route_chosen(want.choice, c.N, c.E, c.k);
+      EXPECT_EQ(built.token, want.token);
+      EXPECT_EQ(built.assignment, want.assignment);
+      EXPECT_EQ(built.rows, want.rows);
+      EXPECT_EQ(built.load, want.load);
+    }
+  }
+}
+
+TEST(ExpertChoice, ATokenWithAScoreNotFiniteChoosesNothing) {
+  const Case c{3, 4, 2, 1, 1, 2, false};
+  std::vector<double> scores = tied_scores(3, 4, 5);
+  scores[6] = NAN;  // token 1
+  const std::vector<int64_t> got = cpu_choice(scores, {}, c, DType::F32);
+  EXPECT_EQ(got[2], -1);
+  EXPECT_EQ(got[3], -1);
+  EXPECT_GE(got[0], 0);
+  EXPECT_GE(got[4], 0);
+  try {
+    (void)nn::route_chosen(got, 3, 4, 2);
+    FAIL() << "expected an error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("token 1 chose expert -1 of 4"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ExpertChoice, RefusesWhatCannotChoose) {
+  Backend& be = backend_for(DeviceType::CPU);
+  const Tensor scores = from_vector(tied_scores(4, 6, 1), {4, 6}, DType::F32);
+  auto refusal = [&](const Tensor& s, const Tensor& b, int64_t groups, int64_t top_groups,
+                     int64_t best, Tensor choice) {
+    try {
+      be.route_top_k(s, b, groups, top_groups, best, choice);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const Tensor choice2 = empty({4, 2}, DType::I64);
+  EXPECT_NE(refusal(scores, Tensor(), 1, 1, 2, empty({4, 7}, DType::I64)).find("top_k 7 of 6"),
+            std::string::npos);
+  EXPECT_NE(refusal(scores, Tensor(), 1, 1, 2, empty({3, 2}, DType::I64)).find("choice i64 [3, 2]"),
+            std::string::npos);
+  EXPECT_NE(refusal(scores, Tensor(), 1, 1, 2, empty({4, 2}, DType::I32)).find("choice i32"),
+            std::string::npos);
+  EXPECT_NE(
+      refusal(from_vector(tied_scores(4, 6, 1), {4, 6}, DType::BF16), Tensor(), 1, 1, 2, choice2)
+          .find("scores bf16 [4, 6]"),
+      std::string::npos);
+  EXPECT_NE(refusal(scores, zeros({5}, DType::F32), 1, 1, 2, choice2).find("bias f32 [5]"),
+            std::string::npos);
+  EXPECT_NE(refusal(scores, from_vector(std::vector<double>{0, 0, NAN, 0, 0, 0}, {6}, DType::F32),
+                    1, 1, 2, choice2)
+                .find("expert 2's bias is nan"),
+            std::string::npos);
+  EXPECT_NE(refusal(scores, Tensor(), 4, 1, 2, choice2).find("groups dividing the experts"),
+            std::string::npos);
+  EXPECT_NE(refusal(scores, Tensor(), 3, 1, 2, empty({4, 3}, DType::I64)).find("top_k 3 within"),
+            std::string::npos);
+  EXPECT_NE(refusal(scores, Tensor(), 3, 1, 0, choice2).find("scored by its 0 best"),
+            std::string::npos);
+}
+
+// The balance from each sequence's summed probabilities is balance_loss's.
+TEST(ExpertChoice, TheBalanceOfSummedProbabilitiesIsTheBalanceLoss) {
+  const std::vector<double> p = tied_scores(8, 4, 3);
+  const nn::Routing r = nn::route_top_k(p, 8, 4, 2);
+  for (int64_t sequence : {int64_t{0}, int64_t{2}, int64_t{4}}) {
+    const int64_t T = sequence > 0 ? sequence : 8;
+    std::vector<double> sums(static_cast<size_t>((8 / T) * 4), 0.0);
+    for (int64_t n = 0; n < 8; ++n)
+      for (int64_t e = 0; e < 4; ++e) sums[static_cast<size_t>((n / T) * 4 + e)] += p[n * 4 + e];
+    EXPECT_DOUBLE_EQ(nn::balance_loss_of_sums(r, sums, sequence), nn::balance_loss(r, p, sequence));
+  }
+  EXPECT_THROW((void)nn::balance_loss_of_sums(r, std::vector<double>(3), 0), ValueError);
+}
+
+}  // namespace
+}  // namespace triad
