@@ -534,13 +534,31 @@ Routing MoeMlp::route_chunk_under_capacity(const std::vector<double>& host, int6
   return keep_assignments(route_top_k(host, N, E, k, 0, drop_policy_, choice), keep, N, k);
 }
 
-Routing MoeMlp::route_dropless(const Tensor& probs) const {
+Routing MoeMlp::route_dropless(const Tensor& probs, const std::vector<Tensor>& also,
+                               std::vector<std::vector<double>>* also_host) const {
   const int64_t N = probs.size(0), E = num_experts(), k = top_k_;
   Tensor chosen = empty({N, k}, DType::I64, probs.device());
   backend_for(probs).route_top_k(probs.is_contiguous() ? probs : contiguous(probs), expert_bias_,
                                  groups_, top_groups_, group_best_, chosen);
-  const Tensor host = to_device(chosen, Device::cpu());
-  std::vector<int64_t> choice(host.data<int64_t>(), host.data<int64_t>() + N * k);
+  std::vector<int64_t> choice;
+  if (!also.empty()) {
+    // One read for all: the choices as f64 (exact below 2^53), then each of
+    // `also` in turn.
+    autograd::NoGradGuard no_grad;
+    std::vector<Tensor> parts{reshape(cast(chosen, DType::F64), {N * k})};
+    for (const Tensor& t : also) parts.push_back(reshape(cast(t, DType::F64), {t.numel()}));
+    const std::vector<double> all = to_double_vector(concat(parts, 0));
+    choice.assign(all.begin(), all.begin() + N * k);
+    also_host->clear();
+    auto at = all.begin() + N * k;
+    for (const Tensor& t : also) {
+      also_host->emplace_back(at, at + t.numel());
+      at += t.numel();
+    }
+  } else {
+    const Tensor host = to_device(chosen, Device::cpu());
+    choice.assign(host.data<int64_t>(), host.data<int64_t>() + N * k);
+  }
   for (int64_t n = 0; n < N; ++n) {
     if (choice[static_cast<size_t>(n * k)] >= 0) continue;
     // A token that could not choose: name the first score (or bias) that
@@ -592,12 +610,45 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // Under context parallelism the micro-batch is every rank's chunks.
   const int64_t P = chunks_.parts;
   const int64_t capacity = ctx.training ? expert_capacity(capacity_factor_, N * P, E, k) : 0;
+  const bool sigmoid_scores = score_ == GptConfig::Moe::Score::Sigmoid;
+  const bool balancing =
+                 ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad(),
+             reporting = ctx.moe_stats && ctx.training && !autograd::recomputing();
+  const int64_t T_local = sequence > 0 ? sequence : N, S = N / T_local;
+  // The probabilities the balance counts: sigmoid scores as probabilities
+  // (each token's over their sum).
+  const auto balanced_probs = [&] {
+    return sigmoid_scores ? div(probs, affine(sum(probs, 1, true), 1.0, 1e-20)) : probs;
+  };
+  // What the device can do before the host reads the routing, queued ahead
+  // of that read so that the read waits for it anyway and the device works
+  // while the host routes: each expert's probabilities summed over each
+  // sequence (S x E; only when read), and the shared expert.
+  Tensor p_summed;
+  if (reporting || (balancing && P > 1)) {
+    autograd::NoGradGuard no_grad;
+    p_summed = sum(reshape(balanced_probs(), {S, T_local, E}), 1);
+  }
+  Tensor shared_out;
+  if (shared_) shared_out = expert_forward(*shared_, reshape(x, {N, C}), ctx.draw());
+  // What the host reads with the routing: those sums, and the router's
+  // logits for the z-loss (computed on the host).
+  const bool z_loss_on = ctx.training && z_coef_ > 0;
+  if (z_loss_on && (!scores.logits.defined() || scores.logits.shape() != probs.shape())) {
+    throw ShapeError("MoeMlp: the router's logits " + shape_str(scores.logits.shape()) +
+                     " for the z-loss (expected " + shape_str(probs.shape()) + ")");
+  }
+  std::vector<Tensor> read_with;
+  if (p_summed.defined()) read_with.push_back(p_summed);
+  if (z_loss_on) read_with.push_back(scores.logits);
+  std::vector<std::vector<double>> read;
   // The one read of the step's routing on the host (a GPU waits for the
   // router here): the experts' batch sizes decide the GEMMs' shapes.
   // Dropless, the tokens choose where the scores are (on a GPU, a kernel)
   // and the host reads their choices; under a capacity it reads the scores,
   // which rank an expert's assignments.
   Routing routing;
+  std::vector<double> p_sums;
   if (capacity > 0) {
     const std::vector<double> host = to_double_vector(probs);
     ExpertChoice choice{{}, groups_, top_groups_, group_best_};
@@ -606,9 +657,13 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
         P > 1 ? route_chunk_under_capacity(host, x.dim() >= 3 ? x.size(-2) : N, capacity, choice)
               : route_top_k(host, N, E, k, capacity, drop_policy_, choice);
   } else {
-    routing = route_dropless(probs);
+    routing = route_dropless(probs, read_with, &read);
   }
-  const bool sigmoid_scores = score_ == GptConfig::Moe::Score::Sigmoid;
+  if (read.size() != read_with.size()) {  // (under a capacity: read now)
+    read.clear();
+    for (const Tensor& t : read_with) read.push_back(to_double_vector(t));
+  }
+  if (p_summed.defined()) p_sums = std::move(read.front());
   // The gates: each token's k chosen probabilities, renormalised over the k
   // if asked, then the padding's 0: (N k + 1, 1).
   std::vector<int64_t> picked(static_cast<size_t>(N * k));
@@ -659,7 +714,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const Tensor weighted = mul(outputs, gates);
   Tensor combined = index_add_rows(weighted, tokens, N);  // (N, C)
   if (shared_) {
-    Tensor y = expert_forward(*shared_, reshape(x, {N, C}), ctx.draw());
+    Tensor y = shared_out;
     if (shared_gate_) {
       if (!scores.shared_gate.defined() || scores.shared_gate.shape() != Shape{N, 1}) {
         throw ShapeError("MoeMlp: the shared expert's gate " +
@@ -672,20 +727,6 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     combined = add(combined, y);
   }
   Tensor out = reshape(combined, x.shape());
-  const bool balancing =
-                 ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad(),
-             reporting = ctx.moe_stats && ctx.training && !autograd::recomputing();
-  const int64_t T_local = sequence > 0 ? sequence : N, S = N / T_local;
-  // The probabilities the balance counts: sigmoid scores as probabilities
-  // (each token's over their sum).
-  const Tensor p = sigmoid_scores ? div(probs, affine(sum(probs, 1, true), 1.0, 1e-20)) : probs;
-  // Each expert's probabilities summed over each sequence (S x E) on the
-  // host, summed where they are; only when read.
-  std::vector<double> p_sums;
-  if (reporting || (balancing && P > 1)) {
-    autograd::NoGradGuard no_grad;
-    p_sums = to_double_vector(sum(reshape(p, {S, T_local, E}), 1));
-  }
   // Under context parallelism the whole micro-batch's counts and summed
   // probabilities of each expert, per sequence (over every rank's chunk of
   // it) or for all of them: S x E of each, summed over the ranks once.
@@ -722,21 +763,18 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
       }
     }
     const Tensor f = from_vector(share, {S, E}, probs.dtype(), probs.device());
+    const Tensor p = balanced_probs();
     const Tensor aux = scale(sum(mul(f, mean(reshape(p, {S, T, E}), 1))),
                              static_cast<double>(E) / static_cast<double>(S));
     out = attach_loss(out, aux, aux_coef_ * ctx.loss_grad);
   }
   double z_loss = 0;
-  if (ctx.training && z_coef_ > 0) {
-    if (!scores.logits.defined() || scores.logits.shape() != probs.shape()) {
-      throw ShapeError("MoeMlp: the router's logits " + shape_str(scores.logits.shape()) +
-                       " for the z-loss (expected " + shape_str(probs.shape()) + ")");
-    }
+  if (z_loss_on) {
     // The router z-loss Z = mean_n lse_n^2, lse_n = logsumexp_e(logits_ne),
     // on the host in f64. Its gradient with respect to the logits is
     // 2 / N * lse_n * softmax_ne, which the graph gets from sum(W * logits)
     // with W those values held fixed: the same gradient, whatever the value.
-    const std::vector<double> l = to_double_vector(scores.logits);
+    const std::vector<double>& l = read.back();
     std::vector<double> w(l.size());
     for (int64_t n = 0; n < N; ++n) {
       const double* row = l.data() + n * E;

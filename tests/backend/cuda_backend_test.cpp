@@ -2922,7 +2922,8 @@ TEST(CudaRuntime, ABiasFreeLayersGeluRunsInItsProductsEpilogue) {
 }
 
 // A mixture's dropless routing is chosen on the device: one route_top_k a
-// layer, and the same outputs and gradients as the CPU's.
+// layer, one wait a layer while reporting its balance and taking a z-loss,
+// and the same outputs, balance, z-loss and gradients as the CPU's.
 TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
   nn::GptConfig cfg{
       .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
@@ -2933,6 +2934,7 @@ TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
   cfg.moe.top_groups = 2;
   cfg.moe.expert_bias = true;
   cfg.moe.aux_loss_coef = 0.01;
+  cfg.moe.z_loss_coef = 0.001;
   nn::Gpt cpu_model(cfg, 5), gpu_model(cfg, 5);
   gpu_model.to(kGpu);
   const auto [ids, tg] = token_batch(2, 16);
@@ -2942,7 +2944,16 @@ TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
   const Tensor cpu_loss = cpu_model.loss(ids, tg, cpu_ctx);
   cuda::set_op_profiling(true);
   cuda::op_profile(0);  // (clears what came before)
+  cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+  const int64_t waits = triad_sim::counters().host_waits;
+#endif
   const Tensor gpu_loss = gpu_model.loss(ids, tg, gpu_ctx);
+#ifdef TRIAD_CUDA_SIM
+  // Each layer's read of its routing, no more: the balance's sums and the
+  // z-loss's logits come in the same copy.
+  EXPECT_EQ(triad_sim::counters().host_waits - waits, 2);
+#endif
   cuda::synchronize(0);
   std::map<std::string, int64_t> calls;
   for (const cuda::OpTime& t : cuda::op_profile(0)) calls[t.op] = t.calls;
@@ -2950,6 +2961,8 @@ TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
   EXPECT_EQ(calls["route_top_k"], 2);
   EXPECT_NEAR(to_double_vector(gpu_loss)[0], to_double_vector(cpu_loss)[0], 1e-4);
   EXPECT_NEAR(gpu_ctx.moe_stats->balance_sum, cpu_ctx.moe_stats->balance_sum, 1e-5);
+  EXPECT_NEAR(gpu_ctx.moe_stats->z_loss_sum, cpu_ctx.moe_stats->z_loss_sum, 1e-5);
+  EXPECT_GT(cpu_ctx.moe_stats->z_loss_sum, 0.0);
   EXPECT_EQ(gpu_ctx.moe_stats->loads, cpu_ctx.moe_stats->loads);
   autograd::backward({cpu_loss});
   autograd::backward({gpu_loss});

@@ -240,8 +240,10 @@ class MoeMlp : public Module {
   Tensor expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const;
   // The dropless routing of the N tokens whose scores are probs (N, E):
   // chosen on probs' device (the expert biases and groups as configured),
-  // the host reading only the choices.
-  Routing route_dropless(const Tensor& probs) const;
+  // the host reading only the choices, and with them (in the same read)
+  // each of `also`'s values into *also_host, in order.
+  Routing route_dropless(const Tensor& probs, const std::vector<Tensor>& also = {},
+                         std::vector<std::vector<double>>* also_host = nullptr) const;
   // The rows' keys (nn::assignment_key) of `routing` of N tokens, held as
   // draw.pieces of the micro-batch's sequences or all of them in order: i64
   // (rows) on `device`.
