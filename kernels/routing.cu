@@ -1,8 +1,7 @@
 // A mixture of experts' top-k choice, one thread a token (routing.h). Each
 // thread walks its token's scores in expert order and keeps its short
-// lists exactly as the host's best_k does (src/backend/expert_choice.cpp):
-// insertion in index order, a later index passing an earlier one only with
-// a higher value; so the device chooses what the CPU chooses.
+// lists with the host's own insertion (routing_list.h), so the device
+// chooses what the CPU chooses (src/backend/expert_choice.cpp).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -11,25 +10,13 @@
 
 #include "device_utils.cuh"
 #include "routing.h"
+#include "routing_list.h"
 
 namespace triad::kernels {
 namespace {
 
 constexpr int kThreads = 128;
 constexpr int kList = static_cast<int>(kMaxRouteList);
-
-// x (index i) into the best-first list (value, top) of at most k, holding
-// `held`; equal values keep the earlier index first.
-__device__ __forceinline__ void insert(double x, int i, double* value, int* top, int& held, int k) {
-  if (held == k && !(x > value[k - 1])) return;
-  int at = held < k ? held++ : k - 1;
-  for (; at > 0 && value[at - 1] < x; --at) {
-    value[at] = value[at - 1];
-    top[at] = top[at - 1];
-  }
-  value[at] = x;
-  top[at] = i;
-}
 
 // Neither infinite nor NaN (a NaN fails the comparison).
 __device__ __forceinline__ bool finite(double x) {
@@ -64,21 +51,21 @@ __global__ void __launch_bounds__(kThreads)
       for (int g = 0; g < G; ++g) {
         int held = 0;
         for (int e = g * width; e < (g + 1) * width; ++e)
-          insert(by(e), e, value, top, held, counted);
+          insert_best(by(e), e, value, top, held, counted);
         double sum = 0.0;
         for (int j = 0; j < counted; ++j) sum += value[j];
         group_score[g] = sum;
       }
       // Every group but the best `open` is out of reach.
       int held = 0;
-      for (int g = 0; g < G; ++g) insert(group_score[g], g, value, top, held, open);
+      for (int g = 0; g < G; ++g) insert_best(group_score[g], g, value, top, held, open);
       kept = 0;
       for (int j = 0; j < open; ++j) kept |= uint64_t{1} << top[j];
     }
     int held = 0;
     for (int e = 0; e < E; ++e) {
       const double x = (kept >> (e / width)) & 1u ? by(e) : -INFINITY;
-      insert(x, e, value, top, held, K);
+      insert_best(x, e, value, top, held, K);
     }
     for (int j = 0; j < K; ++j) mine[j] = top[j];
   }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/routing_list.h"
 #include "triad/core/error.h"
 
 namespace triad::detail {
@@ -14,22 +15,11 @@ namespace {
 
 // The k best of v[0..n) into top (their indices) and value, best first;
 // equal ones by index (a stable order every rank of a tensor-parallel
-// group agrees on): by insertion into the short list in one pass in index
-// order, a later index passing an earlier one only with a higher value.
-// kernels/routing.cu keeps the same list the same way.
+// group agrees on): each offered in index order to the list the device
+// keeps too (kernels/routing_list.h).
 void best_k(const double* v, int64_t n, int64_t k, int64_t* top, double* value) {
   int64_t held = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double x = v[i];
-    if (held == k && !(x > value[k - 1])) continue;
-    int64_t at = held < k ? held++ : k - 1;
-    for (; at > 0 && value[at - 1] < x; --at) {
-      value[at] = value[at - 1];
-      top[at] = top[at - 1];
-    }
-    value[at] = x;
-    top[at] = i;
-  }
+  for (int64_t i = 0; i < n; ++i) kernels::insert_best(v[i], i, value, top, held, k);
 }
 
 }  // namespace

@@ -5,11 +5,7 @@
 // dropout masks) from the very same function.
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TRIAD_HOST_DEVICE __host__ __device__
-#else
-#define TRIAD_HOST_DEVICE
-#endif
+#include "triad/core/host_device.h"
 
 namespace triad::philox {
 
