@@ -76,14 +76,26 @@ Routing group_rows(Routing r, const double* probs, int64_t capacity,
   return r;
 }
 
-// The first score of token n (a row of `experts`) that is not finite: the
-// error that names it.
-[[noreturn]] void throw_not_finite(const double* row, int64_t n, int64_t experts) {
-  int64_t e = 0;
-  while (e + 1 < experts && std::isfinite(row[e])) ++e;
-  throw ValueError("route_top_k: token " + std::to_string(n) + "'s probability for expert " +
-                   std::to_string(e) + " is " + std::to_string(row[e]) +
-                   " (the router's output is not finite)");
+// Why token n (its scores `row`, a row of `experts`; its choosing scores
+// add `bias`, empty: none) chose no expert: the error naming its first
+// score that is not finite, else the first bias that makes one so.
+[[noreturn]] void throw_unchosen(const double* row, int64_t n, int64_t experts,
+                                 const std::vector<double>& bias) {
+  for (int64_t e = 0; e < experts; ++e) {
+    if (!std::isfinite(row[e])) {
+      throw ValueError("route_top_k: token " + std::to_string(n) + "'s probability for expert " +
+                       std::to_string(e) + " is " + std::to_string(row[e]) +
+                       " (the router's output is not finite)");
+    }
+  }
+  for (size_t e = 0; e < bias.size(); ++e) {
+    if (!std::isfinite(row[e] + bias[e])) {
+      throw ValueError("route_top_k: expert " + std::to_string(e) + "'s bias is " +
+                       std::to_string(bias[e]) + " (token " + std::to_string(n) +
+                       "'s choosing score is not finite)");
+    }
+  }
+  throw ValueError("route_top_k: token " + std::to_string(n) + " chose no expert");
 }
 
 }  // namespace
@@ -125,7 +137,7 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
   detail::choose_experts(probs.data(), tokens, rule, r.choice.data());
   for (int64_t n = 0; n < tokens; ++n) {
     if (r.choice[static_cast<size_t>(n * top_k)] < 0)
-      throw_not_finite(probs.data() + n * experts, n, experts);
+      throw_unchosen(probs.data() + n * experts, n, experts, choice.bias);
   }
   return group_rows(std::move(r), probs.data(), capacity, policy);
 }
@@ -561,26 +573,9 @@ Routing MoeMlp::route_dropless(const Tensor& probs, const std::vector<Tensor>& a
   }
   for (int64_t n = 0; n < N; ++n) {
     if (choice[static_cast<size_t>(n * k)] >= 0) continue;
-    // A token that could not choose: name the first score (or bias) that
-    // is not finite, reading the scores only now.
-    const std::vector<double> row = to_double_vector(narrow(probs, 0, n, 1));
-    for (int64_t e = 0; e < E; ++e) {
-      if (!std::isfinite(row[static_cast<size_t>(e)])) {
-        throw ValueError("route_top_k: token " + std::to_string(n) + "'s probability for expert " +
-                         std::to_string(e) + " is " + std::to_string(row[static_cast<size_t>(e)]) +
-                         " (the router's output is not finite)");
-      }
-    }
-    const std::vector<double> bias =
-        expert_bias_.defined() ? to_double_vector(expert_bias_) : std::vector<double>{};
-    for (size_t e = 0; e < bias.size(); ++e) {
-      if (!std::isfinite(bias[e] + row[e])) {
-        throw ValueError("route_top_k: expert " + std::to_string(e) + "'s bias is " +
-                         std::to_string(bias[e]) + " (token " + std::to_string(n) +
-                         "'s choosing score is not finite)");
-      }
-    }
-    throw ValueError("route_top_k: token " + std::to_string(n) + " chose no expert");
+    // A token that could not choose: the scores (and biases) read only now.
+    throw_unchosen(to_double_vector(narrow(probs, 0, n, 1)).data(), n, E,
+                   expert_bias_.defined() ? to_double_vector(expert_bias_) : std::vector<double>{});
   }
   return route_chosen(std::move(choice), N, E, k);
 }

@@ -1560,6 +1560,16 @@ TEST(CudaKernels, RouteTopKChoosesAsTheCpuDoes) {
       EXPECT_GE(want[0], 0);
     }
   }
+  // A bias that is not finite: every token chooses -1 on the device (the
+  // host refuses it up front).
+  Tensor gpu = empty({4, 2}, DType::I64, kGpu);
+  backend_for(DeviceType::CUDA)
+      .route_top_k(
+          to_device(randn({4, 8}, 3, 1), kGpu),
+          to_device(from_vector(std::vector<double>{0, 0, NAN, 0, 0, 0, 0, 0}, {8}, DType::F32),
+                    kGpu),
+          1, 1, 2, gpu);
+  EXPECT_EQ(to_double_vector(gpu), std::vector<double>(8, -1.0));
 }
 
 TEST(CudaKernels, LayerNormBackwardIsDeterministic) {

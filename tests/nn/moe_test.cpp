@@ -718,6 +718,28 @@ TEST(MoeMlp, ChecksItsInputs) {
         (void)(moe.experts(zeros({2, 3, 8}), MoeMlp::Scores{zeros({5, 4}), {}, {}}, {}));
       },
       "router probabilities [5, 4] for 6 tokens");
+  // Dropless routing chooses where the scores are and names what kept a
+  // token from choosing: a score that is not finite, or an expert's bias
+  // (refused up front on the host; on a GPU, named after the choice).
+  std::vector<double> p(24, 0.25);
+  p[2 * 4 + 3] = NAN;
+  expect_refused<ValueError>(
+      [&] {
+        (void)(moe.experts(zeros({2, 3, 8}), MoeMlp::Scores{from_vector(p, {6, 4}), {}, {}}, {}));
+      },
+      "token 2's probability for expert 3 is nan");
+  GptConfig biased = cfg;
+  biased.moe.expert_bias = true;
+  MoeMlp lifted(biased, 0);
+  Tensor bias = lifted.state_dict().at("expert_bias");
+  copy_(bias, from_vector(std::vector<double>{0, INFINITY, 0, 0}, {4}, DType::F32));
+  expect_refused<ValueError>(
+      [&] {
+        (void)(lifted.experts(
+            zeros({2, 3, 8}),
+            MoeMlp::Scores{from_vector(std::vector<double>(24, 0.25), {6, 4}), {}, {}}, {}));
+      },
+      "expert 1's bias is inf");
   GptConfig dense = cfg;
   dense.moe.dense_layers = {1};
   expect_refused<ValueError>([&] { MoeMlp m(dense, 1); }, "layer 1 has a dense MLP");

@@ -418,7 +418,9 @@ class Backend {
   // default chooses on the host (copying through it when the tensors are
   // elsewhere); the CUDA backend chooses on the device, without a wait.
   // Throws ShapeError/ValueError naming the value for shapes, dtypes or a
-  // rule that cannot choose.
+  // rule that cannot choose. A bias that is not finite: the default
+  // refuses it; the CUDA backend, which does not read it on the host, has
+  // every row choose -1.
   virtual void route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups,
                            int64_t top_groups, int64_t group_best, Tensor& choice);
 };
