@@ -26,7 +26,7 @@ __device__ __forceinline__ bool finite(double x) {
 template <class S, class B>
 __global__ void __launch_bounds__(kThreads)
     route_top_k_kernel(const S* scores, const B* bias, int64_t tokens, int E, int K, int G,
-                       int open, int counted, int64_t* choice) {
+                       int open, int counted, int64_t* choice, S* chosen) {
   const int width = E / G;
   for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < tokens;
        n += int64_t(gridDim.x) * blockDim.x) {
@@ -39,7 +39,10 @@ __global__ void __launch_bounds__(kThreads)
     bool all_finite = true;
     for (int e = 0; e < E; ++e) all_finite &= finite(by(e));
     if (!all_finite) {
-      for (int j = 0; j < K; ++j) mine[j] = -1;
+      for (int j = 0; j < K; ++j) {
+        mine[j] = -1;
+        if (chosen) chosen[n * K + j] = S(0);
+      }
       continue;
     }
     double value[kList];
@@ -67,7 +70,10 @@ __global__ void __launch_bounds__(kThreads)
       const double x = (kept >> (e / width)) & 1u ? by(e) : -INFINITY;
       insert_best(x, e, value, top, held, K);
     }
-    for (int j = 0; j < K; ++j) mine[j] = top[j];
+    for (int j = 0; j < K; ++j) {
+      mine[j] = top[j];
+      if (chosen) chosen[n * K + j] = p[top[j]];
+    }
   }
 }
 
@@ -106,7 +112,7 @@ Status check_route_top_k(ScalarType scores, ScalarType bias, const RouteShape& s
 }
 
 void route_top_k(const void* scores, ScalarType scores_type, const void* bias, ScalarType bias_type,
-                 const RouteShape& s, int64_t* choice, cudaStream_t stream) {
+                 const RouteShape& s, int64_t* choice, void* chosen, cudaStream_t stream) {
   require(check_route_top_k(scores_type, bias_type, s), "route_top_k");
   if (s.tokens == 0) return;
   const int E = static_cast<int>(s.experts), K = static_cast<int>(s.top_k),
@@ -116,9 +122,9 @@ void route_top_k(const void* scores, ScalarType scores_type, const void* bias, S
   auto run = [&](auto score_tag, auto bias_tag) {
     using S = decltype(score_tag);
     using B = decltype(bias_tag);
-    route_top_k_kernel<S, B><<<blocks, kThreads, 0, stream>>>(static_cast<const S*>(scores),
-                                                              static_cast<const B*>(bias), s.tokens,
-                                                              E, K, G, open, counted, choice);
+    route_top_k_kernel<S, B><<<blocks, kThreads, 0, stream>>>(
+        static_cast<const S*>(scores), static_cast<const B*>(bias), s.tokens, E, K, G, open,
+        counted, choice, static_cast<S*>(chosen));
   };
   const bool s64 = scores_type == ScalarType::F64, b64 = bias_type == ScalarType::F64;
   if (s64 && b64) run(double{}, double{});

@@ -29,7 +29,9 @@ Status check_route_top_k(ScalarType scores, ScalarType bias, const RouteShape& s
 // choice (tokens, top_k) i64 from scores (tokens, experts) and bias
 // (experts; null: none) of types `scores_type` and `bias_type`. A token
 // whose score plus bias is not finite somewhere chooses -1 top_k times.
+// chosen (tokens, top_k) of `scores_type`, when not null: each choice's
+// score without its bias (a -1's 0).
 void route_top_k(const void* scores, ScalarType scores_type, const void* bias, ScalarType bias_type,
-                 const RouteShape& shape, int64_t* choice, cudaStream_t stream);
+                 const RouteShape& shape, int64_t* choice, void* chosen, cudaStream_t stream);
 
 }  // namespace triad::kernels

@@ -325,9 +325,9 @@ void register_backend(DeviceType type, Backend* backend) {
 }
 
 void Backend::route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups,
-                          int64_t top_groups, int64_t group_best, Tensor& choice) {
+                          int64_t top_groups, int64_t group_best, Tensor& choice, Tensor* chosen) {
   detail::ExpertRule rule =
-      detail::route_top_k_rule(scores, bias, groups, top_groups, group_best, choice);
+      detail::route_top_k_rule(scores, bias, groups, top_groups, group_best, choice, chosen);
   // f64 copies on the host (f32 widens exactly), then the choice back.
   const auto on_host = [this](const Tensor& t) {
     Tensor h = empty(t.shape(), DType::F64, Device::cpu());
@@ -352,6 +352,21 @@ void Backend::route_top_k(const Tensor& scores, const Tensor& bias, int64_t grou
   Tensor out = here ? choice : empty(choice.shape(), DType::I64, Device::cpu());
   detail::choose_experts(s.data<double>(), scores.size(0), rule, out.data<int64_t>());
   if (!here) copy(out, choice);
+  if (!chosen) return;
+  // Each choice's own score, in f64 here, then in the scores' dtype where
+  // they are (exact: the scores' own values).
+  const int64_t N = scores.size(0), E = rule.experts, K = rule.top_k;
+  Tensor values = empty(choice.shape(), DType::F64, Device::cpu());
+  double* v = values.data<double>();
+  const int64_t* c = out.data<int64_t>();
+  for (int64_t a = 0; a < N * K; ++a) v[a] = c[a] < 0 ? 0.0 : s.data<double>()[(a / K) * E + c[a]];
+  if (chosen->device().type == DeviceType::CPU) {
+    backend_for(values).copy(values, *chosen);
+  } else {
+    Tensor staged = empty(chosen->shape(), chosen->dtype(), Device::cpu());
+    backend_for(values).copy(values, staged);
+    copy(staged, *chosen);
+  }
 }
 
 }  // namespace triad

@@ -109,7 +109,8 @@ void choose_experts(const double* scores, int64_t tokens, const ExpertRule& rule
 }
 
 ExpertRule route_top_k_rule(const Tensor& scores, const Tensor& bias, int64_t groups,
-                            int64_t top_groups, int64_t group_best, const Tensor& choice) {
+                            int64_t top_groups, int64_t group_best, const Tensor& choice,
+                            const Tensor* chosen) {
   const auto is_float = [](DType d) { return d == DType::F32 || d == DType::F64; };
   if (scores.dim() != 2 || !scores.is_contiguous() || !is_float(scores.dtype())) {
     throw ShapeError("route_top_k: scores " + std::string(dtype_name(scores.dtype())) + " " +
@@ -122,6 +123,14 @@ ExpertRule route_top_k_rule(const Tensor& scores, const Tensor& bias, int64_t gr
                      shape_str(choice.shape()) + " on " + choice.device().str() + " for " +
                      std::to_string(N) + " tokens on " + scores.device().str() +
                      " (expected contiguous i64 (N, k) on the scores' device)");
+  }
+  if (chosen && (chosen->shape() != choice.shape() || !chosen->is_contiguous() ||
+                 chosen->dtype() != scores.dtype() || chosen->device() != scores.device())) {
+    throw ShapeError("route_top_k: chosen scores " + std::string(dtype_name(chosen->dtype())) +
+                     " " + shape_str(chosen->shape()) + " on " + chosen->device().str() +
+                     " for choice " + shape_str(choice.shape()) + " (expected contiguous, " +
+                     dtype_name(scores.dtype()) + " like the scores, on " + scores.device().str() +
+                     ")");
   }
   if (bias.defined() && (bias.dim() != 1 || bias.numel() != E || !bias.is_contiguous() ||
                          !is_float(bias.dtype()) || bias.device() != scores.device())) {

@@ -39,6 +39,7 @@ void choose_experts(const double* scores, int64_t tokens, const ExpertRule& rule
 // Backend::route_top_k's arguments checked (ShapeError or ValueError naming
 // the value, prefixed "route_top_k: "): its rule, without the bias's values.
 ExpertRule route_top_k_rule(const Tensor& scores, const Tensor& bias, int64_t groups,
-                            int64_t top_groups, int64_t group_best, const Tensor& choice);
+                            int64_t top_groups, int64_t group_best, const Tensor& choice,
+                            const Tensor* chosen = nullptr);
 
 }  // namespace triad::detail

@@ -22,9 +22,9 @@ namespace {
 
 // r (tokens, experts, top_k and choice set) completed: its loads, and the
 // rows grouped by expert, each group in token order, under `capacity` (0:
-// dropless; over it, `policy` ranks an expert's assignments by `probs`, the
-// (tokens, experts) scores, or by token).
-Routing group_rows(Routing r, const double* probs, int64_t capacity,
+// dropless; over it, `policy` ranks an expert's assignments by `chosen`,
+// each assignment's score (tokens * top_k, as r.choice), or by token).
+Routing group_rows(Routing r, const double* chosen, int64_t capacity,
                    GptConfig::Moe::DropPolicy policy) {
   const int64_t tokens = r.tokens, experts = r.experts, top_k = r.top_k;
   r.load.assign(static_cast<size_t>(experts), 0);
@@ -53,9 +53,7 @@ Routing group_rows(Routing r, const double* probs, int64_t capacity,
       // in token order) or the earliest, then put the kept back in token
       // order.
       if (policy == GptConfig::Moe::DropPolicy::Probs) {
-        std::stable_sort(first, last, [&](int64_t a, int64_t b) {
-          return probs[(a / top_k) * experts + e] > probs[(b / top_k) * experts + e];
-        });
+        std::stable_sort(first, last, [&](int64_t a, int64_t b) { return chosen[a] > chosen[b]; });
       }
       r.dropped += (last - first) - capacity;
       last = first + capacity;
@@ -135,19 +133,36 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
   r.top_k = top_k;
   r.choice.resize(static_cast<size_t>(tokens * top_k));
   detail::choose_experts(probs.data(), tokens, rule, r.choice.data());
+  std::vector<double> chosen(r.choice.size());
   for (int64_t n = 0; n < tokens; ++n) {
     if (r.choice[static_cast<size_t>(n * top_k)] < 0)
       throw_unchosen(probs.data() + n * experts, n, experts, choice.bias);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const size_t a = static_cast<size_t>(n * top_k + j);
+      chosen[a] = probs[static_cast<size_t>(n * experts + r.choice[a])];
+    }
   }
-  return group_rows(std::move(r), probs.data(), capacity, policy);
+  return group_rows(std::move(r), chosen.data(), capacity, policy);
 }
 
-Routing route_chosen(std::vector<int64_t> choice, int64_t tokens, int64_t experts, int64_t top_k) {
+Routing route_chosen(std::vector<int64_t> choice, int64_t tokens, int64_t experts, int64_t top_k,
+                     int64_t capacity, GptConfig::Moe::DropPolicy policy,
+                     const std::vector<double>& chosen) {
   if (tokens < 0 || experts < 1 || top_k < 1 || top_k > experts ||
       static_cast<int64_t>(choice.size()) != tokens * top_k) {
     throw ValueError("route_chosen: " + std::to_string(choice.size()) + " choices for " +
                      std::to_string(tokens) + " tokens' top " + std::to_string(top_k) + " of " +
                      std::to_string(experts) + " experts");
+  }
+  if (capacity < 0) {
+    throw ValueError("route_chosen: capacity " + std::to_string(capacity) +
+                     " (expected >= 0; 0: dropless)");
+  }
+  const bool ranked = capacity > 0 && policy == GptConfig::Moe::DropPolicy::Probs;
+  if (ranked && chosen.size() != choice.size()) {
+    throw ValueError("route_chosen: " + std::to_string(chosen.size()) + " chosen scores for " +
+                     std::to_string(choice.size()) +
+                     " choices (a capacity that drops the least probable ranks by them)");
   }
   for (size_t a = 0; a < choice.size(); ++a) {
     if (choice[a] < 0 || choice[a] >= experts) {
@@ -161,7 +176,7 @@ Routing route_chosen(std::vector<int64_t> choice, int64_t tokens, int64_t expert
   r.experts = experts;
   r.top_k = top_k;
   r.choice = std::move(choice);
-  return group_rows(std::move(r), nullptr, 0, GptConfig::Moe::DropPolicy::Probs);
+  return group_rows(std::move(r), ranked ? chosen.data() : nullptr, capacity, policy);
 }
 
 Routing keep_assignments(const Routing& r, const std::vector<char>& keep, int64_t tokens,
@@ -488,21 +503,35 @@ Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x, const DropoutDra
   return e.c_proj->forward(unfused_activation(activation_, e.c_fc->forward(x, draw)), draw);
 }
 
-Routing MoeMlp::route_chunk_under_capacity(const std::vector<double>& host, int64_t chunk,
-                                           int64_t capacity, const ExpertChoice& choice) const {
+Routing MoeMlp::route_chunk_under_capacity(std::vector<int64_t> choice,
+                                           const std::vector<double>& chosen, int64_t chunk,
+                                           int64_t capacity) const {
   const int64_t E = num_experts(), k = top_k_, P = chunks_.parts, me = chunks_.rank;
-  const int64_t N = static_cast<int64_t>(host.size()) / E;
-  if (!chunks_.gather || chunk < 1 || N % chunk != 0 || me < 0 || me >= P) {
+  const int64_t N = static_cast<int64_t>(choice.size()) / k;
+  if (!chunks_.gather || chunk < 1 || N % chunk != 0 || me < 0 || me >= P ||
+      (!chosen.empty() && chosen.size() != choice.size())) {
     throw ValueError(
         "MoeMlp: an expert capacity under context parallelism needs the chunks' "
         "gather and rank (" +
-        std::to_string(me) + " of " + std::to_string(P) + "), and chunks of whole rows (" +
-        std::to_string(N) + " tokens in chunks of " + std::to_string(chunk) + ")");
+        std::to_string(me) + " of " + std::to_string(P) + "), chunks of whole rows (" +
+        std::to_string(N) + " tokens in chunks of " + std::to_string(chunk) + ") and " +
+        std::to_string(choice.size()) + " chosen scores or none (got " +
+        std::to_string(chosen.size()) + ")");
   }
-  const std::vector<double> all = chunks_.gather(host);  // rank r's N x E, in rank order
-  if (static_cast<int64_t>(all.size()) != P * N * E) {
+  // Each token's k choices, then their k scores (none: 0s): 2 k values a
+  // token, exact as f64 (an expert's index is below 2^53).
+  std::vector<double> mine(static_cast<size_t>(2 * N * k));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t a = static_cast<size_t>(n * k + j);
+      mine[static_cast<size_t>(2 * n * k + j)] = static_cast<double>(choice[a]);
+      mine[static_cast<size_t>(2 * n * k + k + j)] = chosen.empty() ? 0.0 : chosen[a];
+    }
+  }
+  const std::vector<double> all = chunks_.gather(mine);  // rank r's, in rank order
+  if (static_cast<int64_t>(all.size()) != P * 2 * N * k) {
     throw ValueError("MoeMlp: the chunks' gather gave " + std::to_string(all.size()) +
-                     " values, not " + std::to_string(P * N * E));
+                     " values, not " + std::to_string(P * 2 * N * k));
   }
   // The micro-batch's tokens in one process's order: sequence by sequence,
   // each sequence's tokens where the ranks' runs put them (unset: the
@@ -527,13 +556,25 @@ Routing MoeMlp::route_chunk_under_capacity(const std::vector<double>& host, int6
     const int64_t row = n / chunk, j = n % chunk;
     return row * P * chunk + position[static_cast<size_t>(r)][static_cast<size_t>(j)];
   };
-  std::vector<double> ordered(all.size());
+  std::vector<int64_t> whole_choice(static_cast<size_t>(P * N * k));
+  std::vector<double> whole_chosen(whole_choice.size());
   for (int64_t r = 0; r < P; ++r) {
     for (int64_t n = 0; n < N; ++n) {
-      std::copy_n(all.begin() + (r * N + n) * E, E, ordered.begin() + global(r, n) * E);
+      const double* from = all.data() + (r * N + n) * 2 * k;
+      const int64_t g = global(r, n);
+      for (int64_t j = 0; j < k; ++j) {
+        const double e = from[j];
+        if (!(e >= 0 && e < static_cast<double>(E))) {
+          throw ValueError("MoeMlp: rank " + std::to_string(r) + "'s token " + std::to_string(n) +
+                           " chose expert " + std::to_string(e) + " of " + std::to_string(E));
+        }
+        whole_choice[static_cast<size_t>(g * k + j)] = static_cast<int64_t>(e);
+        whole_chosen[static_cast<size_t>(g * k + j)] = from[k + j];
+      }
     }
   }
-  const Routing whole = route_top_k(ordered, P * N, E, k, capacity, drop_policy_, choice);
+  const Routing whole =
+      route_chosen(std::move(whole_choice), P * N, E, k, capacity, drop_policy_, whole_chosen);
   std::vector<char> kept_whole(static_cast<size_t>(P * N * k), 0);
   for (int64_t a : whole.assignment) {
     if (a < P * N * k) kept_whole[static_cast<size_t>(a)] = 1;
@@ -543,41 +584,57 @@ Routing MoeMlp::route_chunk_under_capacity(const std::vector<double>& host, int6
     for (int64_t j = 0; j < k; ++j)
       keep[static_cast<size_t>(n * k + j)] = kept_whole[static_cast<size_t>(global(me, n) * k + j)];
   }
-  return keep_assignments(route_top_k(host, N, E, k, 0, drop_policy_, choice), keep, N, k);
+  return keep_assignments(route_chosen(std::move(choice), N, E, k), keep, N, k);
 }
 
-Routing MoeMlp::route_dropless(const Tensor& probs, const std::vector<Tensor>& also,
-                               std::vector<std::vector<double>>* also_host) const {
+Routing MoeMlp::route_on_device(const Tensor& probs, int64_t capacity, int64_t chunk,
+                                const std::vector<Tensor>& also,
+                                std::vector<std::vector<double>>* also_host) const {
   const int64_t N = probs.size(0), E = num_experts(), k = top_k_;
+  // Under a capacity that drops the least probable, each choice's score
+  // ranks an expert's assignments: read with the choices.
+  const bool ranked = capacity > 0 && drop_policy_ == GptConfig::Moe::DropPolicy::Probs;
+  const Tensor scores = probs.is_contiguous() ? probs : contiguous(probs);
   Tensor chosen = empty({N, k}, DType::I64, probs.device());
-  backend_for(probs).route_top_k(probs.is_contiguous() ? probs : contiguous(probs), expert_bias_,
-                                 groups_, top_groups_, group_best_, chosen);
+  Tensor chosen_scores = ranked ? empty({N, k}, scores.dtype(), probs.device()) : Tensor{};
+  backend_for(probs).route_top_k(scores, expert_bias_, groups_, top_groups_, group_best_, chosen,
+                                 ranked ? &chosen_scores : nullptr);
   std::vector<int64_t> choice;
-  if (!also.empty()) {
+  std::vector<double> chosen_host;
+  std::vector<Tensor> more = also;
+  if (ranked) more.insert(more.begin(), chosen_scores);
+  std::vector<std::vector<double>> more_host;
+  if (!more.empty()) {
     // One read for all: the choices as f64 (exact below 2^53), then each of
-    // `also` in turn.
+    // `more` in turn.
     autograd::NoGradGuard no_grad;
     std::vector<Tensor> parts{reshape(cast(chosen, DType::F64), {N * k})};
-    for (const Tensor& t : also) parts.push_back(reshape(cast(t, DType::F64), {t.numel()}));
+    for (const Tensor& t : more) parts.push_back(reshape(cast(t, DType::F64), {t.numel()}));
     const std::vector<double> all = to_double_vector(concat(parts, 0));
     choice.assign(all.begin(), all.begin() + N * k);
-    also_host->clear();
     auto at = all.begin() + N * k;
-    for (const Tensor& t : also) {
-      also_host->emplace_back(at, at + t.numel());
+    for (const Tensor& t : more) {
+      more_host.emplace_back(at, at + t.numel());
       at += t.numel();
     }
   } else {
     const Tensor host = to_device(chosen, Device::cpu());
     choice.assign(host.data<int64_t>(), host.data<int64_t>() + N * k);
   }
+  if (ranked) {
+    chosen_host = std::move(more_host.front());
+    more_host.erase(more_host.begin());
+  }
+  if (also_host) *also_host = std::move(more_host);
   for (int64_t n = 0; n < N; ++n) {
     if (choice[static_cast<size_t>(n * k)] >= 0) continue;
     // A token that could not choose: the scores (and biases) read only now.
     throw_unchosen(to_double_vector(narrow(probs, 0, n, 1)).data(), n, E,
                    expert_bias_.defined() ? to_double_vector(expert_bias_) : std::vector<double>{});
   }
-  return route_chosen(std::move(choice), N, E, k);
+  if (capacity > 0 && chunks_.parts > 1)
+    return route_chunk_under_capacity(std::move(choice), chosen_host, chunk, capacity);
+  return route_chosen(std::move(choice), N, E, k, capacity, drop_policy_, chosen_host);
 }
 
 Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardContext& ctx,
@@ -626,38 +683,33 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   }
   Tensor shared_out;
   if (shared_) shared_out = expert_forward(*shared_, reshape(x, {N, C}), ctx.draw());
-  // What the host reads with the routing: those sums, and the router's
-  // logits for the z-loss (computed on the host).
+  // The router z-loss (ST-MoE), Z = mean_n lse_n^2 with lse_n =
+  // logsumexp_e(logits_ne): a cross entropy's second output over the
+  // router's logits (their targets, ignored by Z, all 0), in the logits'
+  // statistics dtype where they are; its gradient, 2 / N lse_n
+  // softmax_ne, comes from that op's backward.
   const bool z_loss_on = ctx.training && z_coef_ > 0;
-  if (z_loss_on && (!scores.logits.defined() || scores.logits.shape() != probs.shape())) {
-    throw ShapeError("MoeMlp: the router's logits " + shape_str(scores.logits.shape()) +
-                     " for the z-loss (expected " + shape_str(probs.shape()) + ")");
+  Tensor z;
+  if (z_loss_on) {
+    if (!scores.logits.defined() || scores.logits.shape() != probs.shape()) {
+      throw ShapeError("MoeMlp: the router's logits " + shape_str(scores.logits.shape()) +
+                       " for the z-loss (expected " + shape_str(probs.shape()) + ")");
+    }
+    cross_entropy(scores.logits, zeros({N}, DType::I64, Device::cpu()), -100, &z);
   }
+  // What the host reads with the routing: those sums and the z-loss's value.
   std::vector<Tensor> read_with;
   if (p_summed.defined()) read_with.push_back(p_summed);
-  if (z_loss_on) read_with.push_back(scores.logits);
-  std::vector<std::vector<double>> read;
+  if (z.defined()) read_with.push_back(z);
   // The one read of the step's routing on the host (a GPU waits for the
-  // router here): the experts' batch sizes decide the GEMMs' shapes.
-  // Dropless, the tokens choose where the scores are (on a GPU, a kernel)
-  // and the host reads their choices; under a capacity it reads the scores,
-  // which rank an expert's assignments.
-  Routing routing;
+  // router here): the experts' batch sizes decide the GEMMs' shapes. The
+  // tokens choose where the scores are (on a GPU, a kernel), and the host
+  // reads their choices (and, under a capacity, the chosen scores, which
+  // rank an expert's assignments).
+  std::vector<std::vector<double>> read;
+  const Routing routing =
+      route_on_device(probs, capacity, x.dim() >= 3 ? x.size(-2) : N, read_with, &read);
   std::vector<double> p_sums;
-  if (capacity > 0) {
-    const std::vector<double> host = to_double_vector(probs);
-    ExpertChoice choice{{}, groups_, top_groups_, group_best_};
-    if (expert_bias_.defined()) choice.bias = to_double_vector(expert_bias_);
-    routing =
-        P > 1 ? route_chunk_under_capacity(host, x.dim() >= 3 ? x.size(-2) : N, capacity, choice)
-              : route_top_k(host, N, E, k, capacity, drop_policy_, choice);
-  } else {
-    routing = route_dropless(probs, read_with, &read);
-  }
-  if (read.size() != read_with.size()) {  // (under a capacity: read now)
-    read.clear();
-    for (const Tensor& t : read_with) read.push_back(to_double_vector(t));
-  }
   if (p_summed.defined()) p_sums = std::move(read.front());
   // The gates: each token's k chosen probabilities, renormalised over the k
   // if asked, then the padding's 0: (N k + 1, 1).
@@ -764,29 +816,9 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     out = attach_loss(out, aux, aux_coef_ * ctx.loss_grad);
   }
   double z_loss = 0;
-  if (z_loss_on) {
-    // The router z-loss Z = mean_n lse_n^2, lse_n = logsumexp_e(logits_ne),
-    // on the host in f64. Its gradient with respect to the logits is
-    // 2 / N * lse_n * softmax_ne, which the graph gets from sum(W * logits)
-    // with W those values held fixed: the same gradient, whatever the value.
-    const std::vector<double>& l = read.back();
-    std::vector<double> w(l.size());
-    for (int64_t n = 0; n < N; ++n) {
-      const double* row = l.data() + n * E;
-      const double top = *std::max_element(row, row + E);
-      double s = 0;
-      for (int64_t e = 0; e < E; ++e) s += std::exp(row[e] - top);
-      const double lse = top + std::log(s);
-      z_loss += lse * lse / static_cast<double>(N);
-      for (int64_t e = 0; e < E; ++e)
-        w[static_cast<size_t>(n * E + e)] =
-            2.0 / static_cast<double>(N) * lse * std::exp(row[e] - lse);
-    }
-    if (autograd::grad_enabled() && scores.logits.requires_grad()) {
-      const Tensor weights =
-          from_vector(w, probs.shape(), scores.logits.dtype(), scores.logits.device());
-      out = attach_loss(out, sum(mul(weights, scores.logits)), z_coef_ * ctx.loss_grad);
-    }
+  if (z.defined()) {
+    z_loss = read.back().at(0);
+    if (z.requires_grad()) out = attach_loss(out, z, z_coef_ * ctx.loss_grad);
   }
   if (reporting) {
     // The busiest expert's assignments: under context parallelism the whole

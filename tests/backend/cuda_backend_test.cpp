@@ -1547,17 +1547,22 @@ TEST(CudaKernels, RouteTopKChoosesAsTheCpuDoes) {
       const Tensor scores = from_vector(v, {c.N, c.E}, dtype);
       const Tensor bias = c.biased ? from_vector(b, {c.E}, DType::F32) : Tensor();
       Tensor cpu = empty({c.N, c.k}, DType::I64), gpu = empty({c.N, c.k}, DType::I64, kGpu);
+      // Each choice's own score beside it, as the CPU gives it.
+      Tensor cpu_chosen = empty({c.N, c.k}, dtype), gpu_chosen = empty({c.N, c.k}, dtype, kGpu);
       backend_for(DeviceType::CPU)
-          .route_top_k(scores, bias, c.groups, c.top_groups, c.group_best, cpu);
+          .route_top_k(scores, bias, c.groups, c.top_groups, c.group_best, cpu, &cpu_chosen);
       backend_for(DeviceType::CUDA)
           .route_top_k(to_device(scores, kGpu), c.biased ? to_device(bias, kGpu) : Tensor(),
-                       c.groups, c.top_groups, c.group_best, gpu);
+                       c.groups, c.top_groups, c.group_best, gpu, &gpu_chosen);
       const Tensor back = to_device(gpu, Device::cpu());
       const std::vector<int64_t> want(cpu.data<int64_t>(), cpu.data<int64_t>() + cpu.numel()),
           got(back.data<int64_t>(), back.data<int64_t>() + back.numel());
       EXPECT_EQ(got, want);
       EXPECT_EQ(want[static_cast<size_t>(5 * c.k)], -1);
       EXPECT_GE(want[0], 0);
+      const std::vector<double> chosen = to_double_vector(gpu_chosen);
+      EXPECT_EQ(chosen, to_double_vector(cpu_chosen));
+      EXPECT_EQ(chosen[0], v[static_cast<size_t>(want[0])]);
     }
   }
   // A bias that is not finite: every token chooses -1 on the device (the
@@ -2931,10 +2936,9 @@ TEST(CudaRuntime, ABiasFreeLayersGeluRunsInItsProductsEpilogue) {
   expect_close(to_double_vector(gpu.act), to_double_vector(cpu.act), 1e-2, 1e-2, "act");
 }
 
-// A mixture's dropless routing is chosen on the device: one route_top_k a
-// layer, one wait a layer while reporting its balance and taking a z-loss,
-// and the same outputs, balance, z-loss and gradients as the CPU's.
-TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
+// A two-layer mixture of 8 experts, top 2 within the best 2 of 4 groups,
+// biased, with a balance loss and a router z-loss.
+nn::GptConfig device_mixture() {
   nn::GptConfig cfg{
       .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
   cfg.moe.experts = 8;
@@ -2945,6 +2949,15 @@ TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
   cfg.moe.expert_bias = true;
   cfg.moe.aux_loss_coef = 0.01;
   cfg.moe.z_loss_coef = 0.001;
+  return cfg;
+}
+
+// cfg's mixture routes on the device: one route_top_k a layer, one wait a
+// layer while reporting its balance and taking a z-loss (a cross entropy's
+// second output on the device: one cross_entropy_forward a layer, besides
+// the head's), and the same outputs, balance, z-loss, loads, drops and
+// gradients as the CPU's.
+void expect_mixture_on_device(const nn::GptConfig& cfg) {
   nn::Gpt cpu_model(cfg, 5), gpu_model(cfg, 5);
   gpu_model.to(kGpu);
   const auto [ids, tg] = token_batch(2, 16);
@@ -2969,11 +2982,16 @@ TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
   for (const cuda::OpTime& t : cuda::op_profile(0)) calls[t.op] = t.calls;
   cuda::set_op_profiling(false);
   EXPECT_EQ(calls["route_top_k"], 2);
+  EXPECT_EQ(calls["cross_entropy_forward"], 3);
   EXPECT_NEAR(to_double_vector(gpu_loss)[0], to_double_vector(cpu_loss)[0], 1e-4);
   EXPECT_NEAR(gpu_ctx.moe_stats->balance_sum, cpu_ctx.moe_stats->balance_sum, 1e-5);
   EXPECT_NEAR(gpu_ctx.moe_stats->z_loss_sum, cpu_ctx.moe_stats->z_loss_sum, 1e-5);
   EXPECT_GT(cpu_ctx.moe_stats->z_loss_sum, 0.0);
   EXPECT_EQ(gpu_ctx.moe_stats->loads, cpu_ctx.moe_stats->loads);
+  EXPECT_EQ(gpu_ctx.moe_stats->dropped_sum, cpu_ctx.moe_stats->dropped_sum);
+  if (cfg.moe.capacity_factor > 0) {
+    EXPECT_GT(cpu_ctx.moe_stats->dropped_sum, 0.0);
+  }
   autograd::backward({cpu_loss});
   autograd::backward({gpu_loss});
   auto cp = cpu_model.named_parameters(), gp = gpu_model.named_parameters();
@@ -2982,6 +3000,25 @@ TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
     if (nn::is_moe_state(cp[i].first)) continue;  // (the expert biases: no gradient)
     expect_close(to_double_vector(gp[i].second.grad()), to_double_vector(cp[i].second.grad()), 1e-3,
                  1e-5, gp[i].first);
+  }
+}
+
+TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
+  expect_mixture_on_device(device_mixture());
+}
+
+// Under an expert capacity too: the device chooses, the host reads the
+// choices and their scores in the layer's one read, and an expert over its
+// capacity keeps the CPU's assignments (the most probable, or the
+// earliest).
+TEST(CudaRuntime, AMixtureUnderACapacityChoosesOnTheDeviceToo) {
+  for (auto policy :
+       {nn::GptConfig::Moe::DropPolicy::Probs, nn::GptConfig::Moe::DropPolicy::Position}) {
+    SCOPED_TRACE(policy == nn::GptConfig::Moe::DropPolicy::Probs ? "probs" : "position");
+    nn::GptConfig cfg = device_mixture();
+    cfg.moe.capacity_factor = 0.75;  // 6 rows an expert for 64 assignments
+    cfg.moe.drop_policy = policy;
+    expect_mixture_on_device(cfg);
   }
 }
 

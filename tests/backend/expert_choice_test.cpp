@@ -1,7 +1,8 @@
 // A mixture of experts' top-k choice as a backend op (Backend::route_top_k,
 // src/backend/expert_choice.h): the CPU's equals nn::route_top_k's choice,
-// a token with a score that is not finite chooses -1, and bad arguments
-// are refused naming the value.
+// with each choice's own score beside it, route_chosen builds the same
+// routing from them (under a capacity too), a token with a score that is
+// not finite chooses -1, and bad arguments are refused naming the value.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,12 +37,17 @@ struct Case {
   bool biased;
 };
 
+// The CPU backend's choice; `chosen`, when not null, receives each
+// choice's score beside it.
 std::vector<int64_t> cpu_choice(const std::vector<double>& scores, const std::vector<double>& bias,
-                                const Case& c, DType dtype) {
+                                const Case& c, DType dtype, std::vector<double>* chosen = nullptr) {
   const Tensor s = from_vector(scores, {c.N, c.E}, dtype);
   const Tensor b = bias.empty() ? Tensor() : from_vector(bias, {c.E}, DType::F32);
   Tensor choice = empty({c.N, c.k}, DType::I64);
-  backend_for(DeviceType::CPU).route_top_k(s, b, c.groups, c.top_groups, c.group_best, choice);
+  Tensor values = empty({c.N, c.k}, dtype);
+  backend_for(DeviceType::CPU)
+      .route_top_k(s, b, c.groups, c.top_groups, c.group_best, choice, chosen ? &values : nullptr);
+  if (chosen) *chosen = to_double_vector(values);
   return std::vector<int64_t>(choice.data<int64_t>(), choice.data<int64_t>() + c.N * c.k);
 }
 
@@ -60,15 +66,67 @@ TEST(ExpertChoice, TheBackendsChoiceIsRouteTopKs) {
       const nn::ExpertChoice rule{bias, c.groups, c.top_groups, c.group_best};
       const nn::Routing want =
           nn::route_top_k(scores, c.N, c.E, c.k, 0, nn::GptConfig::Moe::DropPolicy::Probs, rule);
-      EXPECT_EQ(cpu_choice(scores, bias, c, dtype), want.choice);
-      // route_chosen builds the same routing from those choices.
+      std::vector<double> chosen;
+      EXPECT_EQ(cpu_choice(scores, bias, c, dtype, &chosen), want.choice);
+      // Each choice's own score (without its bias), exactly.
+      ASSERT_EQ(chosen.size(), want.choice.size());
+      for (size_t a = 0; a < chosen.size(); ++a) {
+        EXPECT_EQ(chosen[a], scores[(a / static_cast<size_t>(c.k)) * static_cast<size_t>(c.E) +
+                                    static_cast<size_t>(want.choice[a])])
+            << a;
+      }
+      // route_chosen builds the same routing from those choices, and under
+      // a capacity (ranked by those scores, full of ties, or by token) the
+      // same as route_top_k's.
       const nn::Routing built = nn::route_chosen(want.choice, c.N, c.E, c.k);
       EXPECT_EQ(built.token, want.token);
       EXPECT_EQ(built.assignment, want.assignment);
       EXPECT_EQ(built.rows, want.rows);
       EXPECT_EQ(built.load, want.load);
+      const int64_t capacity = nn::expert_capacity(0.6, c.N, c.E, c.k);
+      for (auto policy :
+           {nn::GptConfig::Moe::DropPolicy::Probs, nn::GptConfig::Moe::DropPolicy::Position}) {
+        const nn::Routing capped = nn::route_top_k(scores, c.N, c.E, c.k, capacity, policy, rule);
+        const nn::Routing from_chosen =
+            nn::route_chosen(want.choice, c.N, c.E, c.k, capacity, policy, chosen);
+        EXPECT_EQ(from_chosen.token, capped.token);
+        EXPECT_EQ(from_chosen.assignment, capped.assignment);
+        EXPECT_EQ(from_chosen.rows, capped.rows);
+        EXPECT_EQ(from_chosen.dropped, capped.dropped);
+        if (c.N * c.k > capacity * c.E) {
+          EXPECT_GT(capped.dropped, 0);
+        }
+      }
     }
   }
+}
+
+// Under a capacity that keeps the most probable, route_chosen needs each
+// choice's score; it refuses a capacity below 0 too.
+TEST(ExpertChoice, RouteChosenUnderACapacityNeedsTheChosenScores) {
+  const std::vector<int64_t> choice{0, 1, 1, 0, 0, 1};
+  auto refusal = [&](int64_t capacity, const std::vector<double>& chosen) {
+    try {
+      (void)nn::route_chosen(choice, 3, 2, 2, capacity, nn::GptConfig::Moe::DropPolicy::Probs,
+                             chosen);
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(refusal(2, {}).find("0 chosen scores for 6 choices"), std::string::npos);
+  EXPECT_NE(refusal(2, {0.5, 0.5}).find("2 chosen scores for 6 choices"), std::string::npos);
+  EXPECT_NE(refusal(-1, {}).find("capacity -1"), std::string::npos);
+  // Ranked by token or dropless, the scores are not needed.
+  EXPECT_EQ(nn::route_chosen(choice, 3, 2, 2, 2, nn::GptConfig::Moe::DropPolicy::Position).dropped,
+            2);
+  // Expert 0's assignments 0, 3 and 4 (scores .2, .9, .5): capacity 2 keeps
+  // the two most probable, 3 and 4.
+  const nn::Routing r = nn::route_chosen(choice, 3, 2, 2, 2, nn::GptConfig::Moe::DropPolicy::Probs,
+                                         {0.2, 0.8, 0.8, 0.9, 0.5, 0.5});
+  EXPECT_EQ(r.dropped, 2);
+  EXPECT_EQ(std::vector<int64_t>(r.assignment.begin(), r.assignment.begin() + r.rows[0]),
+            (std::vector<int64_t>{3, 4}));
 }
 
 TEST(ExpertChoice, ATokenWithAScoreNotFiniteChoosesNothing) {
@@ -124,6 +182,19 @@ TEST(ExpertChoice, RefusesWhatCannotChoose) {
             std::string::npos);
   EXPECT_NE(refusal(scores, Tensor(), 3, 1, 0, choice2).find("scored by its 0 best"),
             std::string::npos);
+  // The chosen scores take the scores' dtype and the choice's shape.
+  for (const Tensor& bad : {empty({4, 2}, DType::F64), empty({4, 3}, DType::F32)}) {
+    Tensor chosen = bad, choice = choice2;
+    try {
+      be.route_top_k(scores, Tensor(), 1, 1, 2, choice, &chosen);
+      ADD_FAILURE() << "expected an error";
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find("chosen scores " + std::string(dtype_name(bad.dtype())) +
+                                           " " + shape_str(bad.shape())),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // The balance from each sequence's summed probabilities is balance_loss's.

@@ -421,8 +421,12 @@ class Backend {
   // rule that cannot choose. A bias that is not finite: the default
   // refuses it; the CUDA backend, which does not read it on the host, has
   // every row choose -1.
+  // chosen, when not null: (N, k) in scores' dtype on their device, each
+  // choice's own score (without its bias; a -1 row's 0), what an expert
+  // over its capacity ranks its assignments by.
   virtual void route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups,
-                           int64_t top_groups, int64_t group_best, Tensor& choice);
+                           int64_t top_groups, int64_t group_best, Tensor& choice,
+                           Tensor* chosen = nullptr);
 };
 
 // The row stride of a matrix a backend call may take row-strided: a 2-D

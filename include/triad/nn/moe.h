@@ -60,11 +60,16 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
                     int64_t top_k, int64_t capacity = 0,
                     GptConfig::Moe::DropPolicy policy = GptConfig::Moe::DropPolicy::Probs,
                     const ExpertChoice& choice = {});
-// The dropless routing of N tokens whose choice (N * k: each token's
-// experts, best first) was made elsewhere (Backend::route_top_k, on the
-// scores' device). Throws ValueError unless each choice is one of the
-// experts.
-Routing route_chosen(std::vector<int64_t> choice, int64_t tokens, int64_t experts, int64_t top_k);
+// The routing of N tokens whose choice (N * k: each token's experts, best
+// first) was made elsewhere (Backend::route_top_k, on the scores' device):
+// route_top_k's for the same choice. Under a capacity that drops the least
+// probable, `chosen` (N * k, as choice) holds each choice's score, which
+// ranks an expert's assignments. Throws ValueError unless each choice is
+// one of the experts, capacity >= 0 and `chosen` is there when needed.
+Routing route_chosen(std::vector<int64_t> choice, int64_t tokens, int64_t experts, int64_t top_k,
+                     int64_t capacity = 0,
+                     GptConfig::Moe::DropPolicy policy = GptConfig::Moe::DropPolicy::Probs,
+                     const std::vector<double>& chosen = {});
 // `r` with only the assignments `keep` flags (N * k of them, indexed n * k +
 // j) given rows: a capacity decided elsewhere (context parallelism's whole
 // micro-batch). The others count as dropped; an expert left without a row
@@ -216,10 +221,11 @@ class MoeMlp : public Module {
   // The balance reported is the whole micro-batch's.
   // An expert capacity (model.moe.capacity_factor) chooses among the whole
   // micro-batch's assignments, as one process's does: every rank gathers
-  // every chunk's probabilities (`gather`: each rank's equal-length host
-  // vector, concatenated in rank order), routes the micro-batch's tokens in
-  // the sequences' order under the micro-batch's capacity, and keeps the
-  // surviving assignments of its own chunk (rank `rank` of `parts`).
+  // every chunk's choices and their scores (`gather`: each rank's
+  // equal-length host vector, concatenated in rank order), routes the
+  // micro-batch's tokens in the sequences' order under the micro-batch's
+  // capacity, and keeps the surviving assignments of its own chunk (rank
+  // `rank` of `parts`).
   struct Chunks {
     int64_t parts = 1;
     std::function<void(std::vector<double>&)> sum;
@@ -238,22 +244,27 @@ class MoeMlp : public Module {
     std::shared_ptr<Linear> c_fc, c_proj;
   };
   Tensor expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const;
-  // The dropless routing of the N tokens whose scores are probs (N, E):
-  // chosen on probs' device (the expert biases and groups as configured),
-  // the host reading only the choices, and with them (in the same read)
-  // each of `also`'s values into *also_host, in order.
-  Routing route_dropless(const Tensor& probs, const std::vector<Tensor>& also = {},
-                         std::vector<std::vector<double>>* also_host = nullptr) const;
+  // The routing of the N tokens whose scores are probs (N, E) under
+  // `capacity` (0: dropless): chosen on probs' device (the expert biases
+  // and groups as configured), the host reading only the choices (and,
+  // under a capacity, their scores), and with them (in the same read) each
+  // of `also`'s values into *also_host, in order. Under context parallelism
+  // a capacity is the whole micro-batch's (x's rows hold `chunk` tokens of
+  // each sequence; route_chunk_under_capacity).
+  Routing route_on_device(const Tensor& probs, int64_t capacity, int64_t chunk,
+                          const std::vector<Tensor>& also = {},
+                          std::vector<std::vector<double>>* also_host = nullptr) const;
   // The rows' keys (nn::assignment_key) of `routing` of N tokens, held as
   // draw.pieces of the micro-batch's sequences or all of them in order: i64
   // (rows) on `device`.
   Tensor assignment_keys(const Routing& routing, int64_t N, const DropoutDraw& draw,
                          Device device) const;
-  // Context parallelism with a capacity: this rank's chunk's routing (host
-  // probabilities of its N tokens, `chunk` of each sequence) under the
-  // whole micro-batch's `capacity` (Chunks).
-  Routing route_chunk_under_capacity(const std::vector<double>& host, int64_t chunk,
-                                     int64_t capacity, const ExpertChoice& choice) const;
+  // Context parallelism with a capacity: this rank's chunk's routing (the
+  // choices of its N tokens, `chunk` of each sequence, and their scores,
+  // empty when the drop policy ranks by token) under the whole
+  // micro-batch's `capacity` (Chunks).
+  Routing route_chunk_under_capacity(std::vector<int64_t> choice, const std::vector<double>& chosen,
+                                     int64_t chunk, int64_t capacity) const;
   std::shared_ptr<Linear> router_;
   Tensor expert_bias_;                   // (E) f32, model.moe.expert_bias; undefined without
   std::vector<Expert> experts_;          // this rank's, from placement_->first()

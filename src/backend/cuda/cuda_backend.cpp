@@ -1817,21 +1817,23 @@ void CudaBackend::sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out
 }
 
 void CudaBackend::route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups,
-                              int64_t top_groups, int64_t group_best, Tensor& choice) {
-  const ExpertRule rule = route_top_k_rule(scores, bias, groups, top_groups, group_best, choice);
+                              int64_t top_groups, int64_t group_best, Tensor& choice,
+                              Tensor* chosen) {
+  const ExpertRule rule =
+      route_top_k_rule(scores, bias, groups, top_groups, group_best, choice, chosen);
   const k::RouteShape shape{scores.size(0), rule.experts, rule.top_k,
                             groups,         top_groups,   group_best};
   const k::ScalarType bias_type = scalar(bias.defined() ? bias.dtype() : scores.dtype());
   // Lists longer than a thread keeps: chosen on the host instead.
   if (!k::check_route_top_k(scalar(scores.dtype()), bias_type, shape).ok) {
-    Backend::route_top_k(scores, bias, groups, top_groups, group_best, choice);
+    Backend::route_top_k(scores, bias, groups, top_groups, group_best, choice, chosen);
     return;
   }
   DeviceState& s = state(scores.device().index);
   launch(s.index, s.stream, "route_top_k", [&] {
     k::route_top_k(scores.raw_data(), scalar(scores.dtype()),
                    bias.defined() ? bias.raw_data() : nullptr, bias_type, shape,
-                   choice.data<int64_t>(), s.stream);
+                   choice.data<int64_t>(), chosen ? chosen->raw_data() : nullptr, s.stream);
   });
 }
 

@@ -134,7 +134,7 @@ class CudaBackend final : public Backend {
   void adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) override;
   void sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out) override;
   void route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups, int64_t top_groups,
-                   int64_t group_best, Tensor& choice) override;
+                   int64_t group_best, Tensor& choice, Tensor* chosen = nullptr) override;
 
   // Per-device state, created on first use of the device.
   struct DeviceState;
