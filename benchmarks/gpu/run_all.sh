@@ -355,6 +355,11 @@ bench_train --preset 124m --batch "$batch" --moment-precision bf16 --grad-precis
 # MFU against the dense model's at twice its MLP FLOPs per token (each
 # layer's routing waits for the host once).
 bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --profile-steps 2
+# The same under an expert capacity (1.25 balanced shares) with the router
+# z-loss: both are chosen and computed on the device and read in the
+# layer's one copy (N x k scores and one value, not N x E matrices).
+bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --capacity-factor 1.25 \
+  --moe-z-loss 0.001 --profile-steps 2
 # 350M with its bias gradients from the weight gradients' GEMM epilogue
 # (BGRADB), not the column-sum kernel: on 2026-12-04 it cost 0.6 ms a step.
 bench_train --preset 350m --batch "$(batch_of 350m)" --bias-grad-epilogue

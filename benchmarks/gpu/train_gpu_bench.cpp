@@ -81,6 +81,14 @@ int run(int argc, char** argv) {
   app.add_option("--experts", experts,
                  "a mixture of this many experts in every layer (model.moe; 0: dense MLPs)");
   app.add_option("--top-k", top_k, "experts each token takes (with --experts)");
+  double capacity_factor = 0, moe_z_loss = 0;
+  app.add_option("--capacity-factor", capacity_factor,
+                 "each expert's capacity as a multiple of a balanced share, the rest dropped "
+                 "(model.moe.capacity_factor, with --experts; 0: dropless)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--moe-z-loss", moe_z_loss,
+                 "the router z-loss's coefficient (model.moe.z_loss_coef, with --experts)")
+      ->check(CLI::NonNegativeNumber);
   std::string moments = "fp32", grads = "fp32";
   app.add_option("--moment-precision", moments,
                  "fp32 | bf16: the AdamW moments' storage (train.moment_precision)")
@@ -126,6 +134,8 @@ int run(int argc, char** argv) {
   cfg.recompute = triad::nn::recompute_from_string(recompute);
   cfg.moe.experts = experts;
   cfg.moe.top_k = top_k;
+  cfg.moe.capacity_factor = capacity_factor;
+  cfg.moe.z_loss_coef = moe_z_loss;
   const triad::Device device = triad::device_from_string(device_name);
   const triad::DType dtype = precision == "bf16"   ? triad::DType::BF16
                              : precision == "fp16" ? triad::DType::F16
@@ -222,6 +232,8 @@ int run(int argc, char** argv) {
                    {"params", model.num_parameters()},
                    {"experts", experts},
                    {"top_k", experts > 0 ? top_k : 0},
+                   {"capacity_factor", experts > 0 ? capacity_factor : 0.0},
+                   {"moe_z_loss", experts > 0 ? moe_z_loss : 0.0},
                    {"active_params", cfg.active_parameter_count()},
                    {"tokens_per_s", tokens_per_s},
                    {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
