@@ -370,6 +370,11 @@ if grep -q "cuDNN=ON" "$build_log" 2>/dev/null; then
     bench_train --preset $preset --batch "$(batch_of $preset)" --attention-nondeterministic
   done
 fi
+# Every run in one table, each against PyTorch and its model's first
+# (default) run: what decides whether a switch becomes a default.
+echo "== training runs side by side"
+python3 benchmarks/gpu/summarize_train.py "$OUT/train.jsonl" ||
+  echo "   (summarize_train.py failed; train.jsonl holds every run)"
 took train
 fi
 

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""run_all.sh's training lines (train.jsonl) as one table.
+
+Each Triad run is named by what it changed from the defaults, and set
+against PyTorch's run and Triad's first run (run_all.sh's is at the
+defaults) of the same model and batch: what a session needs to decide
+whether a switch becomes a default.
+
+    python3 benchmarks/gpu/summarize_train.py OUT/train.jsonl
+"""
+import json
+import sys
+
+# The bench's defaults: a run is named by the settings that differ.
+DEFAULTS = {
+    "bias_grad_epilogue": False,
+    "dgelu_bias_grad_epilogue": False,
+    "add_norm_bias_sums": False,
+    "attention_deterministic": True,
+    "attention_kernel": "auto",
+    "recompute": "none",
+    "moment_precision": "fp32",
+    "grad_precision": "fp32",
+    "vocab": 50304,
+    "experts": 0,
+}
+
+
+def label(run):
+    """What a Triad run changed from the defaults, e.g. 'gemm-autotune 8'."""
+    parts = []
+    for key, default in DEFAULTS.items():
+        if key not in run or run[key] == default:
+            continue
+        value = run[key]
+        if key == "attention_deterministic":
+            parts.append("attention-nondeterministic")
+        elif key == "experts":
+            moe = f"experts {value} top {run.get('top_k', 0)}"
+            if run.get("capacity_factor"):
+                moe += f" capacity {run['capacity_factor']:g}"
+            if run.get("moe_z_loss"):
+                moe += f" z-loss {run['moe_z_loss']:g}"
+            parts.append(moe)
+        elif value is True:
+            parts.append(key.replace("_", "-"))
+        else:
+            parts.append(f"{key.replace('_', '-')} {value}")
+    if "gemm_autotune" in run:
+        tuned = run["gemm_autotune"]
+        parts.append(f"gemm-autotune {tuned.get('candidates')} "
+                     f"({tuned.get('changed')} of {tuned.get('problems')} products changed)")
+    return ", ".join(parts) if parts else "defaults"
+
+
+def read(path):
+    """The JSON lines of `path` (other lines, such as log text, skipped)."""
+    runs = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                runs.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return runs
+
+
+def summarize(runs):
+    """The table's lines."""
+    def key(r):
+        return (r.get("preset"), r.get("batch"), r.get("seq"))
+
+    torch = {key(r): r for r in runs if r.get("impl") == "pytorch"}
+    # Each model and batch's first Triad run (run_all.sh's is at the
+    # defaults): what the runs after it change.
+    first = {}
+    for r in runs:
+        if r.get("impl") == "triad":
+            first.setdefault(key(r), r)
+    lines = ["| model | batch | run | tokens/s | MFU | step ms | vs PyTorch | vs the first run |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in runs:
+        impl = r.get("impl")
+        if impl == "planner":  # (a prediction for the model's first run)
+            r = dict(r, batch=r.get("micro_batch"), step_ms=1e3 * r.get("step_time_s", 0.0))
+        k = key(r)
+        name = {"pytorch": "PyTorch", "planner": "the planner's prediction"}.get(impl) or label(r)
+        tps = r.get("tokens_per_s", 0.0)
+        vs_torch = vs_first = ""
+        if impl == "triad" and k in torch and torch[k].get("tokens_per_s"):
+            vs_torch = f"{tps / torch[k]['tokens_per_s']:.4f}x"
+        if impl == "triad" and first[k] is not r and first[k].get("tokens_per_s"):
+            vs_first = f"{100.0 * (tps / first[k]['tokens_per_s'] - 1.0):+.2f}%"
+        lines.append(f"| {r.get('preset')} | {r.get('batch')} | {name} | {tps / 1e3:.1f}k | "
+                     f"{100.0 * r.get('mfu', 0.0):.2f}% | {r.get('step_ms', 0.0):.2f} | "
+                     f"{vs_torch} | {vs_first} |")
+    return lines
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: summarize_train.py TRAIN_JSONL")
+    print("\n".join(summarize(read(sys.argv[1]))))
+
+
+if __name__ == "__main__":
+    main()
