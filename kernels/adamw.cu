@@ -1,5 +1,6 @@
 // AdamW: one grid-stride pass; the scalar factors are formed once on the host
 // exactly as the CPU backend forms them.
+#include <cfloat>
 #include <cmath>
 #include <type_traits>
 
@@ -128,14 +129,13 @@ __device__ __forceinline__ void for_each_in_chunk(int64_t begin, int64_t end, F&
 template <int V, class P, class G, class M, bool kMaster>
 __device__ __forceinline__ void adamw_chunk(const MultiArgs& a, int t, int64_t begin, int64_t end,
                                             float b1, float b2, float step_size, float bc2_sqrt,
-                                            float eps) {
+                                            float eps, float gscale) {
   P* p = static_cast<P*>(a.param[t]);
   const G* g = static_cast<const G*>(a.grad[t]);
   M* m = static_cast<M*>(a.m[t]);
   M* v = static_cast<M*>(a.v[t]);
   float* w = a.master[t];
   const float decay = a.decay[t];
-  const float gscale = a.gscale[t];
   for_each_in_chunk<V>(begin, end, [&](int64_t i, auto pack) {
     float gi[V], pi[V], mi[V], vi[V];
     load_body<V>(g, i, gi, pack);
@@ -164,15 +164,25 @@ __device__ __forceinline__ void adamw_chunk(const MultiArgs& a, int t, int64_t b
 
 template <class P, class G, class M, bool kMaster>
 __global__ void __launch_bounds__(kMultiThreads)
-    adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_size, float bc2_sqrt,
-                       float eps) {
+    adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_size, float bc2_sqrt, float eps,
+                       const double* clip_sum_sq, double clip_max_norm) {
   const BlockChunk c = block_chunk(a.table);
   const int t = c.slot;
   const int64_t begin = c.begin, end = min(a.n[t], begin + kMultiChunk);
+  float gscale = a.gscale[t];
+  if (clip_sum_sq) {
+    // Clipping's coefficient as the host computes it from the same sum (the
+    // same correctly rounded square root and division: the same bits).
+    const double sum = *clip_sum_sq;
+    if (!(fabs(sum) <= DBL_MAX)) return;  // not finite: no update
+    const double coef = fmin(1.0, clip_max_norm / (sqrt(sum) + 1e-6));
+    gscale = static_cast<float>(static_cast<double>(gscale) * coef);
+  }
   if (a.packed[t]) {
-    adamw_chunk<kMultiPack, P, G, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
+    adamw_chunk<kMultiPack, P, G, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps,
+                                              gscale);
   } else {
-    adamw_chunk<1, P, G, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
+    adamw_chunk<1, P, G, M, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps, gscale);
   }
 }
 
@@ -246,8 +256,8 @@ void adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensor
       auto half = [&](auto param) {
         using P = decltype(param);
         with_grad_type<P>(types.grad, [&](auto grad) {
-          adamw_multi_kernel<P, decltype(grad), M, true>
-              <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+          adamw_multi_kernel<P, decltype(grad), M, true><<<blocks, kMultiThreads, 0, stream>>>(
+              args, b1, b2, step_size, bc2_sqrt, eps, a.clip_sum_sq, a.clip_max_norm);
         });
       };
       switch (types.param) {
@@ -258,8 +268,8 @@ void adamw_multi(const AdamWTypes& types, const std::vector<AdamWTensor>& tensor
           half(__half{});
           break;
         default:
-          adamw_multi_kernel<float, float, M, false>
-              <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+          adamw_multi_kernel<float, float, M, false><<<blocks, kMultiThreads, 0, stream>>>(
+              args, b1, b2, step_size, bc2_sqrt, eps, a.clip_sum_sq, a.clip_max_norm);
       }
     });
     check_launch("adamw_multi");
@@ -448,6 +458,10 @@ void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, Sca
            int64_t n, const AdamWArgs& a, cudaStream_t stream) {
   require(check_adamw(type, n, a), "adamw");
   require(check_adamw_moments(type, moment_type), "adamw");
+  if (a.clip_sum_sq) {
+    require(Status::fail("clipping on the device is adamw_multi's (its caller scales instead)"),
+            "adamw");
+  }
   if (n == 0) return;
   const float decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
   const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));

@@ -25,6 +25,13 @@ struct AdamWArgs {
   // Multiplies the gradient first (rounded once in f32, exactly as a
   // separate scale of it would be): the clipping coefficient.
   double grad_scale = 1.0;
+  // adamw_multi only, clipping decided on the device: when not null (one
+  // f64 in device memory, the gradients' global sum of squares) each
+  // tensor's scale is times min(1, clip_max_norm / (sqrt(*clip_sum_sq) +
+  // 1e-6)), rounded to f32, and a sum that is not finite leaves every
+  // tensor as it is.
+  const double* clip_sum_sq = nullptr;
+  double clip_max_norm = 0;
 };
 
 Status check_adamw(ScalarType type, int64_t n, const AdamWArgs& args);

@@ -19,10 +19,12 @@
 #      saved), as a mixture of experts, 350M with its products' algorithms
 #      autotuned, 350M with its MLPs' first bias gradients from the
 #      GELU-derivative GEMM's epilogue, 350M with its projections' bias
-#      gradients from the add-norm backward, 350M with its bias gradients
-#      from the weight GEMM's epilogue (none by the column-sum kernel), and
-#      both models with cuDNN's
-#      non-deterministic attention backward,
+#      gradients from the add-norm backward, both models with a step that
+#      never waits for the device (--sync-free), a mixture under an expert
+#      capacity with the router z-loss, 350M with its bias gradients from
+#      the weight GEMM's epilogue (none by the column-sum kernel), and both
+#      models with cuDNN's non-deterministic attention backward, then every
+#      run in one table (summarize_train.py),
 #   6. runs the collective benchmark through the NCCL group (one rank).
 # Results go to OUT (default out/gpu; the device tool sets OUT and brings
 # back at most 8 files, so there are 7): summary.log (what this prints),
@@ -338,6 +340,13 @@ bench_train --preset 350m --batch "$(batch_of 350m)" --dgelu-bias-grad-epilogue 
 # its layer_norm_backward_dx_sums against the default run's
 # layer_norm_backward plus the C-wide sum_rows_into calls.
 bench_train --preset 350m --batch "$(batch_of 350m)" --add-norm-bias-sums --profile-steps 3
+# Both models with a step that never waits for the device (--sync-free:
+# clipping's coefficient read by the AdamW kernels, the loss read after the
+# timed steps), as PyTorch's loop runs: the default reads the norm and the
+# loss each step, as triad-train does.
+for preset in 124m 350m; do
+  bench_train --preset $preset --batch "$(batch_of $preset)" --sync-free
+done
 batch=$(batch_of 124m)
 # GPT-2's own vocabulary (50257, odd): linear_cross_entropy's padded logits
 # rows and zero-padded weight copy keep it near the padded 50304's speed

@@ -96,6 +96,11 @@ int run(int argc, char** argv) {
   app.add_option("--grad-precision", grads,
                  "fp32 | bf16: the gradients' dtype under bf16 (train.grad_precision)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  bool sync_free = false;
+  app.add_flag("--sync-free", sync_free,
+               "clip on the device (AdamW::step_clipped) and read the loss only after the timed "
+               "steps: no step waits for the device, as PyTorch's loop in train_gpu_torch.py "
+               "(the default reads the norm and the loss each step, as triad-train does)");
   int64_t profile_steps = 0;
   app.add_option("--profile-steps", profile_steps,
                  "after the timed steps, this many more with the device's time per backend op "
@@ -162,9 +167,19 @@ int run(int argc, char** argv) {
   triad::Tensor ids = triad::from_vector(in, {batch, T});
   triad::Tensor targets = triad::from_vector(tg, {batch, T});
   double loss = 0;
+  triad::Tensor last_loss;  // (--sync-free: read after the timed steps)
   // Clipping as the trainer does it: the global norm, then its coefficient
   // folded into the AdamW step (no pass over every gradient to scale it).
+  // --sync-free: the same coefficient decided on the device (a non-finite
+  // norm skips the update there).
   auto clip_and_step = [&] {
+    if (sync_free) {
+      std::vector<triad::Tensor> grads;
+      for (const triad::Tensor& p : model.parameters())
+        if (p.grad().defined()) grads.push_back(p.grad());
+      opt.step_clipped(1e-4, triad::optim::sum_of_squares_device(grads), 1.0);
+      return;
+    }
     const double norm = triad::optim::global_grad_norm(model.parameters());
     opt.step(1e-4, std::isfinite(norm) ? std::min(1.0, 1.0 / (norm + 1e-6)) : 1.0);
   };
@@ -179,19 +194,24 @@ int run(int argc, char** argv) {
     clip_and_step();
     model.zero_grad();
     const triad::DeviceTimer::Mark m3 = phases.mark();
-    loss = triad::item(l);  // synchronises with the device
-    if (!timing) return void(phases.read());
+    last_loss = l;
+    if (!sync_free) loss = triad::item(l);  // synchronises with the device
+    if (!timing) return;                    // (the caller reads the marks: phases.read())
     phases.add("forward", m0, m1);
     phases.add("backward", m1, m2);
     phases.add("clip_and_optimizer", m2, m3);
   };
-  for (int64_t i = 0; i < warmup; ++i) run_step();
+  for (int64_t i = 0; i < warmup; ++i) {
+    run_step();
+    phases.read();  // (the warm-up's marks, dropped)
+  }
 #ifdef TRIAD_CUDA_SIM
   // On the simulator: how often one step makes the host wait for the
   // device (each wait empties the queue of launches the GPU runs ahead on).
   const int64_t waits_before = triad_sim::counters().host_waits;
   run_step();
   const int64_t host_waits = triad_sim::counters().host_waits - waits_before;
+  phases.read();
 #endif
   timing = true;
   // Blocks the caching allocator had to ask the device for during the timed
@@ -201,10 +221,13 @@ int run(int argc, char** argv) {
       device.is_cuda() ? triad::cuda::memory_stats(device.index).system_allocs : 0;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) run_step();
+  // (--sync-free: the last step's loss waits for all of them.)
+  if (sync_free && last_loss.defined()) loss = triad::item(last_loss);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens_per_s = static_cast<double>(steps * batch * T) / secs;
-  // (Each step's loss has made the host wait for its phases: no wait here.)
+  // (The last step's loss has made the host wait for its phases: no wait
+  // here.)
   nlohmann::json phases_ms = nlohmann::json::object();
   for (const auto& [phase, seconds] : phases.read())
     phases_ms[phase] = 1e3 * seconds / static_cast<double>(std::max<int64_t>(steps, 1));
@@ -217,6 +240,7 @@ int run(int argc, char** argv) {
   nlohmann::json j{{"impl", "triad"},
                    {"preset", preset},
                    {"precision", precision},
+                   {"sync_free", sync_free},
                    {"attention_kernel", attention},
                    {"attention_deterministic", !nondeterministic},
                    {"bias_grad_epilogue", bias_grad_epilogue},
@@ -268,6 +292,7 @@ int run(int argc, char** argv) {
     triad::cuda::set_op_profiling(true);
     const auto p0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < profile_steps; ++i) run_step();
+    phases.read();  // (also waits for a --sync-free run's last step)
     const double profiled_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count() /
         static_cast<double>(profile_steps);

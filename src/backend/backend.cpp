@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -156,11 +158,45 @@ void Backend::linear_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor&
   sum_rows_into(dy, gb, beta);
 }
 
+void check_clip_sum_sq(const Tensor& sum_sq, Device device) {
+  if (sum_sq.dtype() != DType::F64 || sum_sq.numel() != 1 || sum_sq.device() != device) {
+    throw ShapeError("adamw: clipping's sum of squares " + std::string(dtype_name(sum_sq.dtype())) +
+                     " " + shape_str(sum_sq.shape()) + " on " + sum_sq.device().str() +
+                     " (expected one f64 element on " + device.str() + ", the parameters' device)");
+  }
+}
+
+std::optional<double> clip_coefficient(Backend& backend, const Tensor& sum_sq, double max_norm,
+                                       Device device) {
+  check_clip_sum_sq(sum_sq, device);
+  Tensor host = sum_sq;
+  if (!sum_sq.device().is_cpu()) {
+    host = empty({1}, DType::F64, Device::cpu());
+    backend.copy(sum_sq, host);
+  }
+  const double sum = host.data<double>()[0];
+  if (!std::isfinite(sum)) return std::nullopt;
+  return std::fmin(1.0, max_norm / (std::sqrt(sum) + 1e-6));
+}
+
+double clipped_grad_scale(double grad_scale, double coef) {
+  return static_cast<float>(static_cast<double>(static_cast<float>(grad_scale)) * coef);
+}
+
 void Backend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
+  // Clipping's coefficient from the sum of squares, read here, in the
+  // kernels' arithmetic (the same bits as the CUDA backend's).
+  std::optional<double> coef;
+  if (hp.clip_sum_sq.defined()) {
+    coef = clip_coefficient(*this, hp.clip_sum_sq, hp.clip_max_norm,
+                            entries.empty() ? hp.clip_sum_sq.device() : entries[0].param.device());
+    if (!coef) return;  // not finite: every entry as it is
+  }
   for (AdamWEntry& e : entries) {
     AdamWStep h = hp;
+    h.clip_sum_sq = Tensor();
     h.weight_decay = e.weight_decay;
-    h.grad_scale = e.grad_scale;
+    h.grad_scale = coef ? clipped_grad_scale(e.grad_scale, *coef) : e.grad_scale;
     if (!e.master.defined()) {
       adamw(e.param, e.grad, e.m, e.v, h);
       continue;

@@ -77,9 +77,33 @@ void AdamW::set_weight_decay(double weight_decay) {
 }
 
 void AdamW::step(double lr, double grad_scale) {
+  update(lr, grad_scale, nullptr, 0);
+}
+
+void AdamW::step_clipped(double lr, const Tensor& sum_sq, double max_norm) {
+  if (!(max_norm > 0) || !std::isfinite(max_norm)) {
+    throw ValueError("AdamW::step_clipped: max_norm " + std::to_string(max_norm) +
+                     " (expected a finite number > 0)");
+  }
+  check_clip_sum_sq(sum_sq, sum_sq.device());
+  for (const State& s : state_) {
+    if (s.param.grad().defined() && s.param.device() != sum_sq.device()) {
+      throw ValueError("AdamW::step_clipped: parameter " + s.name + " is on " +
+                       s.param.device().str() + ", the sum of squares on " + sum_sq.device().str() +
+                       " (clipping on the device needs them together)");
+    }
+  }
+  update(lr, 1.0, &sum_sq, max_norm);
+}
+
+void AdamW::update(double lr, double grad_scale, const Tensor* clip_sum_sq, double max_norm) {
   autograd::NoGradGuard no_grad;
   ++step_;
   AdamWStep hp;
+  if (clip_sum_sq) {
+    hp.clip_sum_sq = *clip_sum_sq;
+    hp.clip_max_norm = max_norm;
+  }
   hp.lr = lr;
   hp.beta1 = options_.beta1;
   hp.beta2 = options_.beta2;

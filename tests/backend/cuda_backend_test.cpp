@@ -2865,6 +2865,85 @@ TEST(CudaRuntime, AdamWGradScaleEqualsScalingTheGradientsFirst) {
   EXPECT_EQ(to_double_vector(v2), to_double_vector(v1));
 }
 
+// Clipping decided on the device (AdamW::step_clipped): the multi-tensor
+// launches read the sum of squares where it is, so the step queues without
+// a wait, and give the same bits as step() with the coefficient the host
+// computes from the global norm, binding or not, f32 in place and bf16
+// through masters; a sum that is not finite leaves everything as it was.
+TEST(CudaRuntime, AdamWClippedOnTheDeviceIsTheHostsClippedStep) {
+  for (DType d : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    std::vector<std::pair<std::string, Tensor>> host, device;
+    std::vector<Tensor> host_params;
+    for (int i = 0; i < 18; ++i) {
+      Tensor p = to_device(randn({i == 2 ? 40000 : 37}, 6, static_cast<uint64_t>(i), 1.0, d), kGpu);
+      std::string name = "p";  // (appending avoids GCC 12's -Wrestrict false alarm)
+      name += std::to_string(i);
+      host.push_back({name, clone(p).detach()});
+      device.push_back({name, clone(p).detach()});
+      host_params.push_back(host.back().second);
+    }
+    optim::AdamWOptions o;
+    o.weight_decay = 0.1;
+    optim::AdamW opt_host(host, o), opt_device(device, o);
+    for (int step = 0; step < 3; ++step) {
+      const double max_norm = step == 1 ? 1e6 : 2.0;
+      std::vector<Tensor> grads;
+      for (size_t i = 0; i < host.size(); ++i) {
+        Tensor g = to_device(
+            randn(host[i].second.shape(), 7, static_cast<uint64_t>(100 * step + i), 2.0), kGpu);
+        host[i].second.set_grad(clone(g).detach());
+        device[i].second.set_grad(g);
+        grads.push_back(g);
+      }
+      const double norm = optim::global_grad_norm(host_params);
+      const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+      if (step != 1) {
+        EXPECT_LT(coef, 0.1);
+      }
+      opt_host.step(1e-2, coef);
+      const Tensor sum = optim::sum_of_squares_device(grads);
+#ifdef TRIAD_CUDA_SIM
+      const int64_t waits = triad_sim::counters().host_waits;
+#endif
+      opt_device.step_clipped(1e-2, sum, max_norm);
+#ifdef TRIAD_CUDA_SIM
+      EXPECT_EQ(triad_sim::counters().host_waits, waits);
+#endif
+    }
+    for (size_t i = 0; i < host.size(); ++i) {
+      ASSERT_EQ(to_double_vector(device[i].second), to_double_vector(host[i].second)) << i;
+      ASSERT_EQ(to_double_vector(opt_device.state()[i].v), to_double_vector(opt_host.state()[i].v))
+          << i;
+    }
+    // An infinite gradient: the kernels leave every tensor as it was.
+    std::vector<std::vector<double>> before;
+    for (const auto& s : opt_device.state()) {
+      before.push_back(to_double_vector(s.param));
+      before.push_back(to_double_vector(s.m));
+      if (s.master.defined()) before.push_back(to_double_vector(s.master));
+    }
+    std::vector<Tensor> grads;
+    for (auto& [name, p] : device) {
+      Tensor g = to_device(randn(p.shape(), 8, 1), kGpu);
+      p.set_grad(g);
+      grads.push_back(g);
+    }
+    fill_(grads[5], INFINITY);
+    opt_device.step_clipped(1e-2, optim::sum_of_squares_device(grads), 1.0);
+    size_t at = 0;
+    for (const auto& s : opt_device.state()) {
+      EXPECT_EQ(to_double_vector(s.param), before[at++]) << s.name;
+      EXPECT_EQ(to_double_vector(s.m), before[at++]) << s.name;
+      if (s.master.defined()) {
+        EXPECT_EQ(to_double_vector(s.master), before[at++]) << s.name;
+      }
+    }
+    // The sum must be on the parameters' device.
+    EXPECT_THROW(opt_device.step_clipped(1e-2, zeros({1}, DType::F64), 1.0), ValueError);
+  }
+}
+
 // Token ids and targets (B, T) over a vocabulary of 97, on the host.
 std::pair<Tensor, Tensor> token_batch(int64_t B, int64_t T) {
   std::vector<int64_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());

@@ -232,6 +232,90 @@ TEST(AdamW, AGradScaleEqualsScalingTheGradientsFirst) {
   }
 }
 
+// Clipping decided where the gradients are (step_clipped, a loop that never
+// waits for the device): the same bits as step() given the coefficient the
+// host computes from the global norm, binding (max_norm 0.5) or not
+// (1e6), f32 in place and bf16 through masters; a sum that is not finite
+// leaves every parameter, master and moment as it was (the step still
+// counts); bad arguments are refused naming the value.
+TEST(AdamW, StepClippedOnTheDeviceIsStepWithTheHostsCoefficient) {
+  for (DType d : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    std::vector<std::pair<std::string, Tensor>> host, device;
+    for (int i = 0; i < 3; ++i) {
+      const Shape shape = i == 0 ? Shape{5, 7} : Shape{11};
+      Tensor p = randn(shape, 4, static_cast<uint64_t>(i), 1.0, d);
+      std::string name = "p";  // (appending avoids GCC 12's -Wrestrict false alarm)
+      name += std::to_string(i);
+      host.push_back({name, clone(p).detach()});
+      device.push_back({name, clone(p).detach()});
+    }
+    AdamWOptions o;
+    o.weight_decay = 0.1;
+    AdamW opt_host(host, o), opt_device(device, o);
+    for (int step = 0; step < 3; ++step) {
+      const double max_norm = step == 1 ? 1e6 : 0.5;
+      std::vector<Tensor> grads;
+      for (size_t i = 0; i < host.size(); ++i) {
+        Tensor g =
+            randn(host[i].second.shape(), 5, static_cast<uint64_t>(10 * step + i), 2.0, DType::F32);
+        host[i].second.set_grad(clone(g).detach());
+        device[i].second.set_grad(g);
+        grads.push_back(g);
+      }
+      const double norm = global_grad_norm({host[0].second, host[1].second, host[2].second});
+      const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+      if (step != 1) {
+        EXPECT_LT(coef, 0.5);
+      }
+      opt_host.step(1e-2, coef);
+      opt_device.step_clipped(1e-2, sum_of_squares_device(grads), max_norm);
+    }
+    for (size_t i = 0; i < host.size(); ++i) {
+      EXPECT_EQ(to_double_vector(device[i].second), to_double_vector(host[i].second)) << i;
+      EXPECT_EQ(to_double_vector(opt_device.state()[i].m), to_double_vector(opt_host.state()[i].m))
+          << i;
+      EXPECT_EQ(to_double_vector(opt_device.state()[i].v), to_double_vector(opt_host.state()[i].v))
+          << i;
+    }
+    // A NaN gradient: nothing moves, and the step counts.
+    std::vector<std::vector<double>> before;
+    for (const auto& s : opt_device.state()) {
+      before.push_back(to_double_vector(s.param));
+      before.push_back(to_double_vector(s.m));
+      before.push_back(to_double_vector(s.v));
+      if (s.master.defined()) before.push_back(to_double_vector(s.master));
+    }
+    std::vector<Tensor> grads;
+    for (auto& [name, p] : device) {
+      Tensor g = randn(p.shape(), 6, 1, 1.0, DType::F32);
+      p.set_grad(g);
+      grads.push_back(g);
+    }
+    fill_(grads[1], NAN);
+    opt_device.step_clipped(1e-2, sum_of_squares_device(grads), 1.0);
+    EXPECT_EQ(opt_device.step_count(), 4);
+    size_t at = 0;
+    for (const auto& s : opt_device.state()) {
+      EXPECT_EQ(to_double_vector(s.param), before[at++]) << s.name;
+      EXPECT_EQ(to_double_vector(s.m), before[at++]) << s.name;
+      EXPECT_EQ(to_double_vector(s.v), before[at++]) << s.name;
+      if (s.master.defined()) {
+        EXPECT_EQ(to_double_vector(s.master), before[at++]) << s.name;
+      }
+    }
+    const Tensor sum = sum_of_squares_device(grads);
+    testing::expect_error<ValueError>([&] { opt_device.step_clipped(1e-2, sum, 0.0); },
+                                      {"max_norm 0.000000 (expected a finite number > 0)"});
+    testing::expect_error<ShapeError>(
+        [&] { opt_device.step_clipped(1e-2, zeros({2}, DType::F64), 1.0); },
+        {"sum of squares f64 [2] on cpu (expected one f64 element on cpu"});
+    testing::expect_error<ShapeError>(
+        [&] { opt_device.step_clipped(1e-2, zeros({1}, DType::F32), 1.0); },
+        {"sum of squares f32 [1]"});
+  }
+}
+
 // train.moment_precision bf16: each step is f32 AdamW's on the moments as
 // stored, which it then stores rounded to bf16; f32 parameters in place,
 // and half ones through f32 masters, with clipping's scale folded in.

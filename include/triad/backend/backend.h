@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "triad/core/allocator.h"
@@ -36,6 +37,15 @@ struct AdamWStep {
   // clipping folds its coefficient in here instead of a pass over every
   // gradient. The gradients themselves are left as they are.
   double grad_scale = 1.0;
+  // adamw_many only, clipping decided where the gradients are: when
+  // defined (one f64 element on the parameters' device, their gradients'
+  // global sum of squares: sum_of_squares), each entry's grad_scale is
+  // times min(1, clip_max_norm / (sqrt(clip_sum_sq) + 1e-6)), the product
+  // rounded to f32 as grad_scale is, and a sum that is not finite leaves
+  // every entry as it is. The CUDA backend's multi-tensor launches read it
+  // on the device, so nothing waits for the gradients' norm.
+  Tensor clip_sum_sq;
+  double clip_max_norm = 0;
 };
 
 // The kernels one device family provides. The front end (ops/) validates
@@ -389,8 +399,9 @@ class Backend {
   // parameter's half type (train.grad_precision: scaled in it, then
   // widened), and `m` and `v` f32 or bf16.
   // hp.weight_decay and hp.grad_scale are replaced by each entry's own. The
-  // default runs adamw() (and the rounding copy) per entry, the reference;
-  // the CUDA backend updates them all in a few multi-tensor launches.
+  // default runs adamw() (and the rounding copy) per entry, the reference,
+  // reading hp.clip_sum_sq on the host; the CUDA backend updates them all
+  // in a few multi-tensor launches.
   struct AdamWEntry {
     Tensor param, grad, m, v, master;
     double weight_decay = 0;
@@ -428,6 +439,19 @@ class Backend {
                            int64_t top_groups, int64_t group_best, Tensor& choice,
                            Tensor* chosen = nullptr);
 };
+
+// Clipping's coefficient from AdamWStep::clip_sum_sq (read to the host
+// through `backend`): min(1, max_norm / (sqrt(sum) + 1e-6)), or nothing
+// when the sum is not finite. Throws ShapeError unless sum_sq is one f64
+// element on `device`.
+std::optional<double> clip_coefficient(Backend& backend, const Tensor& sum_sq, double max_norm,
+                                       Device device);
+// An entry's grad_scale times a clipping coefficient, rounded to f32 as the
+// kernels round it (their f32 scale times the coefficient).
+double clipped_grad_scale(double grad_scale, double coef);
+// Throws ShapeError unless sum_sq (AdamWStep::clip_sum_sq) is one f64
+// element on `device`.
+void check_clip_sum_sq(const Tensor& sum_sq, Device device);
 
 // The row stride of a matrix a backend call may take row-strided: a 2-D
 // tensor whose columns are adjacent (stride 1) and whose rows are at least

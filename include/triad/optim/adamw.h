@@ -73,6 +73,18 @@ class AdamW {
   // times `grad_scale` (gradient clipping's coefficient), exactly as if they
   // had been scaled first, without a pass over them; they are not modified.
   void step(double lr, double grad_scale = 1.0);
+  // One update as step(lr, coef) with gradient clipping's coefficient
+  // decided where the gradients are, so that a loop can queue step after
+  // step without waiting for the device: `sum_sq` (one f64 element on the
+  // parameters' device, as sum_of_squares_device of their gradients gives
+  // it) makes coef = min(1, max_norm / (sqrt(sum_sq) + 1e-6)), the bits
+  // step() would take from global_grad_norm, and a sum that is not finite
+  // leaves every parameter, master and moment as it is (the step still
+  // counts for the bias correction). On a GPU the multi-tensor launches
+  // read it on the device. Throws ValueError unless max_norm > 0 and every
+  // parameter with a gradient is on sum_sq's device, ShapeError unless
+  // sum_sq is one f64 element.
+  void step_clipped(double lr, const Tensor& sum_sq, double max_norm);
   int64_t step_count() const { return step_; }
   const AdamWOptions& options() const { return options_; }
   // The weight decay of the steps after (a weight-decay schedule's value);
@@ -93,6 +105,9 @@ class AdamW {
   void sync_params_from_masters();
 
  private:
+  // step()'s and step_clipped()'s update: clip_sum_sq, when not null,
+  // AdamWStep::clip_sum_sq.
+  void update(double lr, double grad_scale, const Tensor* clip_sum_sq, double max_norm);
   AdamWOptions options_;
   std::vector<State> state_;
   int64_t step_ = 0;

@@ -1763,7 +1763,13 @@ void CudaBackend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& 
   if (!groups.empty()) {
     DeviceState& s = state(device);
     DeviceGuard g(s.index);
-    const k::AdamWArgs a = adamw_args(hp);  // each tensor carries its own weight decay
+    k::AdamWArgs a = adamw_args(hp);  // each tensor carries its own weight decay
+    if (hp.clip_sum_sq.defined()) {
+      // Clipping's coefficient read by the kernels: no wait for the norm.
+      check_clip_sum_sq(hp.clip_sum_sq, Device::cuda(device));
+      a.clip_sum_sq = hp.clip_sum_sq.data<double>();
+      a.clip_max_norm = hp.clip_max_norm;
+    }
     for (auto& [types, tensors] : groups) {
       const k::AdamWTypes kt{scalar(std::get<0>(types)), scalar(std::get<1>(types)),
                              scalar(std::get<2>(types))};
