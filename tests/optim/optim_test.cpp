@@ -193,18 +193,26 @@ TEST(AdamW, HalfParametersStepThroughF32Masters) {
 // Gradient clipping folds its coefficient into the step: the same bits as
 // scaling every gradient first, f32 in place and bf16 through f32 masters,
 // and the gradients stay as they were.
+// Two equal lists of three parameters of dtype d (a 5 x 7 matrix and two
+// vectors of 11, named p0 to p2), for two optimizers to step side by side.
+std::pair<std::vector<std::pair<std::string, Tensor>>, std::vector<std::pair<std::string, Tensor>>>
+twin_parameters(DType d) {
+  std::vector<std::pair<std::string, Tensor>> a, b;
+  for (int i = 0; i < 3; ++i) {
+    const Shape shape = i == 0 ? Shape{5, 7} : Shape{11};
+    Tensor p = randn(shape, 4, static_cast<uint64_t>(i), 1.0, d);
+    std::string name = "p";  // (appending avoids GCC 12's -Wrestrict false alarm)
+    name += std::to_string(i);
+    a.push_back({name, clone(p).detach()});
+    b.push_back({name, clone(p).detach()});
+  }
+  return {a, b};
+}
+
 TEST(AdamW, AGradScaleEqualsScalingTheGradientsFirst) {
   for (DType d : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(d));
-    std::vector<std::pair<std::string, Tensor>> scaled, folded;
-    for (int i = 0; i < 3; ++i) {
-      const Shape shape = i == 0 ? Shape{5, 7} : Shape{11};
-      Tensor p = randn(shape, 4, static_cast<uint64_t>(i), 1.0, d);
-      std::string name = "p";  // (appending avoids GCC 12's -Wrestrict false alarm)
-      name += std::to_string(i);
-      scaled.push_back({name, clone(p).detach()});
-      folded.push_back({name, clone(p).detach()});
-    }
+    auto [scaled, folded] = twin_parameters(d);
     AdamWOptions o;
     o.weight_decay = 0.1;
     AdamW opt_scaled(scaled, o), opt_folded(folded, o);
@@ -241,15 +249,7 @@ TEST(AdamW, AGradScaleEqualsScalingTheGradientsFirst) {
 TEST(AdamW, StepClippedOnTheDeviceIsStepWithTheHostsCoefficient) {
   for (DType d : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(d));
-    std::vector<std::pair<std::string, Tensor>> host, device;
-    for (int i = 0; i < 3; ++i) {
-      const Shape shape = i == 0 ? Shape{5, 7} : Shape{11};
-      Tensor p = randn(shape, 4, static_cast<uint64_t>(i), 1.0, d);
-      std::string name = "p";  // (appending avoids GCC 12's -Wrestrict false alarm)
-      name += std::to_string(i);
-      host.push_back({name, clone(p).detach()});
-      device.push_back({name, clone(p).detach()});
-    }
+    auto [host, device] = twin_parameters(d);
     AdamWOptions o;
     o.weight_decay = 0.1;
     AdamW opt_host(host, o), opt_device(device, o);
