@@ -747,6 +747,46 @@ TEST(MoeMlp, ChecksItsInputs) {
                               "model.moe.ffn_hidden_size (6) must be divisible by parallel.tp (4)");
 }
 
+// Under context parallelism an expert capacity ranks the whole
+// micro-batch's assignments from every rank's choices and their scores
+// (Chunks::gather); what the gather gives is checked, naming the value.
+TEST(MoeMlp, ACapacityOverChunksChecksWhatTheGatherGives) {
+  GptConfig cfg = moe_config();
+  cfg.moe.capacity_factor = 0.6;
+  MoeMlp moe(cfg, 0);
+  randomise(moe, 5);
+  const Tensor x = randn({2, 3, cfg.d_model}, 7, 1, 1.0, DType::F64);  // 6 tokens, chunks of 3
+  auto with_gather = [&](std::function<std::vector<double>(const std::vector<double>&)> gather) {
+    moe.set_chunks({2, [](std::vector<double>&) {}, 0, std::move(gather)});
+    autograd::NoGradGuard ng;
+    (void)moe.forward(x, {true, 0, 0});
+  };
+  expect_refused<ValueError>([&] { with_gather({}); },
+                             "needs the chunks' gather and rank (0 of 2)");
+  expect_refused<ValueError>(
+      [&] { with_gather([](const std::vector<double>&) { return std::vector<double>(3); }); },
+      "the chunks' gather gave 3 values, not 48");
+  // Rank 1's first token names an expert past the 4.
+  expect_refused<ValueError>(
+      [&] {
+        with_gather([](const std::vector<double>& mine) {
+          std::vector<double> all = mine;
+          all.insert(all.end(), mine.begin(), mine.end());
+          all[mine.size()] = 7;
+          return all;
+        });
+      },
+      "rank 1's token 0 chose expert 7.000000 of 4");
+  // Each rank's 24 values (6 tokens' 2 choices and 2 scores) gathered
+  // whole: the layer routes.
+  EXPECT_NO_THROW(with_gather([](const std::vector<double>& mine) {
+    EXPECT_EQ(mine.size(), 24u);
+    std::vector<double> all = mine;
+    all.insert(all.end(), mine.begin(), mine.end());
+    return all;
+  }));
+}
+
 TEST(MoeConfig, ValidatesItsKeys) {
   auto refused = [](auto change, const char* why) {
     GptConfig c = moe_config();
