@@ -497,6 +497,18 @@ Tensor MoeMlp::assignment_keys(const Routing& routing, int64_t N, const DropoutD
   return to_device(from_vector(keys, {static_cast<int64_t>(keys.size())}, DType::I64), device);
 }
 
+bool MoeMlp::grouped_experts() const {
+  // GPT-2's GELU keeps its epilogues in each expert's products; adapters
+  // and biases are each expert's own.
+  if (activation_ == Activation::Gelu) return false;
+  for (const Expert& e : experts_) {
+    for (const auto* l : {e.c_fc.get(), e.c_proj.get()}) {
+      if (l->has_lora() || l->bias().defined()) return false;
+    }
+  }
+  return true;
+}
+
 Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const {
   if (activation_ == Activation::Gelu)
     return e.c_proj->forward_after_gelu(e.c_fc->forward_gelu(x, draw), draw);
@@ -745,6 +757,17 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
         rows, routing.rows, keys, [this, &draw](int64_t i, const Tensor& x, const Tensor& k) {
           return expert_forward(experts_.at(static_cast<size_t>(i)), x, draw(k));
         });
+  } else if (grouped_experts()) {
+    // The experts' two layers as two grouped products over the rows as
+    // they are: no split of the rows, no concat of the outputs.
+    std::vector<Tensor> fc, proj;
+    for (const Expert& e : experts_) {
+      fc.push_back(e.c_fc->weight());
+      proj.push_back(e.c_proj->weight());
+    }
+    outputs =
+        grouped_linear(unfused_activation(activation_, grouped_linear(rows, fc, routing.rows)),
+                       proj, routing.rows);
   } else {
     // (Split as one op: the rows' gradient is the experts' side by side.)
     std::vector<Tensor> parts = split(rows, routing.rows, 0);

@@ -340,6 +340,104 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
       .y;
 }
 
+Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights,
+                      const std::vector<int64_t>& rows) {
+  const char* op = "grouped_linear";
+  detail::check_floating(x, op, "x");
+  if (weights.empty() || weights.size() != rows.size()) {
+    throw ShapeError(std::string(op) + ": " + std::to_string(weights.size()) + " weights and " +
+                     std::to_string(rows.size()) + " row counts (expected one count per weight)");
+  }
+  for (const Tensor& w : weights) {
+    detail::check_same(x, w, op);
+    detail::check_dim(w, 2, op, "weight");
+    if (w.shape() != weights[0].shape()) {
+      throw ShapeError(std::string(op) + ": weights " + shape_str(weights[0].shape()) + " and " +
+                       shape_str(w.shape()) + " (expected one shape)");
+    }
+  }
+  const int64_t out_f = weights[0].size(0), in_f = weights[0].size(1);
+  int64_t M = 0;
+  for (const int64_t r : rows) {
+    if (r < 0) throw ShapeError(std::string(op) + ": a row count of " + std::to_string(r));
+    M += r;
+  }
+  if (x.dim() != 2 || x.size(0) != M || x.size(1) != in_f) {
+    throw ShapeError(std::string(op) + ": x " + shape_str(x.shape()) + " for " + std::to_string(M) +
+                     " rows of weights " + shape_str(weights[0].shape()) + " (expected (" +
+                     std::to_string(M) + ", " + std::to_string(in_f) + "))");
+  }
+  const Tensor x2 = contiguous(x).detach();
+  std::vector<Tensor> w(weights.size());
+  for (size_t e = 0; e < w.size(); ++e) w[e] = contiguous(weights[e]).detach();
+  Tensor y = empty({M, out_f}, x.dtype(), x.device());
+  Backend& be = backend_for(x);
+  // Each group's rows: contiguous pieces of the row-major matrices.
+  auto piece = [](const Tensor& t, int64_t at, int64_t n) {
+    return make_view(t, {n, t.size(1)}, {t.size(1), 1}, t.offset() + at * t.size(1));
+  };
+  for (size_t e = 0, at = 0; e < w.size(); at += static_cast<size_t>(rows[e]), ++e) {
+    if (rows[e] == 0) continue;
+    Tensor ye = piece(y, static_cast<int64_t>(at), rows[e]);
+    be.linear_forward(piece(x2, static_cast<int64_t>(at), rows[e]), w[e], Tensor(), ye, nullptr);
+  }
+  std::function<TensorList(const TensorList&)> input_grad;
+  const size_t E = w.size();
+  if (!x.requires_grad()) {
+    input_grad = [E](const TensorList&) -> TensorList { return TensorList(E + 1); };
+  } else {
+    input_grad = [w, rows, M, in_f, piece, E](const TensorList& g) -> TensorList {
+      const Tensor g2 = contiguous(g[0]);
+      Tensor dx = empty({M, in_f}, g2.dtype(), g2.device());
+      int64_t at = 0;
+      for (size_t e = 0; e < E; at += rows[e], ++e) {
+        if (rows[e] == 0) continue;
+        Tensor dxe = piece(dx, at, rows[e]);
+        backend_for(g2).gemm(piece(g2, at, rows[e]), w[e], dxe, false, false, 1.0, 0.0);
+      }
+      TensorList grads(E + 1);
+      grads[0] = dx;
+      return grads;
+    };
+  }
+  // Each leaf weight (a parameter) takes its gradient straight into its
+  // buffer, as linear's does.
+  std::vector<Tensor> leaves(E);
+  for (size_t e = 0; e < E; ++e) {
+    if (weights[e].requires_grad() && weights[e].is_leaf()) leaves[e] = weights[e];
+  }
+  auto weight_grad = [rows, out_f, in_f, leaves, piece, E](const Tensor& x2,
+                                                           const TensorList& g) -> TensorList {
+    const Tensor g2 = contiguous(g[0]);
+    TensorList grads(E + 1);
+    int64_t at = 0;
+    for (size_t e = 0; e < E; at += rows[e], ++e) {
+      const int64_t n = rows[e];
+      const bool added =
+          autograd::accumulate_into_leaf_grad(leaves[e], [&](Tensor& acc, double beta) {
+            if (n > 0) {
+              backend_for(g2).gemm(piece(g2, at, n), piece(x2, at, n), acc, true, false, 1.0, beta);
+            } else if (beta == 0.0) {
+              backend_for(acc).fill(acc, 0.0);
+            }
+          });
+      if (added) continue;
+      grads[e + 1] = n > 0
+                         ? gemm_new(piece(g2, at, n), piece(x2, at, n), {out_f, in_f}, true, false)
+                         : zeros({out_f, in_f}, g2.dtype(), g2.device());
+    }
+    return grads;
+  };
+  TensorList inputs{x};
+  std::vector<int> deferrable;
+  for (size_t e = 0; e < E; ++e) {
+    inputs.push_back(weights[e]);
+    deferrable.push_back(static_cast<int>(e + 1));
+  }
+  detail::record_layer(op, inputs, {y}, deferrable, input_grad, weight_grad, x2, nullptr);
+  return y;
+}
+
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return linear_core("linear_gelu", x, weight, bias, true, Tensor(), nullptr).y;
 }

@@ -3086,6 +3086,39 @@ TEST(CudaRuntime, AMixtureChoosesItsExpertsOnTheDevice) {
   expect_mixture_on_device(device_mixture());
 }
 
+// Gated experts (SwiGLU, no adapters) run as two grouped products over
+// their rows (grouped_linear: no split of the rows, no concat of the
+// outputs), on the device as on the CPU.
+TEST(CudaRuntime, AGatedMixtureRunsItsExpertsAsGroupedProducts) {
+  nn::GptConfig cfg = device_mixture();
+  cfg.activation = nn::Activation::SwiGlu;
+  expect_mixture_on_device(cfg);
+  // The op itself in half precision, a group of no rows and groups at odd
+  // row offsets included: the CPU's products, and gradients, in bf16.
+  const std::vector<int64_t> rows{11, 0, 26};
+  for (DType d : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(d));
+    const Tolerance t = tolerance(d);
+    auto run = [&](Device where) {
+      Tensor x = to_device(randn({37, 24}, 5, 1, 1.0, d), where).detach();
+      std::vector<Tensor> w;
+      for (uint64_t e = 0; e < 3; ++e)
+        w.push_back(to_device(randn({40, 24}, 5, 2 + e, 0.3, d), where).detach());
+      x.set_requires_grad(true);
+      for (Tensor& v : w) v.set_requires_grad(true);
+      const Tensor y = grouped_linear(x, w, rows);
+      autograd::backward({y}, {to_device(randn({37, 40}, 5, 9, 1.0, d), where)});
+      std::vector<std::vector<double>> out{to_double_vector(y), to_double_vector(x.grad())};
+      for (const Tensor& v : w) out.push_back(to_double_vector(v.grad()));
+      return out;
+    };
+    const auto cpu = run(Device::cpu()), gpu = run(kGpu);
+    for (size_t i = 0; i < cpu.size(); ++i)
+      expect_close(gpu[i], cpu[i], t.rtol, t.atol, "output " + std::to_string(i));
+    EXPECT_EQ(gpu[3], std::vector<double>(960, 0.0));  // the empty group's weight
+  }
+}
+
 // Under an expert capacity too: the device chooses, the host reads the
 // choices and their scores in the layer's one read, and an expert over its
 // capacity keeps the CPU's assignments (the most probable, or the

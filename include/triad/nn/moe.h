@@ -244,6 +244,10 @@ class MoeMlp : public Module {
     std::shared_ptr<Linear> c_fc, c_proj;
   };
   Tensor expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const;
+  // Whether this rank's experts run as two grouped products
+  // (grouped_linear) over their rows: without adapters or biases, and an
+  // activation other than GPT-2's GELU (whose products fuse it in).
+  bool grouped_experts() const;
   // The routing of the N tokens whose scores are probs (N, E) under
   // `capacity` (0: dropless): chosen on probs' device (the expert biases
   // and groups as configured), the host reading only the choices (and,

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "triad/core/tensor.h"
 
@@ -13,6 +15,19 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // undefined. Supports split backward: the input gradient can be computed now
 // and the weight/bias gradients deferred (autograd::BackwardOptions).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// A mixture's experts' linear layers in one op: x (M, in) holds the
+// experts' rows one group after another, rows[e] of them for weights[e]
+// (out, in), and the result (M, out) holds x_e @ weights[e]^T in the same
+// place, each product written where concat would put it (no split of x, no
+// concat of the products). Equals concat(linear(split(x, rows)[e],
+// weights[e])) in values and gradients; every weight's gradient is
+// deferrable (zero-bubble W) as linear's, and a group of no rows gives its
+// weight a zero gradient. Throws ShapeError unless the weights share one
+// shape, x's last dimension is their `in` and rows (one per weight, each
+// >= 0) add up to M.
+Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights,
+                      const std::vector<int64_t>& rows);
 
 // gelu(linear(x, weight, bias)) in one backend call (on CUDA, a cuBLASLt
 // GEMM with a bias-and-GELU epilogue instead of three passes). Same values,
