@@ -20,8 +20,9 @@
 #      autotuned, 350M with its MLPs' first bias gradients from the
 #      GELU-derivative GEMM's epilogue, 350M with its projections' bias
 #      gradients from the add-norm backward, both models with a step that
-#      never waits for the device (--sync-free), a mixture under an expert
-#      capacity with the router z-loss, 350M with its bias gradients from
+#      never waits for the device (--sync-free), a mixture of SwiGLU
+#      experts (grouped products), a mixture under an expert capacity with
+#      the router z-loss, 350M with its bias gradients from
 #      the weight GEMM's epilogue (none by the column-sum kernel), and both
 #      models with cuDNN's non-deterministic attention backward, then every
 #      run in one table (summarize_train.py),
@@ -364,6 +365,10 @@ bench_train --preset 124m --batch "$batch" --moment-precision bf16 --grad-precis
 # MFU against the dense model's at twice its MLP FLOPs per token (each
 # layer's routing waits for the host once).
 bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --profile-steps 2
+# The same with SwiGLU experts (--activation swiglu): gated experts run as
+# two grouped products over their rows (grouped_linear), no split or concat.
+bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --activation swiglu \
+  --profile-steps 2
 # The same under an expert capacity (1.25 balanced shares) with the router
 # z-loss: both are chosen and computed on the device and read in the
 # layer's one copy (N x k scores and one value, not N x E matrices).

@@ -23,6 +23,7 @@ DEFAULTS = {
     "grad_precision": "fp32",
     "vocab": 50304,
     "experts": 0,
+    "activation": "gelu",
     "sync_free": False,
 }
 

@@ -77,6 +77,12 @@ int run(int argc, char** argv) {
                  "activation recomputation: none | selective (attention core) | full (each "
                  "block's forward again in backward); MFU still counts model FLOPs only")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  std::string activation = "gelu";
+  app.add_option("--activation", activation,
+                 "the MLPs' (and experts') activation, model.activation: gelu (GPT-2's, fused "
+                 "into its products) | gelu_erf | swiglu | geglu | relu2 (a mixture's experts "
+                 "then run as grouped products)")
+      ->check(CLI::IsMember({"gelu", "gelu_erf", "swiglu", "geglu", "relu2"}));
   int64_t experts = 0, top_k = 2;
   app.add_option("--experts", experts,
                  "a mixture of this many experts in every layer (model.moe; 0: dense MLPs)");
@@ -137,6 +143,7 @@ int run(int argc, char** argv) {
   if (vocab > 0) cfg.vocab_size = vocab;
   cfg.seq_len = seq;
   cfg.recompute = triad::nn::recompute_from_string(recompute);
+  cfg.activation = triad::nn::activation_from_string(activation);
   cfg.moe.experts = experts;
   cfg.moe.top_k = top_k;
   cfg.moe.capacity_factor = capacity_factor;
@@ -247,6 +254,7 @@ int run(int argc, char** argv) {
                    {"dgelu_bias_grad_epilogue", dgelu_bias_grad_epilogue},
                    {"add_norm_bias_sums", add_norm_bias_sums},
                    {"recompute", recompute},
+                   {"activation", activation},
                    {"moment_precision", moments},
                    {"grad_precision", grads},
                    {"device", device.str()},
