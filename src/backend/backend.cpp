@@ -166,6 +166,11 @@ void check_clip_sum_sq(const Tensor& sum_sq, Device device) {
   }
 }
 
+namespace {
+
+// Clipping's coefficient from AdamWStep::clip_sum_sq, read to the host
+// through `backend`: min(1, max_norm / (sqrt(sum) + 1e-6)), or nothing when
+// the sum is not finite (the kernels' arithmetic, so the same bits).
 std::optional<double> clip_coefficient(Backend& backend, const Tensor& sum_sq, double max_norm,
                                        Device device) {
   check_clip_sum_sq(sum_sq, device);
@@ -179,9 +184,13 @@ std::optional<double> clip_coefficient(Backend& backend, const Tensor& sum_sq, d
   return std::fmin(1.0, max_norm / (std::sqrt(sum) + 1e-6));
 }
 
+// An entry's grad_scale times the coefficient, rounded as the kernels round
+// it (their f32 scale times the coefficient, to f32).
 double clipped_grad_scale(double grad_scale, double coef) {
   return static_cast<float>(static_cast<double>(static_cast<float>(grad_scale)) * coef);
 }
+
+}  // namespace
 
 void Backend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
   // Clipping's coefficient from the sum of squares, read here, in the

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "triad/core/allocator.h"
@@ -440,15 +439,6 @@ class Backend {
                            Tensor* chosen = nullptr);
 };
 
-// Clipping's coefficient from AdamWStep::clip_sum_sq (read to the host
-// through `backend`): min(1, max_norm / (sqrt(sum) + 1e-6)), or nothing
-// when the sum is not finite. Throws ShapeError unless sum_sq is one f64
-// element on `device`.
-std::optional<double> clip_coefficient(Backend& backend, const Tensor& sum_sq, double max_norm,
-                                       Device device);
-// An entry's grad_scale times a clipping coefficient, rounded to f32 as the
-// kernels round it (their f32 scale times the coefficient).
-double clipped_grad_scale(double grad_scale, double coef);
 // Throws ShapeError unless sum_sq (AdamWStep::clip_sum_sq) is one f64
 // element on `device`.
 void check_clip_sum_sq(const Tensor& sum_sq, Device device);
