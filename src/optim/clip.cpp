@@ -92,15 +92,19 @@ double global_param_norm(const std::vector<Tensor>& params) {
   return total.defined() ? std::sqrt(item(total)) : 0.0;
 }
 
+double clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  // std::min keeps its first argument when the other is NaN.
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   const double norm = global_grad_norm(params);
-  if (max_norm > 0) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) {
-      for (const auto& p : params) {
-        Tensor g = p.grad();
-        if (g.defined()) scale_(g, coef);
-      }
+  const double coef = clip_coefficient(norm, max_norm);
+  if (coef < 1.0) {
+    for (const auto& p : params) {
+      Tensor g = p.grad();
+      if (g.defined()) scale_(g, coef);
     }
   }
   return norm;

@@ -2524,8 +2524,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   }
   // Clipping's coefficient goes into the optimizer step: no pass over
   // every gradient (on a GPU, one launch per parameter fewer).
-  if (t.grad_clip > 0 && std::isfinite(norm))
-    clip_coef = std::min(1.0, t.grad_clip / (norm + 1e-6));
+  if (std::isfinite(norm)) clip_coef = optim::clip_coefficient(norm, t.grad_clip);
   // A non-finite gradient anywhere makes the norm non-finite on every rank
   // (it is reduced over all of them): all skip the update together and the
   // learning-rate schedule does not advance.

@@ -264,7 +264,7 @@ TEST(AdamW, StepClippedOnTheDeviceIsStepWithTheHostsCoefficient) {
         grads.push_back(g);
       }
       const double norm = global_grad_norm({host[0].second, host[1].second, host[2].second});
-      const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+      const double coef = clip_coefficient(norm, max_norm);  // the trainer's
       if (step != 1) {
         EXPECT_LT(coef, 0.5);
       }
@@ -414,6 +414,17 @@ TEST(AdamW, RejectsBadHyperParameters) {
   o = {};
   o.eps = 0;
   EXPECT_THROW(AdamW({{"w", w}}, o), ValueError);
+}
+
+TEST(ClipCoefficient, IsPyTorchsMinOfOneAndTheRatio) {
+  EXPECT_EQ(clip_coefficient(5.0, 1.0), 1.0 / (5.0 + 1e-6));
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);                 // under the bound
+  EXPECT_EQ(clip_coefficient(1.0, 1.0), 1.0 / (1.0 + 1e-6));  // 1e-6 under 1
+  EXPECT_EQ(clip_coefficient(50.0, 0.0), 1.0);                // 0: no clipping
+  EXPECT_EQ(clip_coefficient(50.0, -2.0), 1.0);
+  EXPECT_EQ(clip_coefficient(std::nan(""), 1.0), 1.0);  // as the division gives
+  EXPECT_EQ(clip_coefficient(INFINITY, 1.0), 0.0);
+  EXPECT_EQ(clip_coefficient(0.0, 1.0), 1.0);
 }
 
 TEST(ClipGradNorm, UsesPyTorchsCoefficientAndOnlyShrinks) {

@@ -52,8 +52,16 @@ double global_grad_norm(const std::vector<Tensor>& params);
 // training updates; frozen ones are left out), all together.
 double global_param_norm(const std::vector<Tensor>& params);
 
-// PyTorch's clip_grad_norm_: computes the global norm, and when max_norm > 0
-// and coef = max_norm / (norm + 1e-6) < 1 multiplies every gradient by coef.
+// Clipping's coefficient for a global gradient norm, PyTorch's
+// clip_grad_norm_: min(1, max_norm / (norm + 1e-6)), and 1 when max_norm <= 0
+// (no clipping). A NaN norm gives 1 and an infinite one 0, as the division
+// does; callers that skip non-finite steps decide before asking. Every host
+// path clips with this (the CUDA AdamW kernels' device copy gives the same
+// bits: AdamWStep::clip_sum_sq).
+double clip_coefficient(double norm, double max_norm);
+
+// PyTorch's clip_grad_norm_: computes the global norm, and when
+// clip_coefficient(norm, max_norm) < 1 multiplies every gradient by it.
 // Returns the norm before clipping.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 

@@ -16,6 +16,7 @@
 #include "triad/nn/evaluate.h"
 #include "triad/nn/moe.h"
 #include "triad/ops.h"
+#include "triad/optim/clip.h"
 #include "triad/parallel/pipeline/stage_balance.h"
 
 namespace triad::pipeline {
@@ -190,14 +191,12 @@ void PipelineModel::reduce_tied_embedding_grads() const {
 
 double PipelineModel::clip_grad_norm(double max_norm) const {
   const double norm = grad_norm();
-  if (max_norm > 0) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) {
-      autograd::NoGradGuard ng;
-      for (const auto& [name, p] : named_parameters()) {  // a shared tensor once
-        Tensor g = p.grad();
-        if (g.defined()) scale_(g, coef);
-      }
+  const double coef = optim::clip_coefficient(norm, max_norm);
+  if (coef < 1.0) {
+    autograd::NoGradGuard ng;
+    for (const auto& [name, p] : named_parameters()) {  // a shared tensor once
+      Tensor g = p.grad();
+      if (g.defined()) scale_(g, coef);
     }
   }
   return norm;

@@ -690,10 +690,8 @@ double TensorParallelGpt::param_norm() const {
 
 double TensorParallelGpt::clip_grad_norm(double max_norm) const {
   const double norm = grad_norm();
-  if (max_norm > 0) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) scale_grads(coef);
-  }
+  const double coef = optim::clip_coefficient(norm, max_norm);
+  if (coef < 1.0) scale_grads(coef);
   return norm;
 }
 
