@@ -1,14 +1,22 @@
-// Rotary position embedding: one thread per (token, V consecutive slots
-// i..i+V of a head's D / 2). A slot below R / 2 (R the dimensions that turn:
-// the head's, or scaling.rotary_dim's first ones) is a pair (i, i + R / 2):
-// the thread takes its cos and sin once (f64) and turns it in all n_head +
-// n_kv_head heads of q and k. A slot past it passes two of q's and k's
-// other dimensions through (R + j and R + j + (D - R) / 2, j = i - R / 2).
-// Either way the thread then copies elements i and i + D / 2 of v's
-// n_kv_head heads. V = 16 bytes of elements where D / 2 and R / 2 are
-// multiples of it and the tensors are pack-aligned, else 1; neighbouring
-// threads take neighbouring slots, so a warp reads and writes runs of
-// consecutive elements of each head.
+// Rotary position embedding, a row (token) at a time per block. The
+// block first computes the row's cos and sin for each of the R / 2 slots
+// that turn (R the dimensions that turn: the head's, or
+// scaling.rotary_dim's first ones), in f64 as the CPU does, once for all
+// n_head + n_kv_head heads of q and k, into shared memory. Then its threads
+// take the row's units: V consecutive slots i..i+V of one head's D / 2.
+// In q's and k's heads a slot below R / 2 is a pair (i, i + R / 2) turned
+// by that slot's cos and sin; a slot past it passes two of the head's other
+// dimensions through (R + j and R + j + (D - R) / 2, j = i - R / 2). In v's
+// n_kv_head heads the unit copies elements i and i + D / 2. V = 16 bytes of
+// elements where D / 2 and R / 2 are multiples of it and the tensors are
+// pack-aligned, else 1; neighbouring threads take neighbouring units, so a
+// warp reads and writes runs of consecutive elements of the row.
+//
+// (One thread per slot walking every head of a row left a GPT-2-shaped
+// qkv with 4 threads a row: too few loads in flight to reach the memory's
+// bandwidth. Here every unit is a thread, and the trigonometry, which each
+// of those threads did for its own slots, is still done once a row.)
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -18,62 +26,64 @@
 namespace triad::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-
 template <class T, int V>
 __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int64_t n_head,
                               int64_t n_kv_head, int64_t D, const int64_t* positions, int64_t start,
                               double theta, RopeScaling scaling, double sign) {
   using Cp = compute_t<T>;
+  extern __shared__ __align__(16) unsigned char trig_bytes[];
   const int64_t half = D / 2, rotated = n_head + n_kv_head, W = (rotated + n_kv_head) * D;
   const int64_t R = scaling.turned(D), turned_half = R / 2, kept_half = half - turned_half;
-  const int64_t packs = half / V, n = rows * packs;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / packs, i = (idx - r * packs) * V;
+  const int64_t packs = half / V, units = (rotated + n_kv_head) * packs;
+  Cp* cos_r = reinterpret_cast<Cp*>(trig_bytes);     // [turned_half]
+  Cp* sin_r = cos_r + turned_half;                   // [turned_half]
+  const double amplitude = rope_amplitude(scaling);  // yarn's and longrope's; 1 otherwise
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t pos = positions ? positions[r] : start + r % T_len;
+    for (int64_t i = threadIdx.x; i < turned_half; i += blockDim.x) {
+      const double angle = static_cast<double>(pos) * rope_frequency(i, D, theta, scaling);
+      cos_r[i] = static_cast<Cp>(amplitude * cos(angle));
+      sin_r[i] = static_cast<Cp>(amplitude * sign * sin(angle));
+    }
+    __syncthreads();
     const T* xr = x + r * W;
     T* yr = y + r * W;
-    if (i < turned_half) {
-      const int64_t pos = positions ? positions[r] : start + r % T_len;
-      Cp c[V], s[V];
-      const double amplitude = rope_amplitude(scaling);  // yarn's and longrope's; 1 otherwise
-      for (int k = 0; k < V; ++k) {
-        const double angle = static_cast<double>(pos) * rope_frequency(i + k, D, theta, scaling);
-        c[k] = static_cast<Cp>(amplitude * cos(angle));
-        s[k] = static_cast<Cp>(amplitude * sign * sin(angle));
-      }
-      for (int64_t h = 0; h < rotated; ++h) {
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+      const int64_t h = u / packs, i = (u - h * packs) * V;
+      if (h < rotated && i < turned_half) {
         const int64_t a = h * D + i, b = a + turned_half;
         Cp x1[V], x2[V], y1[V], y2[V];
         load_n<V>(xr, a, x1);
         load_n<V>(xr, b, x2);
         for (int k = 0; k < V; ++k) {
-          y1[k] = x1[k] * c[k] - x2[k] * s[k];
-          y2[k] = x2[k] * c[k] + x1[k] * s[k];
+          const Cp c = cos_r[i + k], s = sin_r[i + k];
+          y1[k] = x1[k] * c - x2[k] * s;
+          y2[k] = x2[k] * c + x1[k] * s;
         }
         store_n<V>(yr, a, y1);
         store_n<V>(yr, b, y2);
-      }
-    } else {
-      // q's and k's dimensions past R pass through (T -> Cp -> T exactly).
-      for (int64_t h = 0; h < rotated; ++h) {
-        const int64_t a = h * D + R + (i - turned_half);
+      } else {
+        // q's and k's dimensions past R pass through, and v is copied (T ->
+        // Cp -> T exactly): two runs of V, `apart` elements apart.
+        const int64_t a = h < rotated ? h * D + R + (i - turned_half) : h * D + i;
+        const int64_t apart = h < rotated ? kept_half : half;
         Cp v[V];
         load_n<V>(xr, a, v);
         store_n<V>(yr, a, v);
-        load_n<V>(xr, a + kept_half, v);
-        store_n<V>(yr, a + kept_half, v);
+        load_n<V>(xr, a + apart, v);
+        store_n<V>(yr, a + apart, v);
       }
     }
-    for (int64_t h = rotated; h < rotated + n_kv_head; ++h) {  // v, copied (T -> Cp -> T exactly)
-      const int64_t a = h * D + i;
-      Cp v[V];
-      load_n<V>(xr, a, v);
-      store_n<V>(yr, a, v);
-      load_n<V>(xr, a + half, v);
-      store_n<V>(yr, a + half, v);
-    }
+    __syncthreads();  // (the next row's trigonometry overwrites this row's)
   }
+}
+
+// Threads for a row's `units`: whole warps, at most 256, as few passes over
+// the units as that allows and those passes evenly full.
+int rotary_threads(int64_t units) {
+  const int64_t passes = (units + 255) / 256;
+  const int64_t per_pass = (units + passes - 1) / passes;
+  return static_cast<int>(std::max<int64_t>(32, (per_pass + 31) / 32 * 32));
 }
 
 }  // namespace
@@ -117,7 +127,9 @@ void rotary_embedding(const void* qkv, void* out, ScalarType type, int64_t B, in
   auto run = [&](auto tag, auto v) {
     using E = decltype(tag);
     constexpr int V = decltype(v)::value;
-    rotary_kernel<E, V><<<grid_for(rows * (half / V), kThreads), kThreads, 0, stream>>>(
+    const int threads = rotary_threads((n_head + 2 * n_kv_head) * (half / V));
+    const size_t trig = 2 * static_cast<size_t>(turned / 2) * sizeof(compute_t<E>);
+    rotary_kernel<E, V><<<grid_for(rows, 1), threads, trig, stream>>>(
         static_cast<const E*>(qkv), static_cast<E*>(out), rows, T, n_head, n_kv_head, head_dim,
         positions, start, theta, scaling, inverse ? -1.0 : 1.0);
   };

@@ -1178,6 +1178,14 @@ TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
         },
         [](const std::vector<Tensor>& x) { return rotary_embedding(x[0], 3, {}, 5); }));
   }
+  // One head of 256 (Gemma's widest): more turned slots than the block has
+  // threads, so each thread computes several slots' cos and sin.
+  add_cases(both(
+      "rotary_embedding_D256_one_head",
+      [](DType d) {
+        return std::vector<Tensor>{randn({2, 11, 3 * 256}, 9, 18, 1.0, d)};
+      },
+      [](const std::vector<Tensor>& x) { return rotary_embedding(x[0], 1, {}, 5); }));
   // Partial rotations: Phi-4-mini's 96 of 128 (packs over both parts) and 6
   // of 8 (a turned half no pack divides).
   for (const auto& [D, R] : {std::pair<int64_t, int64_t>{128, 96}, {8, 6}}) {
