@@ -226,6 +226,12 @@ int run(int argc, char** argv) {
   // tensors repeat the sizes the warm-up cached.
   const int64_t system_allocs_before =
       device.is_cuda() ? triad::cuda::memory_stats(device.index).system_allocs : 0;
+  // Products that asked cuBLASLt's heuristic for an algorithm during the
+  // timed steps (each a host call on the step's path, and with autotuning a
+  // timing that waits), and those that took their class's algorithm: a
+  // mixture's experts' token counts are new shapes every step.
+  const triad::cuda::GemmTuning gemm_before =
+      device.is_cuda() ? triad::cuda::gemm_tuning(device.index) : triad::cuda::GemmTuning{};
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) run_step();
   // (--sync-free: the last step's loss waits for all of them.)
@@ -284,6 +290,12 @@ int run(int argc, char** argv) {
                           {"first_ms", t.first_ms},      {"best_ms", t.best_ms}};
   }
   if (device.is_cuda()) {
+    const triad::cuda::GemmTuning gemm_after = triad::cuda::gemm_tuning(device.index);
+    const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(steps, 1));
+    j["gemm_queries_per_step"] =
+        static_cast<double>(gemm_after.queried - gemm_before.queried) * per_step;
+    j["gemm_reused_per_step"] =
+        static_cast<double>(gemm_after.reused - gemm_before.reused) * per_step;
     j["system_allocs_per_step"] =
         static_cast<double>(triad::cuda::memory_stats(device.index).system_allocs -
                             system_allocs_before) /

@@ -551,5 +551,83 @@ TEST_F(CublasLtGemmMock, AutotuneTimesProductsThatReadTheirOutputIntoScratch) {
   EXPECT_EQ(gelu_run(3), gelu_run(0));
 }
 
+// A mixture's experts multiply a new number of tokens every step. A new
+// problem of a class already chosen for (rows 41, then 43 and 44: one class
+// of gemm_extent_class, none a multiple of 8) takes that class's algorithm
+// once cuBLASLt's check accepts it: no query, no timing, the right product.
+// A multiple of 8 (40), another class (88), or an algorithm the check
+// refuses asks the heuristic as before.
+TEST_F(CublasLtGemmMock, ProblemsOfOneClassShareTheirAlgorithm) {
+  const int64_t in = 16, out = 24;
+  Buffer w(DType::BF16, out * in, 2);
+  mock::set_algorithms({3, 0, 3});
+  CublasLtGemm gemm(0);
+  gemm.set_autotune(3);
+  auto product = [&](int64_t rows) {
+    const Case k{"an expert's rows", {rows, in}, {out, in}, {rows, out}, false, true};
+    Buffer x(DType::BF16, rows * in, static_cast<uint32_t>(rows)), y(DType::BF16, rows * out, 3);
+    const std::vector<double> want = reference(k, x.values(), w.values(), y.values(), 1.0, 0.0);
+    gemm.run(plan_gemm(k.a, k.b, k.c, k.ta, k.tb), DType::BF16, x.data(), w.data(), y.data(), 1, 0,
+             nullptr);
+    const std::vector<double> got = y.values();
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-2 * (1 + std::fabs(want[i]))) << rows << " rows, " << i;
+  };
+  product(41);  // asked, timed: the second candidate wins
+  EXPECT_EQ(mock::counters().heuristic_queries, 1);
+  EXPECT_EQ(gemm.tuning().problems, 1);
+  const int64_t timing = 1 + CublasLtGemm::kTuneRuns;
+  EXPECT_EQ(runs_with(1), timing + 1);
+  product(43);
+  product(44);
+  EXPECT_EQ(mock::counters().heuristic_queries, 1);
+  EXPECT_EQ(mock::counters().algorithm_checks, 2);
+  EXPECT_EQ(gemm.tuning().problems, 1);  // not timed again
+  EXPECT_EQ(gemm.tuning().reused, 2);
+  EXPECT_EQ(gemm.tuning().queried, 1);
+  EXPECT_EQ(runs_with(1), timing + 3);  // the winner ran them
+  EXPECT_EQ(runs_with(0), timing);
+  product(43);  // cached as itself: not even checked
+  EXPECT_EQ(mock::counters().algorithm_checks, 2);
+  product(40);  // a multiple of 8
+  product(88);  // another class
+  EXPECT_EQ(mock::counters().heuristic_queries, 3);
+  EXPECT_EQ(gemm.tuning().problems, 3);
+  mock::set_algorithm_checks_fail(true);
+  product(42);  // 41's class, but refused for this problem
+  EXPECT_EQ(mock::counters().heuristic_queries, 4);
+  EXPECT_EQ(gemm.tuning().reused, 2);
+  EXPECT_EQ(gemm.tuning().queried, 4);
+}
+
+// The cache of problems is bounded: past kMaxCachedProblems it starts over,
+// keeping the classes' algorithms, so a problem seen before is not asked
+// for again and still multiplies right.
+TEST_F(CublasLtGemmMock, TheCacheOfProblemsStartsOverPastItsBound) {
+  CublasLtGemm gemm(0);
+  const int64_t in = 2, out = 3, most = 8 * 1024;
+  Buffer x(DType::F32, most * in, 1), w(DType::F32, out * in, 2), y(DType::F32, most * out, 3);
+  auto product = [&](int64_t rows) {
+    gemm.run(plan_gemm({rows, in}, {out, in}, {rows, out}, false, true), DType::F32, x.data(),
+             w.data(), y.data(), 1, 0, nullptr);
+  };
+  // Problems of 1 to 15 rows are each their own class, so each asks; the
+  // rest fill the cache through their classes.
+  int64_t rows = 1;
+  for (; gemm.cached_problems() < CublasLtGemm::kMaxCachedProblems; ++rows) product(rows);
+  EXPECT_LT(mock::counters().heuristic_queries, 200);
+  product(rows);  // one past the bound: the cache starts over
+  EXPECT_EQ(gemm.cached_problems(), 1u);
+  const int64_t queries = mock::counters().heuristic_queries;
+  product(5);
+  product(1000);
+  EXPECT_EQ(mock::counters().heuristic_queries, queries);  // their classes were known
+  EXPECT_EQ(gemm.cached_problems(), 3u);
+  const Case k{"1000 rows", {1000, in}, {out, in}, {1000, out}, false, true};
+  const std::vector<double> want = reference(k, x.values(), w.values(), y.values(), 1.0, 0.0);
+  for (int64_t i = 0; i < 1000 * out; ++i)
+    ASSERT_NEAR(y.get(i), want[static_cast<size_t>(i)], 1e-5 * (1 + std::fabs(want[i])));
+}
+
 }  // namespace
 }  // namespace triad::detail

@@ -115,5 +115,35 @@ TEST(GemmPlan, MismatchedShapesNameTheProblem) {
   EXPECT_THROW(plan_gemm({4}, {4, 5}, {1, 5}, false, false), ShapeError);
 }
 
+// Classes of an extent: below 16 each its own; above, eight an octave, the
+// class the next multiple of 2^(floor(log2 e) - 3), never below the extent
+// nor more than an eighth above it.
+TEST(GemmPlan, ExtentClassesAreEighthsOfAnOctave) {
+  EXPECT_EQ(gemm_extent_class(1), 1);
+  EXPECT_EQ(gemm_extent_class(15), 15);
+  EXPECT_EQ(gemm_extent_class(16), 16);
+  EXPECT_EQ(gemm_extent_class(17), 18);
+  EXPECT_EQ(gemm_extent_class(33), 36);
+  EXPECT_EQ(gemm_extent_class(4000), 4096);
+  EXPECT_EQ(gemm_extent_class(4097), 4608);
+  EXPECT_EQ(gemm_extent_class(8189), 8192);
+  int64_t classes = 0;
+  for (int64_t e = 1; e <= 70000; ++e) {
+    const int64_t c = gemm_extent_class(e);
+    ASSERT_GE(c, e);
+    ASSERT_LE(8 * c, 9 * e) << e;
+    ASSERT_EQ(gemm_extent_class(c), c) << e;
+    if (e > 1) {
+      ASSERT_GE(c, gemm_extent_class(e - 1)) << e;
+    }
+    classes += c == e;
+  }
+  // 2^12 to 2^16: 8 classes an octave.
+  int64_t octave = 0;
+  for (int64_t e = 4096; e < 8192; ++e) octave += gemm_extent_class(e) == e;
+  EXPECT_EQ(octave, 8);
+  EXPECT_LT(classes, 15 + 8 * 13);
+}
+
 }  // namespace
 }  // namespace triad::detail

@@ -55,6 +55,7 @@ struct State {
   bool no_algorithms = false;
   bool no_bias_grad_algorithms = false;
   bool no_f32_bias_grad_algorithms = false;
+  bool checks_fail = false;
   double output_factor = 1;
   std::vector<double> algorithm_delays_ms{0.0};
   Counters counters;
@@ -65,6 +66,17 @@ struct State {
 State& state() {
   static State* s = new State;
   return *s;
+}
+
+// Whether the switches leave no algorithm for this description (and its
+// output D): the heuristic offers none, and the check accepts none.
+bool none_for(const MatmulDesc& md, const Layout& d) {
+  const State& s = state();
+  return s.no_algorithms ||
+         (s.no_bias_grad_algorithms && (md.epilogue == CUBLASLT_EPILOGUE_BGRADB ||
+                                        md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD)) ||
+         (s.no_f32_bias_grad_algorithms && md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD &&
+          md.bias_type == CUDA_R_32F && d.type != CUDA_R_32F);
 }
 
 cublasStatus_t reject(cublasStatus_t st, const std::string& why) {
@@ -194,6 +206,7 @@ void reset() {
   state().no_algorithms = false;
   state().no_bias_grad_algorithms = false;
   state().no_f32_bias_grad_algorithms = false;
+  state().checks_fail = false;
   state().output_factor = 1;
   state().algorithm_delays_ms = {0.0};
   state().error.clear();
@@ -209,6 +222,9 @@ void set_no_bias_grad_algorithms(bool none) {
 }
 void set_no_f32_bias_grad_algorithms(bool none) {
   state().no_f32_bias_grad_algorithms = none;
+}
+void set_algorithm_checks_fail(bool fail) {
+  state().checks_fail = fail;
 }
 void set_output_factor(double factor) {
   state().output_factor = factor;
@@ -372,13 +388,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (!mock::fits(s.descs[desc], s.layouts[a], s.layouts[b], s.layouts[c], s.layouts[d], &m, &n, &k,
                   &why))
     return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "heuristic: " + why);
-  const mock::MatmulDesc& md = s.descs[desc];
-  if (s.no_algorithms ||
-      (s.no_bias_grad_algorithms &&
-       (md.epilogue == CUBLASLT_EPILOGUE_BGRADB || md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD)) ||
-      (s.no_f32_bias_grad_algorithms && md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD &&
-       md.bias_type == CUDA_R_32F && s.layouts[d].type != CUDA_R_32F))
-    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (mock::none_for(s.descs[desc], s.layouts[d])) return CUBLAS_STATUS_NOT_SUPPORTED;
   s.counters.last_requested = requested;
   const int offered = static_cast<int>(s.algorithm_delays_ms.size());
   if (offered == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -388,6 +398,31 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     results[i].algo.data[0] = static_cast<uint64_t>(i);
     results[i].state = CUBLAS_STATUS_SUCCESS;
   }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
+                                       cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                       cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                       const cublasLtMatmulAlgo_t* algo,
+                                       cublasLtMatmulHeuristicResult_t* result) {
+  auto& s = mock::state();
+  ++s.counters.algorithm_checks;
+  if (!s.descs.count(desc) || !s.layouts.count(a) || !s.layouts.count(b) || !s.layouts.count(c) ||
+      !s.layouts.count(d) || !algo || !result)
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "algorithm check: unknown descriptor");
+  int64_t m, n, k;
+  std::string why;
+  if (!mock::fits(s.descs[desc], s.layouts[a], s.layouts[b], s.layouts[c], s.layouts[d], &m, &n, &k,
+                  &why))
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "algorithm check: " + why);
+  // (As cuBLASLt answers for a configuration the problem does not allow.)
+  if (s.checks_fail || algo->data[0] >= s.algorithm_delays_ms.size() ||
+      mock::none_for(s.descs[desc], s.layouts[d]))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  *result = cublasLtMatmulHeuristicResult_t{};
+  result->algo = *algo;
+  result->state = CUBLAS_STATUS_SUCCESS;
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -10,6 +10,8 @@ namespace triad::testing::mock_cublaslt {
 
 struct Counters {
   int64_t heuristic_queries = 0;
+  // cublasLtMatmulAlgoCheck calls (an algorithm tried on a new problem).
+  int64_t algorithm_checks = 0;
   int64_t matmuls = 0;
   // Products with a matrix whose leading dimension is not a multiple of 16
   // bytes (cuBLASLt's fast kernels need 16-byte aligned rows).
@@ -50,6 +52,9 @@ void set_no_f32_bias_grad_algorithms(bool none);
 // its stream's time (one algorithm taking no time after reset()). Every
 // algorithm computes the same product.
 void set_algorithms(const std::vector<double>& delays_ms);
+// When set, cublasLtMatmulAlgoCheck refuses every algorithm (as cuBLASLt
+// refuses one whose configuration a problem does not allow).
+void set_algorithm_checks_fail(bool fail);
 // Multiplies every product's output by `factor` (1 after reset()): a wrong
 // product, for the tests of cuda::GemmSettings::verify.
 void set_output_factor(double factor);

@@ -163,7 +163,11 @@ struct GemmSettings {
   // More than 1: each product's first call asks cuBLASLt's heuristic for up
   // to this many algorithms, times them on that call's operands (the host
   // waits once per distinct problem) and keeps the fastest for the rest of
-  // the process; 0 or 1 (the default): the heuristic's first choice. Which
+  // the process; 0 or 1 (the default): the heuristic's first choice. A
+  // problem of the same class as one already chosen for (its extents within
+  // an eighth of an octave of that one's, all else alike: a mixture's
+  // experts' token counts from step to step) takes that algorithm where
+  // cuBLASLt accepts it for the problem, neither asked for nor timed. Which
   // algorithm wins may differ between processes, and so may the last bits
   // of a product, so runs repeat bit for bit only without it. Starts at N
   // when the environment sets TRIAD_GEMM_AUTOTUNE=N. gemm_tuning() says
@@ -174,14 +178,18 @@ struct GemmSettings {
 void set_gemm_settings(const GemmSettings& settings);
 GemmSettings gemm_settings();
 
-// What GemmSettings::autotune found on `device` so far: the problems it
-// timed, in how many another algorithm than the heuristic's first won, how
-// many it could not time, and one call of each with the heuristic's first
-// choice and with the winner, summed. All zero without CUDA, or before the
-// device's first product.
+// How `device`'s products chose their algorithms so far. What
+// GemmSettings::autotune found: the problems it timed, in how many another
+// algorithm than the heuristic's first won, how many it could not time, and
+// one call of each with the heuristic's first choice and with the winner,
+// summed. And for every product: the problems that asked cuBLASLt's
+// heuristic (queried), and those that took the algorithm of their class
+// (reused; see GemmSettings::autotune). All zero without CUDA, or before
+// the device's first product.
 struct GemmTuning {
   int64_t problems = 0, changed = 0, untimed = 0;
   double first_ms = 0, best_ms = 0;
+  int64_t queried = 0, reused = 0;
 };
 GemmTuning gemm_tuning(int device = 0);
 

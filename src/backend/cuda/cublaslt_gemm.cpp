@@ -72,6 +72,7 @@ struct CublasLtGemm::Cached {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  Key class_key;  // (class_of the problem's key)
   // The heuristic's candidates, best first, until the first call times them.
   std::vector<cublasLtMatmulAlgo_t> untimed;
   ~Cached() {
@@ -110,6 +111,22 @@ void CublasLtGemm::set_scratch_source(ScratchSource scratch) {
 cuda::GemmTuning CublasLtGemm::tuning() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return tuning_;
+}
+
+size_t CublasLtGemm::cached_problems() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_.size();
+}
+
+CublasLtGemm::Key CublasLtGemm::class_of(const Key& key) {
+  Key c = key;
+  // m, n and k, rounded to their classes; the sign says whether the exact
+  // extent was a multiple of 8 (cuBLASLt's fastest kernels want that).
+  auto cls = [](int64_t e) { return e % 8 == 0 ? gemm_extent_class(e) : -gemm_extent_class(e); };
+  std::get<0>(c) = cls(std::get<0>(key));
+  std::get<1>(c) = cls(std::get<1>(key));
+  std::get<2>(c) = cls(std::get<2>(key));
+  return c;
 }
 
 CublasLtGemm::~CublasLtGemm() {
@@ -235,6 +252,24 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
   entry->second = make_layout(type, p.second, p.batch);
   entry->out = make_layout(out_type, p.out, p.batch);
 
+  // Past the cap the cache starts over (a product already queued keeps
+  // what it was given: cuBLASLt reads the descriptors when it is called).
+  if (cache_.size() >= kMaxCachedProblems) cache_.clear();
+  entry->class_key = class_of(key);
+  // A problem of a class already chosen for takes its algorithm, if
+  // cuBLASLt accepts it here: no query, no timing.
+  if (auto known_class = class_algo_.find(entry->class_key); known_class != class_algo_.end()) {
+    cublasLtMatmulHeuristicResult_t checked{};
+    const cublasStatus_t fits = cublaslt().MatmulAlgoCheck(
+        static_cast<cublasLtHandle_t>(handle_), entry->desc, entry->first, entry->second,
+        entry->out, entry->out, &known_class->second, &checked);
+    if (fits == CUBLAS_STATUS_SUCCESS && checked.workspaceSize <= kWorkspaceBytes) {
+      entry->algo = known_class->second;
+      ++tuning_.reused;
+      return *cache_.emplace(key, std::move(entry)).first->second;
+    }
+  }
+
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublaslt().MatmulPreferenceCreate(&pref), "PreferenceCreate");
   const uint64_t ws = kWorkspaceBytes;
@@ -264,6 +299,7 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
       static_cast<cublasLtHandle_t>(handle_), entry->desc, entry->first, entry->second, entry->out,
       entry->out, pref, requested, results.data(), &found);
   cublaslt().MatmulPreferenceDestroy(pref);
+  ++tuning_.queried;
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(st, "AlgoGetHeuristic");
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
     const char* what =
@@ -293,6 +329,8 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
     }
     if (entry->untimed.size() < 2) entry->untimed.clear();
   }
+  // (A timed problem's class takes the winner when the timing ends.)
+  if (entry->untimed.empty()) class_algo_[entry->class_key] = entry->algo;
   return *cache_.emplace(key, std::move(entry)).first->second;
 }
 
@@ -392,6 +430,7 @@ void CublasLtGemm::run(const GemmPlan& p, GemmTypes types, const void* a, const 
                          epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad) &&
                         epilogue.gelu_input == c);
     tune(e, p, types, a, b, c, pa, pb, reads_output, stream);
+    class_algo_[e.class_key] = e.algo;
   }
   // Column-major: the BLAS call's first operand is Triad's b, its second a.
   check_lt(

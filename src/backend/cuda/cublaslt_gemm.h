@@ -6,10 +6,17 @@
 // gradients) in f32.
 // Algorithms come from cuBLASLt's heuristic, cached per problem: its first
 // choice, or (set_autotune) the fastest of its first few, timed on the
-// problem's first call. One workspace per device is reused by every call. Weight-gradient and
-// input-gradient products are separate calls (the zero-bubble B/W split
-// needs them apart): the autograd layer issues them as two GEMMs. A linear
-// layer's bias, and a GELU after it, can run in the GEMM's epilogue.
+// problem's first call. A new problem of a class already chosen for (its m,
+// n and k in the classes of gemm_extent_class, each one's remainder mod 8
+// zero or not alike, all else equal) takes that class's algorithm when
+// cublasLtMatmulAlgoCheck accepts it, without a query or a timing: a
+// mixture's experts see new token counts every step. At most
+// kMaxCachedProblems problems stay cached; past that the cache starts over
+// (the classes' algorithms stay). One workspace per device is reused by every call. Weight-gradient
+// and input-gradient products are separate calls (the zero-bubble B/W split needs them apart): the
+// autograd layer issues them as two GEMMs. A linear layer's bias, and a GELU after it, can run in
+// the GEMM's epilogue.
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -98,6 +105,8 @@ class CublasLtGemm {
 
   static constexpr size_t kWorkspaceBytes = 32u << 20;
   static constexpr int kTuneRuns = 3;
+  static constexpr size_t kMaxCachedProblems = 4096;
+  size_t cached_problems() const;  // problems with their descriptors cached
 
  private:
   struct Cached;
@@ -105,6 +114,9 @@ class CublasLtGemm {
                          int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, bool>;
   Cached& lookup(const GemmPlan& plan, GemmTypes types, int alignment, const GemmEpilogue& epilogue,
                  GemmReduction reduction);
+  // The class key of a problem's key (gemm_extent_class's m, n and k, and
+  // whether each is a multiple of 8).
+  static Key class_of(const Key& key);
   void tune(Cached& e, const GemmPlan& plan, GemmTypes types, const void* a, const void* b, void* c,
             const void* alpha, const void* beta, bool reads_output, cudaStream_t stream);
 
@@ -113,7 +125,8 @@ class CublasLtGemm {
   void* workspace_ = nullptr;
   mutable std::mutex mutex_;
   std::map<Key, std::unique_ptr<Cached>> cache_;
-  std::map<Key, std::string> unsupported_;  // problems with no algorithm, and why
+  std::map<Key, cublasLtMatmulAlgo_t> class_algo_;  // by class_of: the algorithm chosen
+  std::map<Key, std::string> unsupported_;          // problems with no algorithm, and why
   int autotune_ = 0;
   ScratchSource scratch_;
   cuda::GemmTuning tuning_;

@@ -28,6 +28,7 @@ namespace triad::detail {
   X(MatmulPreferenceDestroy) \
   X(MatmulPreferenceSetAttribute) \
   X(MatmulAlgoGetHeuristic) \
+  X(MatmulAlgoCheck) \
   X(Matmul)
 // clang-format on
 

@@ -73,4 +73,10 @@ GemmPlan plan_gemm(const Shape& a, const Shape& b, const Shape& c, bool ta, bool
   return p;
 }
 
+int64_t gemm_extent_class(int64_t extent) {
+  int64_t step = 1;
+  while ((step << 4) <= extent) step <<= 1;
+  return (extent + step - 1) / step * step;
+}
+
 }  // namespace triad::detail

@@ -38,4 +38,11 @@ struct GemmRowStrides {
 GemmPlan plan_gemm(const Shape& a, const Shape& b, const Shape& c, bool trans_a, bool trans_b,
                    GemmRowStrides row_strides = {});
 
+// The class of a product's extent (m, n or k) whose problems share an
+// algorithm: the extent rounded up to a multiple of 2^(floor(log2 e) - 3),
+// eight classes an octave, each at most an eighth above its extents;
+// extents below 16 are their own class. A mixture's experts' token counts,
+// new every step, fall into a few classes.
+int64_t gemm_extent_class(int64_t extent);
+
 }  // namespace triad::detail
