@@ -114,6 +114,55 @@ __global__ void ce_backward_kernel(const T* logits, const void* targets, bool t6
   });
 }
 
+// The forward and the backward in one block a row (dlosses known before
+// the backward pass): the row's log-sum-exp as ce_forward_kernel's, then
+// its gradient as ce_backward_kernel's without dlse, the second pass
+// reading the row the first has just brought into cache. The target's
+// logit is read before any thread can write (dlogits may be the logits),
+// and every thread takes thread 0's log-sum-exp, the one stored, so the
+// gradient's bits are the two kernels'.
+template <class T, int P>
+__global__ void ce_forward_backward_kernel(const T* logits, const void* targets, bool t64,
+                                           const float* dlosses, int64_t V, int64_t ld,
+                                           int64_t ignore_index, float cap, float* losses,
+                                           float* lse, T* dlogits) {
+  __shared__ float row_l[1];
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * ld;
+  const int64_t t = load_id(targets, t64, r);
+  const bool counted = t != ignore_index, inside = t >= 0 && t < V;
+  float target_logit = 0.0f;
+  if (threadIdx.x == 0 && counted && inside) target_logit = load(row, t);
+  float l = row_lse(row, V);
+  if (threadIdx.x == 0) {
+    row_l[0] = l;
+    lse[r] = l;
+    losses[r] = !counted ? 0.0f : inside ? l - target_logit : NAN;
+  }
+  __syncthreads();
+  l = row_l[0];
+  const float g = counted ? dlosses[r] : 0.0f;
+  map_row<P>(row, dlogits + r * ld, V, [&](int64_t j, float x) {
+    return (__expf(x - l) * g - (j == t ? g : 0.0f)) * cap_slope(x, cap);
+  });
+}
+
+// x *= *actual / expected over rows of `cols` elements `ld` apart, unless
+// *actual == expected: then every block returns having read one float.
+template <class T>
+__global__ void scale_by_ratio_kernel(T* x, int64_t rows, int64_t cols, int64_t ld,
+                                      const float* actual, float expected) {
+  const float a = *actual;
+  if (a == expected) return;
+  const float ratio = a / expected;
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, at = r * ld + (i - r * cols);
+    store(x, at, load(x, at) * ratio);
+  }
+}
+
 template <class T>
 __global__ void vce_partial_kernel(const T* logits, const void* targets, bool t64, int64_t ld,
                                    int64_t vocab_start, int64_t valid, float* row_max,
@@ -232,6 +281,48 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
     }
   });
   check_launch("cross_entropy_backward");
+}
+
+void cross_entropy_forward_backward(const void* logits, ScalarType type, const void* targets,
+                                    bool targets64, const float* dlosses, int64_t N, int64_t V,
+                                    int64_t ld, int64_t ignore_index, double softcap, float* losses,
+                                    float* lse, void* dlogits, cudaStream_t stream) {
+  require(check_cross_entropy(type, N, V, ld), "cross_entropy_forward_backward");
+  if (N == 0) return;
+  dispatch_nn(type, "cross_entropy_forward_backward", [&](auto t) {
+    using T = decltype(t);
+    auto launch = [&](auto p) {
+      ce_forward_backward_kernel<T, decltype(p)::value>
+          <<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+              static_cast<const T*>(logits), targets, targets64, dlosses, V, ld, ignore_index,
+              static_cast<float>(softcap), losses, lse, static_cast<T*>(dlogits));
+    };
+    if (same_alignment(logits, dlogits)) {
+      launch(std::integral_constant<int, kPack<T>>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
+  });
+  check_launch("cross_entropy_forward_backward");
+}
+
+void scale_by_ratio(void* x, ScalarType type, int64_t rows, int64_t cols, int64_t ld,
+                    const float* actual, double expected, cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || ld < cols || expected == 0.0) {
+    require(Status::fail("rows " + std::to_string(rows) + ", cols " + std::to_string(cols) +
+                         ", ld " + std::to_string(ld) + ", expected " + std::to_string(expected) +
+                         ": need rows, cols >= 0, ld >= cols and a nonzero expectation"),
+            "scale_by_ratio");
+  }
+  if (rows * cols == 0) return;
+  dispatch_nn(type, "scale_by_ratio", [&](auto t) {
+    using T = decltype(t);
+    // (A few waves at most: when nothing is to change, each block reads
+    // one float and returns.)
+    scale_by_ratio_kernel<T><<<grid_for(rows * cols, 256, 1024), 256, 0, stream>>>(
+        static_cast<T*>(x), rows, cols, ld, actual, static_cast<float>(expected));
+  });
+  check_launch("scale_by_ratio");
 }
 
 Status check_vocab_ce(ScalarType type, int64_t N, int64_t Vl, int64_t ld, int64_t valid) {

@@ -37,6 +37,21 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
                             int64_t ignore_index, double softcap, void* dlogits,
                             cudaStream_t stream);
 
+// cross_entropy_forward and cross_entropy_backward (dlosses given, no dlse)
+// in one kernel: one block a row computes the row's log-sum-exp, then
+// writes its gradient, reading the row again from cache. The same losses,
+// lse and dlogits as the two calls, bit for bit; dlogits may be logits.
+void cross_entropy_forward_backward(const void* logits, ScalarType type, const void* targets,
+                                    bool targets64, const float* dlosses, int64_t N, int64_t V,
+                                    int64_t ld, int64_t ignore_index, double softcap, float* losses,
+                                    float* lse, void* dlogits, cudaStream_t stream);
+// x (rows, cols, rows ld apart; f32, bf16 or f16) *= *actual / expected
+// (f32 arithmetic), unless *actual == (float)expected: then nothing is read
+// but *actual. A gradient computed ahead with the gradient it expected,
+// corrected on the device when another came.
+void scale_by_ratio(void* x, ScalarType type, int64_t rows, int64_t cols, int64_t ld,
+                    const float* actual, double expected, cudaStream_t stream);
+
 Status check_vocab_ce(ScalarType logits_type, int64_t N, int64_t Vl, int64_t ld, int64_t valid);
 void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, bool targets64,
                       int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,

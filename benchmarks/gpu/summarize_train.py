@@ -82,8 +82,12 @@ def summarize(runs):
     for r in runs:
         if r.get("impl") == "triad":
             first.setdefault(key(r), r)
-    lines = ["| model | batch | run | tokens/s | MFU | step ms | vs PyTorch | vs the first run |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    # The host's work on a step's path, where the run reports it: products
+    # that asked cuBLASLt for an algorithm, and blocks the allocator asked
+    # the device for (a mixture's new shapes every step make both).
+    lines = ["| model | batch | run | tokens/s | MFU | step ms | vs PyTorch | vs the first run "
+             "| GEMM queries / cudaMallocs a step |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in runs:
         impl = r.get("impl")
         if impl == "planner":  # (a prediction for the model's first run)
@@ -96,9 +100,12 @@ def summarize(runs):
             vs_torch = f"{tps / torch[k]['tokens_per_s']:.4f}x"
         if impl == "triad" and first[k] is not r and first[k].get("tokens_per_s"):
             vs_first = f"{100.0 * (tps / first[k]['tokens_per_s'] - 1.0):+.2f}%"
+        host = ""
+        if "gemm_queries_per_step" in r and "system_allocs_per_step" in r:
+            host = f"{r['gemm_queries_per_step']:g} / {r['system_allocs_per_step']:g}"
         lines.append(f"| {r.get('preset')} | {r.get('batch')} | {name} | {tps / 1e3:.1f}k | "
                      f"{100.0 * r.get('mfu', 0.0):.2f}% | {r.get('step_ms', 0.0):.2f} | "
-                     f"{vs_torch} | {vs_first} |")
+                     f"{vs_torch} | {vs_first} | {host} |")
     return lines
 
 

@@ -66,6 +66,38 @@ void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bia
   if (gelu_input) gelu_forward(pre, y, GeluForm::Tanh);
 }
 
+void Backend::cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
+                                             int64_t ignore_index, Tensor& losses, Tensor& lse,
+                                             const Tensor& dlosses, Tensor& dlogits,
+                                             double softcap) {
+  cross_entropy_forward(logits, targets, ignore_index, losses, lse);
+  cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), ignore_index, dlogits, softcap);
+}
+
+void Backend::scale_by_ratio(const Tensor& actual, double expected, Tensor& x) {
+  if (actual.numel() != 1 || actual.device() != x.device() || expected == 0.0) {
+    throw ShapeError("scale_by_ratio: actual " + shape_str(actual.shape()) + " on " +
+                     actual.device().str() + ", expected " + std::to_string(expected) +
+                     " (one element on " + x.device().str() + ", and a nonzero expectation)");
+  }
+  Tensor host = actual;
+  if (!actual.device().is_cpu()) {
+    host = empty(actual.shape(), actual.dtype(), Device::cpu());
+    copy(actual, host);
+  }
+  const bool f64 = host.dtype() == DType::F64;
+  const double got = f64 ? host.data<double>()[0] : static_cast<double>(host.data<float>()[0]);
+  const double want = f64 ? expected : static_cast<double>(static_cast<float>(expected));
+  if (got == want) return;
+  // Row by row: x may be a row-strided matrix whose gaps are not its own.
+  const int64_t rows = x.dim() == 2 ? x.size(0) : 1, cols = x.numel() / std::max<int64_t>(rows, 1);
+  const int64_t ld = x.dim() == 2 ? matrix_ld(x, "scale_by_ratio") : cols;
+  for (int64_t r = 0; r < rows; ++r) {
+    Tensor row = make_view(x, {cols}, {1}, x.offset() + r * ld);
+    affine(row, got / want, 0.0, row);
+  }
+}
+
 void Backend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
                                      Tensor& dpre) {
   Tensor dact = empty(dpre.shape(), dpre.dtype(), dpre.device());

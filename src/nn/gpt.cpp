@@ -1305,8 +1305,11 @@ Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext&
   // The head and the loss in one op: padded logits rows, aligned GEMMs.
   const bool z = cfg_.z_loss_coef > 0 && ctx.training;
   Tensor z_loss;
+  // (A training step's loss gets ctx.loss_grad in backward: the logits'
+  // gradient is written with the loss, in one pass over them.)
   Tensor loss = linear_cross_entropy(scale_for_head(cfg_, h.norm), head_weight(), targets, -100,
-                                     cfg_.final_logit_softcap, head_bias(), z ? &z_loss : nullptr);
+                                     cfg_.final_logit_softcap, head_bias(), z ? &z_loss : nullptr,
+                                     ctx.training ? ctx.loss_grad : 0.0);
   if (z) loss = with_z_loss(cfg_, loss, z_loss, ctx);
   if (mtp_.empty() || !ctx.training) return loss;
   return with_mtp_losses(cfg_, loss, mtp_losses(hidden, ids, targets, ctx), ctx);

@@ -668,14 +668,34 @@ struct CrossEntropyParts {
   Tensor targets;  // (N) on the logits' device
   Tensor lse;      // (N) log-sum-exp per row, stat dtype
   int64_t count = 0;
+  // Nonzero: the forward pass already wrote the logits' gradient for a
+  // loss gradient of this value (cross_entropy_forward's expected_grad).
+  double ahead = 0.0;
 };
+
+// Each row's loss gradient (N, stat dtype) from the mean loss's gradient g
+// (a scalar): g / count, formed on g's device in one way for a gradient
+// that came and one expected ahead, so that both give the same bits.
+Tensor row_grads(const Tensor& g, int64_t N, int64_t count, DType sd) {
+  const double mean = count ? 1.0 / static_cast<double>(count) : 0.0;
+  Tensor gl = cast(g, sd);
+  Tensor dl = empty({N}, sd, gl.device());
+  backend_for(gl).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
+  backend_for(dl).affine(dl, mean, 0.0, dl);
+  return dl;
+}
 
 // The mean loss over the rows not ignored of logits (N, V) — contiguous, or
 // rows padded further apart — against targets (N), into *loss, and (when
 // z_loss is not null) the mean of their squared log-sum-exp into *z_loss.
+// expected_grad nonzero (and no z-loss): the gradient the loss will get in
+// backward, with which the logits' gradient is written over them now, in
+// the same backend call (Backend::cross_entropy_forward_backward, softcap
+// as for the backward); cross_entropy_backward then only checks it.
 CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const Tensor& tc,
                                         int64_t ignore_index, Tensor* loss,
-                                        Tensor* z_loss = nullptr) {
+                                        Tensor* z_loss = nullptr, double expected_grad = 0.0,
+                                        double softcap = 0.0) {
   const int64_t N = lc.size(0), V = lc.size(1);
   CrossEntropyParts r;
   std::vector<double> keep;  // with a z-loss: 1 for the rows counted, 0 for the others
@@ -700,7 +720,15 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
   Tensor losses = empty({N}, sd, lc.device());
   r.lse = empty({N}, sd, lc.device());
   Backend& be = backend_for(lc);
-  be.cross_entropy_forward(lc, r.targets, ignore_index, losses, r.lse);
+  if (expected_grad != 0.0 && !z_loss) {
+    const Tensor dl = row_grads(full({}, expected_grad, sd, lc.device()), N, r.count, sd);
+    Tensor dlogits = lc;  // (the logits, overwritten)
+    be.cross_entropy_forward_backward(lc, r.targets, ignore_index, losses, r.lse, dl, dlogits,
+                                      softcap);
+    r.ahead = expected_grad;
+  } else {
+    be.cross_entropy_forward(lc, r.targets, ignore_index, losses, r.lse);
+  }
   Tensor total = empty({}, sd, lc.device());
   be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
   const double mean = r.count ? 1.0 / static_cast<double>(r.count) : 0.0;
@@ -719,15 +747,24 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
 // dlogits (lc's layout; may be lc itself) from the gradients g of the mean
 // loss and (g[1], when there) of the z-loss. softcap > 0: lc holds
 // soft-capped logits, and dlogits is with respect to the uncapped ones.
+// (A gradient written ahead is lc's, in place: dlogits must be lc; the
+// gradient that came rescales it on the device when it is not the one
+// expected.)
 void cross_entropy_backward(const Tensor& lc, const CrossEntropyParts& ce, int64_t ignore_index,
                             const TensorList& g, Tensor& dlogits, double softcap = 0.0) {
   const int64_t N = lc.size(0);
   const DType sd = stat_dtype(lc.dtype());
   const double mean = ce.count ? 1.0 / static_cast<double>(ce.count) : 0.0;
-  Tensor gl = cast(g[0], sd);
-  Tensor dl = empty({N}, sd, lc.device());
-  backend_for(lc).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
-  backend_for(dl).affine(dl, mean, 0.0, dl);
+  if (ce.ahead != 0.0) {
+    if (dlogits.raw_data() != lc.raw_data() || dlogits.strides() != lc.strides()) {
+      throw NotSupportedError(
+          "cross_entropy: a gradient written in the forward pass lies over "
+          "the logits; backward must write there too");
+    }
+    backend_for(lc).scale_by_ratio(cast(g[0], sd), ce.ahead, dlogits);
+    return;
+  }
+  const Tensor dl = row_grads(g[0], N, ce.count, sd);
   // (The backend gives ignored rows no gradient: dlse needs no mask.)
   const Tensor dlse =
       g.size() > 1 && g[1].defined() ? z_loss_dlse(ce.lse, g[1], {}, mean) : Tensor();
@@ -923,19 +960,23 @@ std::vector<Tensor> linear_head_loss(const char* op, const Tensor& x, const Tens
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index, double softcap, const Tensor& bias,
-                            Tensor* z_loss) {
+                            Tensor* z_loss, double expected_grad) {
   const char* op = "linear_cross_entropy";
   detail::check_index(targets, op, "targets");
   if (x.dim() < 1) throw ShapeError(std::string(op) + ": x must have a feature dimension");
   const Shape lead(x.shape().begin(), x.shape().end() - 1);
   check_targets(op, targets, x, lead);
   Tensor tc = reshape(contiguous(targets).detach(), {numel(lead)}).detach();
+  // The gradient ahead only where a backward will want it.
+  const bool grads = autograd::grad_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                                  (bias.defined() && bias.requires_grad()));
+  const double ahead = grads && !z_loss ? expected_grad : 0.0;
   const TensorList out = linear_head_loss(
       op, x, weight, bias,
       [&](const Tensor& logits) {
         Tensor loss, z;
-        CrossEntropyParts ce =
-            cross_entropy_forward(op, logits, tc, ignore_index, &loss, z_loss ? &z : nullptr);
+        CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index, &loss,
+                                                     z_loss ? &z : nullptr, ahead, softcap);
         return HeadLoss{
             loss, z,
             [ce = std::move(ce), ignore_index, softcap](const TensorList& g, Tensor& dlogits) {

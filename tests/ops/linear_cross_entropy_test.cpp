@@ -27,8 +27,10 @@ struct Outcome {
 };
 
 // with_bias: a biased head (model.head_bias), soft-capped at `softcap`.
+// expected: linear_cross_entropy's expected_grad; seed, nonzero: the
+// gradient the loss gets in backward (else 1).
 Outcome run(DType dtype, int64_t V, bool fused, bool defer, bool with_bias = false,
-            double softcap = 0.0) {
+            double softcap = 0.0, double expected = 0.0, double seed = 0.0) {
   Tensor x = randn({2, 5, 12}, 3, 1, 1.0, dtype);
   Tensor w = randn({V, 12}, 3, 2, 0.3, dtype);
   Tensor b = with_bias ? randn({V}, 3, 3, 1.0, dtype) : Tensor();
@@ -40,7 +42,7 @@ Outcome run(DType dtype, int64_t V, bool fused, bool defer, bool with_bias = fal
   const Tensor targets = from_vector(t, {2, 5}, DType::I64);
   Tensor loss;
   if (fused) {
-    loss = linear_cross_entropy(x, w, targets, -100, softcap, b);
+    loss = linear_cross_entropy(x, w, targets, -100, softcap, b, nullptr, expected);
   } else {
     const Tensor logits = linear(x, w, b);
     loss = cross_entropy(softcap > 0 ? soft_cap(logits, softcap) : logits, targets);
@@ -48,7 +50,10 @@ Outcome run(DType dtype, int64_t V, bool fused, bool defer, bool with_bias = fal
   autograd::WeightGradStore store;
   autograd::BackwardOptions opts;
   if (defer) opts.defer_weight_grads = &store;
-  autograd::backward({loss}, {}, opts);
+  autograd::backward(
+      {loss},
+      seed != 0.0 ? autograd::TensorList{full({}, seed, loss.dtype())} : autograd::TensorList{},
+      opts);
   if (defer) {
     EXPECT_TRUE(x.grad().defined());
     EXPECT_FALSE(w.grad().defined());  // waits for the flush
@@ -123,6 +128,56 @@ TEST(LinearCrossEntropy, ABiasedHeadEqualsCrossEntropyOfLinearWithItsBias) {
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("bias [66]"), std::string::npos) << e.what();
   }
+}
+
+// expected_grad: the logits' gradient written with the loss in the forward
+// pass. With the gradient that then comes, every output has the bits of the
+// op without it (biased, capped, padded, deferred); with another, backward
+// rescales it to the same values. Beside a z-loss, or with nothing to
+// train, it changes nothing.
+TEST(LinearCrossEntropy, AGradientWrittenAheadIsTheGradientItself) {
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
+    const double tol = dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 1e-6 : 1e-2;
+    for (int64_t V : {64, 67}) {
+      for (const auto& [bias, cap] : {std::pair{false, 0.0}, {true, 3.0}}) {
+        for (bool defer : {false, true}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " V " + std::to_string(V) +
+                       (bias ? " biased, capped" : "") + (defer ? " deferred" : ""));
+          const Outcome plain = run(dtype, V, true, defer, bias, cap, 0.0, 0.37);
+          const Outcome ahead = run(dtype, V, true, defer, bias, cap, 0.37, 0.37);
+          EXPECT_EQ(ahead.loss, plain.loss);
+          EXPECT_EQ(ahead.dx, plain.dx);
+          EXPECT_EQ(ahead.dw, plain.dw);
+          EXPECT_EQ(ahead.db, plain.db);
+          const Outcome other = run(dtype, V, true, defer, bias, cap, 0.5, 0.37);
+          EXPECT_EQ(other.loss, plain.loss);
+          expect_close(other.dx, plain.dx, tol, "dx");
+          expect_close(other.dw, plain.dw, tol, "dw");
+          expect_close(other.db, plain.db, tol, "db");
+          // (A gradient of 0.5 left as it was would be a third too long.)
+          EXPECT_GT(std::abs(run(dtype, V, true, defer, bias, cap, 0.5, 0.5).dx[3] - plain.dx[3]),
+                    0.1 * std::abs(plain.dx[3]));
+        }
+      }
+    }
+  }
+  // Beside a z-loss, and with nothing to train: the op as without it.
+  Tensor x = randn({2, 5, 12}, 3, 1), w = randn({67, 12}, 3, 2, 0.3);
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < 10; ++i) t.push_back((i * 37 + 5) % 67);
+  const Tensor targets = from_vector(t, {2, 5}, DType::I64);
+  const double frozen = to_double_vector(linear_cross_entropy(x, w, targets))[0];
+  EXPECT_EQ(to_double_vector(linear_cross_entropy(x, w, targets, -100, 0.0, {}, nullptr, 2.0))[0],
+            frozen);
+  x.set_requires_grad(true);
+  auto with_z = [&](double expected) {
+    x.set_grad(Tensor());
+    Tensor z;
+    const Tensor loss = linear_cross_entropy(x, w, targets, -100, 0.0, {}, &z, expected);
+    autograd::backward({add(loss, scale(z, 0.1))});
+    return std::pair{to_double_vector(loss)[0], to_double_vector(x.grad())};
+  };
+  EXPECT_EQ(with_z(1.0), with_z(0.0));
 }
 
 // The z-loss (the op's second output, model.z_loss_coef's): the mean over

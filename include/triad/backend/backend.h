@@ -351,6 +351,23 @@ class Backend {
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                       const Tensor& lse, const Tensor& dlosses, const Tensor& dlse,
                                       int64_t ignore_index, Tensor& dlogits, double softcap) = 0;
+  // cross_entropy_forward, then cross_entropy_backward with `dlosses`
+  // (given now: a training step knows its loss's gradient before its
+  // backward pass) and no dlse, in one pass over the logits where the
+  // backend can: the same losses, lse and dlogits. dlogits may be the
+  // logits. The default makes the two calls; the CUDA backend's one kernel
+  // a row reads the row for its log-sum-exp and again, from cache, for the
+  // gradient it writes.
+  virtual void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
+                                              int64_t ignore_index, Tensor& losses, Tensor& lse,
+                                              const Tensor& dlosses, Tensor& dlogits,
+                                              double softcap);
+  // x *= actual / expected, unless actual == expected: then x is left as it
+  // is (and on a GPU nothing reads it). actual: one element of x's
+  // statistics dtype on x's device (a gradient as it arrived); expected
+  // nonzero, compared as that dtype rounds it. x may be row-strided
+  // (matrix_ld). The default reads actual on the host (on a GPU, a wait).
+  virtual void scale_by_ratio(const Tensor& actual, double expected, Tensor& x);
 
   // Vocab-parallel cross entropy over a shard of the vocabulary: logits
   // (N, Vl) hold global columns [vocab_start, vocab_start + Vl), of which the

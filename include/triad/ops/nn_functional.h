@@ -182,9 +182,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // weight^T + bias (before the cap); its gradient, the logits' gradient
 // summed over the rows, is deferrable with the weight's.
 // z_loss: as for cross_entropy, over the (capped) logits.
+// expected_grad, nonzero: the gradient the loss will receive in backward (a
+// training step's ForwardContext::loss_grad). Where something needs a
+// gradient and there is no z-loss, the logits' gradient is then written
+// over them in the forward pass, in the loss's own pass over the logits
+// (Backend::cross_entropy_forward_backward: on CUDA, one read of the
+// logits fewer); backward compares the gradient that came with the one
+// expected on the device and rescales the logits' gradient only when they
+// differ. The same values either way, and with the expected gradient the
+// same bits as without it.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index = -100, double softcap = 0.0,
-                            const Tensor& bias = {}, Tensor* z_loss = nullptr);
+                            const Tensor& bias = {}, Tensor* z_loss = nullptr,
+                            double expected_grad = 0.0);
 // Elements from one row of linear_cross_entropy's logits to the next: V
 // rounded up to a multiple of 64.
 int64_t padded_logits_row(int64_t classes);

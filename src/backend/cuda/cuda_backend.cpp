@@ -1528,6 +1528,42 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   });
 }
 
+void CudaBackend::cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
+                                                 int64_t ignore_index, Tensor& losses, Tensor& lse,
+                                                 const Tensor& dlosses, Tensor& dlogits,
+                                                 double softcap) {
+  require_nn("cross_entropy_forward_backward", logits.dtype());
+  require_index("cross_entropy_forward_backward", targets);
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const int64_t ld = same_row_stride(logits, dlogits, "cross_entropy_forward_backward");
+  DeviceState& s = state(logits.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "cross_entropy_forward_backward", [&] {
+    k::cross_entropy_forward_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
+                                      targets.dtype() == DType::I64,
+                                      stats_or_null(dlosses, N, "cross_entropy_forward_backward"),
+                                      N, V, ld, ignore_index, softcap, losses.data<float>(),
+                                      lse.data<float>(), dlogits.raw_data(), s.stream);
+  });
+}
+
+void CudaBackend::scale_by_ratio(const Tensor& actual, double expected, Tensor& x) {
+  const bool on_device = actual.numel() == 1 && actual.dtype() == DType::F32 &&
+                         actual.device() == x.device() && actual.is_contiguous() && x.dim() == 2 &&
+                         (x.dtype() == DType::F32 || is_half(x.dtype()));
+  if (!on_device || expected == 0.0) {
+    Backend::scale_by_ratio(actual, expected, x);  // (which checks, and reads on the host)
+    return;
+  }
+  const int64_t ld = matrix_ld(x, "scale_by_ratio");
+  DeviceState& s = state(x.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "scale_by_ratio", [&] {
+    k::scale_by_ratio(x.raw_data(), scalar(x.dtype()), x.size(0), x.size(1), ld,
+                      actual.data<float>(), expected, s.stream);
+  });
+}
+
 void CudaBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                    int64_t valid, Tensor& row_max, Tensor& target_logit) {
   require_nn("vocab_ce_partial", logits.dtype());
