@@ -416,6 +416,19 @@ int main(int argc, char** argv) {
              },
              iters),
          2 * N * V * h, 0);
+  // Both in one kernel (a training step's head, linear_cross_entropy's
+  // expected_grad): each row read from memory once and again from cache,
+  // its gradient written over it. Counted as one read and one write, so
+  // near the bandwidth means the second read came from cache; against the
+  // two above, the time it saves a step.
+  report("cross_entropy_forward_backward",
+         time_ms(
+             [&] {
+               be.cross_entropy_forward_backward(logits, targets, -100, losses, lse_v, dl, logits,
+                                                 0.0);
+             },
+             iters),
+         2 * N * V * h, 0);
   // Token ids on the host, as a training step's batch gives them: the
   // backend checks them there and queues their upload. (Ids on the device
   // are copied back for that check, which waits for the device: that wait
