@@ -1345,9 +1345,14 @@ std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, con
         site_dropout(scale_token_embeddings(cfg_, wte_->forward(mtp_ahead(ids, k))), cfg_.dropout,
                      ctx, cfg_.n_layer + k - 1, "mtp.embed");
     h = mtp_[i]->forward(h, ahead, ctx);
+    // (Each depth's loss gets with_mtp_losses's weight as its gradient:
+    // written with the loss, as the head's.)
+    const double expected =
+        ctx.training ? cfg_.mtp_loss_weight / static_cast<double>(mtp_.size()) * ctx.loss_grad
+                     : 0.0;
     out.push_back(linear_cross_entropy(scale_for_head(cfg_, mtp_[i]->out_norm(h)), head_weight(),
                                        mtp_targets(targets, docs, k), -100,
-                                       cfg_.final_logit_softcap, head_bias()));
+                                       cfg_.final_logit_softcap, head_bias(), nullptr, expected));
   }
   return out;
 }

@@ -3047,6 +3047,44 @@ TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
   }
 }
 
+// A training step's heads write their logits' gradients with their losses
+// (linear_cross_entropy's expected_grad): the model's head with
+// ctx.loss_grad, each multi-token prediction depth with its share of the
+// MTP weight. No cross entropy runs in backward, where each head's check
+// finds the gradient it expected; the loss and gradients are the CPU's.
+TEST(CudaModel, EveryHeadWritesItsGradientWithItsLoss) {
+  nn::GptConfig cfg{
+      .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
+  cfg.mtp_layers = 2;
+  cfg.mtp_loss_weight = 0.3;
+  nn::Gpt cpu_model(cfg, 7), gpu_model(cfg, 7);
+  gpu_model.to(kGpu);
+  const auto [ids, tg] = token_batch(2, 16);
+  nn::ForwardContext ctx;
+  ctx.loss_grad = 0.5;
+  const Tensor cpu_loss = cpu_model.loss(ids, tg, ctx);
+  autograd::backward({scale(cpu_loss, ctx.loss_grad)});
+  cuda::set_op_profiling(true);
+  cuda::op_profile(0);  // (clears what came before)
+  const Tensor gpu_loss = gpu_model.loss(ids, tg, ctx);
+  autograd::backward({scale(gpu_loss, ctx.loss_grad)});
+  cuda::synchronize(0);
+  std::map<std::string, int64_t> calls;
+  for (const cuda::OpTime& t : cuda::op_profile(0)) calls[t.op] = t.calls;
+  cuda::set_op_profiling(false);
+  EXPECT_EQ(calls["cross_entropy_forward_backward"], 3);  // the head and two depths
+  EXPECT_EQ(calls.count("cross_entropy_forward"), 0u);
+  EXPECT_EQ(calls.count("cross_entropy_backward"), 0u);
+  EXPECT_EQ(calls["scale_by_ratio"], 3);
+  EXPECT_NEAR(item(gpu_loss), item(cpu_loss), 1e-5 * std::abs(item(cpu_loss)));
+  auto cp = cpu_model.named_parameters(), gp = gpu_model.named_parameters();
+  ASSERT_EQ(cp.size(), gp.size());
+  for (size_t i = 0; i < cp.size(); ++i) {
+    expect_close(to_double_vector(gp[i].second.grad()), to_double_vector(cp[i].second.grad()), 1e-3,
+                 1e-5, gp[i].first);
+  }
+}
+
 // A bias-free layer's GELU (a mixture's experts', `linear_bias: false`
 // GELU MLPs') runs in its product's epilogue, as a biased one's does: one
 // op writing the activation and its input, no GELU pass after the product.
@@ -3132,7 +3170,9 @@ void expect_mixture_on_device(const nn::GptConfig& cfg) {
   for (const cuda::OpTime& t : cuda::op_profile(0)) calls[t.op] = t.calls;
   cuda::set_op_profiling(false);
   EXPECT_EQ(calls["route_top_k"], 2);
-  EXPECT_EQ(calls["cross_entropy_forward"], 3);
+  // (The routers' z-losses; the head's loss writes its gradient with it.)
+  EXPECT_EQ(calls["cross_entropy_forward"], 2);
+  EXPECT_EQ(calls["cross_entropy_forward_backward"], 1);
   EXPECT_NEAR(to_double_vector(gpu_loss)[0], to_double_vector(cpu_loss)[0], 1e-4);
   EXPECT_NEAR(gpu_ctx.moe_stats->balance_sum, cpu_ctx.moe_stats->balance_sum, 1e-5);
   EXPECT_NEAR(gpu_ctx.moe_stats->z_loss_sum, cpu_ctx.moe_stats->z_loss_sum, 1e-5);
@@ -3240,8 +3280,12 @@ TEST(CudaRuntime, OpProfileTimesEachOpOfAStep) {
   EXPECT_EQ(by_op["attention_backward"].calls, 2 * cfg.n_layer);
   EXPECT_EQ(by_op["linear_bias_gelu"].calls, 2 * cfg.n_layer);
   EXPECT_EQ(by_op["gelu_linear_input_grad"].calls, 2 * cfg.n_layer);
-  EXPECT_EQ(by_op["cross_entropy_forward"].calls, 2);
-  EXPECT_EQ(by_op["cross_entropy_backward"].calls, 2);
+  // (The head's loss writes its gradient with it: no cross entropy in
+  // backward, one check of the gradient that came.)
+  EXPECT_EQ(by_op["cross_entropy_forward_backward"].calls, 2);
+  EXPECT_EQ(by_op.count("cross_entropy_forward"), 0u);
+  EXPECT_EQ(by_op.count("cross_entropy_backward"), 0u);
+  EXPECT_EQ(by_op["scale_by_ratio"].calls, 2);
   // Weight gradients go straight into the f32 buffers: four per layer and
   // the head's (tied to the token table), and the four biases' column sums
   // straight into theirs (cuda::GemmSettings::bias_grad_epilogue is off).
