@@ -188,6 +188,21 @@ __global__ void vce_partial_kernel(const T* logits, const void* targets, bool t6
   }
 }
 
+// One pass over a shard's row: the log-sum-exp of its valid columns (-inf
+// for none) and, from thread 0, the target's logit when it lies here.
+template <class T>
+__global__ void vce_shard_lse_kernel(const T* logits, const void* targets, bool t64, int64_t ld,
+                                     int64_t vocab_start, int64_t valid, float* lse,
+                                     float* target_logit) {
+  const T* row = logits + blockIdx.x * ld;
+  const float l = row_lse(row, valid);
+  if (threadIdx.x == 0) {
+    lse[blockIdx.x] = l;
+    const int64_t t = load_id(targets, t64, blockIdx.x) - vocab_start;
+    target_logit[blockIdx.x] = (t >= 0 && t < valid) ? load(row, t) : 0.0f;
+  }
+}
+
 template <class T>
 __global__ void vce_sumexp_kernel(const T* logits, const float* gmax, int64_t ld, int64_t valid,
                                   float* sumexp) {
@@ -351,6 +366,20 @@ void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, 
         target_logit);
   });
   check_launch("vocab_ce_partial");
+}
+
+void vocab_ce_shard_lse(const void* logits, ScalarType type, const void* targets, bool targets64,
+                        int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
+                        float* lse, float* target_logit, cudaStream_t stream) {
+  require(check_vocab_ce(type, N, Vl, ld, valid), "vocab_ce_shard_lse");
+  if (N == 0) return;
+  dispatch_nn(type, "vocab_ce_shard_lse", [&](auto t) {
+    using T = decltype(t);
+    vce_shard_lse_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), targets, targets64, ld, vocab_start, valid, lse,
+        target_logit);
+  });
+  check_launch("vocab_ce_shard_lse");
 }
 
 void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_max, int64_t N,

@@ -1370,6 +1370,50 @@ TEST(CudaKernels, VocabCrossEntropyLossMatchesTheCpu) {
       ValueError);
 }
 
+// A shard's log-sum-exp and target logit in one pass (vocab_ce_shard_lse)
+// against the CPU's composition of the three steps: padded rows, targets in
+// the shard, before it, past it and ignored, and a shard with no valid
+// column (-inf, target logit 0), in f32 and bf16.
+TEST(CudaKernels, VocabShardLogSumExpMatchesTheCpu) {
+  const int64_t N = 37, Vl = 96, ld = 128, vocab_start = 200;
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < N; ++i) t.push_back(i % 5 == 4 ? -100 : 150 + (i * 13) % 160);
+  const Tensor targets = from_vector(t, {N}, DType::I64);
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (int64_t valid : {int64_t{90}, int64_t{0}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " valid " + std::to_string(valid));
+      auto run = [&](Device dev) {
+        const Tensor rows = to_device(randn({N, ld}, 8, 1, 3.0, dtype), dev);
+        const Tensor logits = make_view(rows, {N, Vl}, {ld, 1}, 0);
+        Tensor lse = empty({N}, DType::F32, dev), tl = empty({N}, DType::F32, dev);
+        backend_for(logits).vocab_ce_shard_lse(logits, to_device(targets, dev), vocab_start, valid,
+                                               lse, tl);
+        return std::pair{to_double_vector(lse), to_double_vector(tl)};
+      };
+      const auto [cpu_lse, cpu_t] = run(Device::cpu());
+      const auto [gpu_lse, gpu_t] = run(kGpu);
+      int64_t inside = 0;
+      for (int64_t i = 0; i < N; ++i) {
+        if (valid == 0) {
+          ASSERT_TRUE(std::isinf(gpu_lse[i]) && gpu_lse[i] < 0) << i;
+          ASSERT_TRUE(std::isinf(cpu_lse[i]) && cpu_lse[i] < 0) << i;
+        } else {
+          ASSERT_NEAR(gpu_lse[i], cpu_lse[i], 1e-5 * (1 + std::abs(cpu_lse[i]))) << i;
+        }
+        ASSERT_EQ(gpu_t[i], cpu_t[i]) << i;
+        const int64_t local = t[i] - vocab_start;
+        inside += local >= 0 && local < valid;
+        if (!(local >= 0 && local < valid)) {
+          ASSERT_EQ(gpu_t[i], 0.0) << i;
+        }
+      }
+      if (valid > 0) {
+        EXPECT_GT(inside, 5);
+      }
+    }
+  }
+}
+
 // The vocab-parallel head and loss on a shard whose rows the logits pad (67
 // classes -> rows of 128, the last 7 classes padding): the partial, sum of
 // exponentials and in-place backward kernels on row-strided logits, against

@@ -104,6 +104,17 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
                std::invalid_argument);
   EXPECT_THROW(vocab_ce_sumexp(nullptr, ScalarType::F32, nullptr, 2, 10, 10, 11, nullptr, nullptr),
                std::invalid_argument);
+  EXPECT_THROW(vocab_ce_shard_lse(nullptr, ScalarType::F32, nullptr, true, 2, 10, 10, 0, 11,
+                                  nullptr, nullptr, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(scale_by_ratio(nullptr, ScalarType::BF16, 2, 10, 9, nullptr, 1.0, nullptr),
+               std::invalid_argument);  // rows overlap
+  EXPECT_THROW(scale_by_ratio(nullptr, ScalarType::BF16, 2, 10, 10, nullptr, 0.0, nullptr),
+               std::invalid_argument);  // nothing to divide by
+  EXPECT_THROW(
+      cross_entropy_forward_backward(nullptr, ScalarType::F64, nullptr, true, nullptr, 2, 10, 10,
+                                     -100, 0.0, nullptr, nullptr, nullptr, nullptr),
+      std::invalid_argument);  // f64 logits
   // An embedding backward with long segments needs its scratch of partial
   // sums, and has no more long segments than rows.
   EmbeddingPlan plan;
