@@ -501,28 +501,36 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
   const double tokens = static_cast<double>(p.micro_batch) * m.seq_len / p.cp;
   const double v = static_cast<double>(m.vocab_size) / p.tp, h = static_cast<double>(m.d_model);
   const LinearTimes lt = linear_times(tokens, h, v, c);
-  // Cross entropy over fp32 logits: written, read for the max/sum, read and
-  // written again for the gradient; soft-capped logits (Gemma 2's
-  // final_logit_softcap) are read and written once more, in place, before
-  // the loss (the gradient takes the cap's derivative in its own pass).
-  const double passes = m.final_logit_softcap > 0 ? 6.0 : 4.0;
+  // Cross entropy over fp32 logits, which the head's product writes. One
+  // process's training step reads them once for the loss and writes their
+  // gradient over them in the same forward pass (linear_cross_entropy's
+  // expected_grad; the second read of a row comes from cache); beside a
+  // z-loss, and for the vocab-parallel loss (which reads its shard once),
+  // the gradient is a backward pass of its own, a read and a write.
+  // Soft-capped logits (Gemma 2's final_logit_softcap) are read and written
+  // once more, in place, before the loss (the gradient takes the cap's
+  // derivative in the pass that writes it).
+  const bool ahead = p.tp == 1 && !(m.z_loss_coef > 0);
+  const double forward_passes = (ahead ? 3.0 : 2.0) + (m.final_logit_softcap > 0 ? 2.0 : 0.0);
+  const double backward_passes = ahead ? 0.0 : 2.0;
   // model.logit_scale scales ln_f's output (tokens x h, 16-bit) before the
   // head: read and written forward, and its gradient's backward.
-  const double scale_bytes = m.logit_scale != 1.0 ? tokens * h * 2.0 * kFp16 : 0.0;
-  const double bytes = tokens * v * 4.0 * passes + scale_bytes;
-  const double ce = bytes / (c.memory_bandwidth * c.memory_efficiency);
-  const double backward_share = 2.0 / passes;  // the gradient's read and write
+  const double scale_bytes = m.logit_scale != 1.0 ? tokens * h * kFp16 : 0.0;
+  const double bandwidth = c.memory_bandwidth * c.memory_efficiency;
+  const double ce_fwd = (tokens * v * 4.0 * forward_passes + scale_bytes) / bandwidth;
+  const double ce_bwd = (tokens * v * 4.0 * backward_passes + scale_bytes) / bandwidth;
   // (A frozen head, as under model.lora: no weight gradient.)
   const double head_dw =
       trains(m, p, m.tie_embeddings ? "wte.weight" : "lm_head.weight") ? lt.dw : 0.0;
-  HeadCost H{lt.fwd + ce * (1 - backward_share), lt.dx + ce * backward_share, head_dw};
+  HeadCost H{lt.fwd + ce_fwd, lt.dx + ce_bwd, head_dw};
   if (p.tp > 1) {
-    // The vocab-parallel loss all-reduces three f32 numbers per token (row
-    // max, target logit, sum of exponentials); x's gradient is all-reduced
-    // (reduce-scattered, its input having been all-gathered, under sequence
-    // parallelism) during the head's weight-gradient GEMM.
+    // The vocab-parallel loss all-reduces the max of the shards'
+    // log-sum-exps (one f32 per token), then their exponentials with the
+    // target's logit (two); x's gradient is all-reduced (reduce-scattered,
+    // its input having been all-gathered, under sequence parallelism)
+    // during the head's weight-gradient GEMM.
     const double act = tokens * h * kFp16;
-    const double stats = 3.0 * tp_all_reduce(tokens * 4.0, c, p);
+    const double stats = tp_all_reduce(tokens * 4.0, c, p) + tp_all_reduce(tokens * 8.0, c, p);
     const double gather = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : 0.0;
     const double dx = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : tp_all_reduce(act, c, p);
     H.fwd += stats + gather;
