@@ -28,12 +28,14 @@ __device__ __forceinline__ void merge(float& m, float& s, float om, float os) {
 // does so in packs when the output row has the input row's alignment
 // (V = kPack<T>), else one element at a time (V = 1).
 
-// The block's log-sum-exp over columns [0, n) of row.
+// The block's online (max, sum of exp(x - max)) over columns [0, n) of
+// row, every thread getting the pair: (-inf, 0) for no columns.
 template <class T>
-__device__ float row_lse(const T* row, int64_t n) {
+__device__ void row_max_sum(const T* row, int64_t n, float& m, float& s) {
   constexpr int V = kPack<T>;
   __shared__ float sm[32], ss[32];
-  float m = -INFINITY, s = 0;
+  m = -INFINITY;
+  s = 0;
   block_row_packs<V>(row, n, [&](int64_t j, auto pack) {
     float v[V];
     load_body<V>(row, j, v, pack);
@@ -60,6 +62,13 @@ __device__ float row_lse(const T* row, int64_t n) {
     const float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
     merge(m, s, om, os);
   }
+}
+
+// The block's log-sum-exp over columns [0, n) of row.
+template <class T>
+__device__ float row_lse(const T* row, int64_t n) {
+  float m, s;
+  row_max_sum(row, n, m, s);
   return m + logf(s);
 }
 
@@ -188,16 +197,18 @@ __global__ void vce_partial_kernel(const T* logits, const void* targets, bool t6
   }
 }
 
-// One pass over a shard's row: the log-sum-exp of its valid columns (-inf
-// for none) and, from thread 0, the target's logit when it lies here.
+// One pass over a shard's row: its max and sum of exponentials against it,
+// and, from thread 0, the target's logit when it lies here.
 template <class T>
-__global__ void vce_shard_lse_kernel(const T* logits, const void* targets, bool t64, int64_t ld,
-                                     int64_t vocab_start, int64_t valid, float* lse,
-                                     float* target_logit) {
+__global__ void vce_shard_sums_kernel(const T* logits, const void* targets, bool t64, int64_t ld,
+                                      int64_t vocab_start, int64_t valid, float* row_max,
+                                      float* sumexp, float* target_logit) {
   const T* row = logits + blockIdx.x * ld;
-  const float l = row_lse(row, valid);
+  float m, s;
+  row_max_sum(row, valid, m, s);
   if (threadIdx.x == 0) {
-    lse[blockIdx.x] = l;
+    row_max[blockIdx.x] = m;
+    sumexp[blockIdx.x] = s;
     const int64_t t = load_id(targets, t64, blockIdx.x) - vocab_start;
     target_logit[blockIdx.x] = (t >= 0 && t < valid) ? load(row, t) : 0.0f;
   }
@@ -368,18 +379,18 @@ void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, 
   check_launch("vocab_ce_partial");
 }
 
-void vocab_ce_shard_lse(const void* logits, ScalarType type, const void* targets, bool targets64,
-                        int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
-                        float* lse, float* target_logit, cudaStream_t stream) {
-  require(check_vocab_ce(type, N, Vl, ld, valid), "vocab_ce_shard_lse");
+void vocab_ce_shard_sums(const void* logits, ScalarType type, const void* targets, bool targets64,
+                         int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
+                         float* row_max, float* sumexp, float* target_logit, cudaStream_t stream) {
+  require(check_vocab_ce(type, N, Vl, ld, valid), "vocab_ce_shard_sums");
   if (N == 0) return;
-  dispatch_nn(type, "vocab_ce_shard_lse", [&](auto t) {
+  dispatch_nn(type, "vocab_ce_shard_sums", [&](auto t) {
     using T = decltype(t);
-    vce_shard_lse_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), targets, targets64, ld, vocab_start, valid, lse,
+    vce_shard_sums_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), targets, targets64, ld, vocab_start, valid, row_max, sumexp,
         target_logit);
   });
-  check_launch("vocab_ce_shard_lse");
+  check_launch("vocab_ce_shard_sums");
 }
 
 void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_max, int64_t N,

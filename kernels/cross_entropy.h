@@ -56,12 +56,13 @@ Status check_vocab_ce(ScalarType logits_type, int64_t N, int64_t Vl, int64_t ld,
 void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, bool targets64,
                       int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
                       float* row_max, float* target_logit, cudaStream_t stream);
-// Per row of the shard, its valid columns' log-sum-exp (-inf for none) and
-// the target's logit when it lies in the shard (else 0): one read of the
-// logits where vocab_ce_partial and vocab_ce_sumexp take two.
-void vocab_ce_shard_lse(const void* logits, ScalarType type, const void* targets, bool targets64,
-                        int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
-                        float* lse, float* target_logit, cudaStream_t stream);
+// Per row of the shard, the max over its valid columns (-inf for none),
+// the sum over them of exp(logit - that max) (0 for none) and the target's
+// logit when it lies in the shard (else 0): one read of the logits where
+// vocab_ce_partial and vocab_ce_sumexp take two.
+void vocab_ce_shard_sums(const void* logits, ScalarType type, const void* targets, bool targets64,
+                         int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
+                         float* row_max, float* sumexp, float* target_logit, cudaStream_t stream);
 void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_max, int64_t N,
                      int64_t Vl, int64_t ld, int64_t valid, float* sumexp, cudaStream_t stream);
 // losses[i] = log(sumexp[i]) + global_max[i] - target_logit[i], i < N.

@@ -74,16 +74,11 @@ void Backend::cross_entropy_forward_backward(const Tensor& logits, const Tensor&
   cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), ignore_index, dlogits, softcap);
 }
 
-void Backend::vocab_ce_shard_lse(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
-                                 int64_t valid, Tensor& lse, Tensor& target_logit) {
-  const int64_t N = logits.size(0);
-  Tensor row_max = empty({N}, lse.dtype(), lse.device());
-  Tensor sums = empty({N}, lse.dtype(), lse.device());
-  Tensor zero = empty({N}, lse.dtype(), lse.device());
-  fill(zero, 0.0);
+void Backend::vocab_ce_shard_sums(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                  int64_t valid, Tensor& row_max, Tensor& sumexp,
+                                  Tensor& target_logit) {
   vocab_ce_partial(logits, targets, vocab_start, valid, row_max, target_logit);
-  vocab_ce_sumexp(logits, row_max, valid, sums);
-  vocab_ce_loss(row_max, zero, sums, lse);  // log(sums) + max
+  vocab_ce_sumexp(logits, row_max, valid, sumexp);
 }
 
 void Backend::scale_by_ratio(const Tensor& actual, double expected, Tensor& x) {

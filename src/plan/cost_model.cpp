@@ -524,9 +524,9 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
       trains(m, p, m.tie_embeddings ? "wte.weight" : "lm_head.weight") ? lt.dw : 0.0;
   HeadCost H{lt.fwd + ce_fwd, lt.dx + ce_bwd, head_dw};
   if (p.tp > 1) {
-    // The vocab-parallel loss all-reduces the max of the shards'
-    // log-sum-exps (one f32 per token), then their exponentials with the
-    // target's logit (two); x's gradient is all-reduced (reduce-scattered,
+    // The vocab-parallel loss all-reduces the rows' max (one f32 per
+    // token), then the shards' sums of exponentials with the target's
+    // logit (two); x's gradient is all-reduced (reduce-scattered,
     // its input having been all-gathered, under sequence parallelism)
     // during the head's weight-gradient GEMM.
     const double act = tokens * h * kFp16;

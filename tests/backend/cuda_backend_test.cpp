@@ -1370,11 +1370,11 @@ TEST(CudaKernels, VocabCrossEntropyLossMatchesTheCpu) {
       ValueError);
 }
 
-// A shard's log-sum-exp and target logit in one pass (vocab_ce_shard_lse)
-// against the CPU's composition of the three steps: padded rows, targets in
-// the shard, before it, past it and ignored, and a shard with no valid
-// column (-inf, target logit 0), in f32 and bf16.
-TEST(CudaKernels, VocabShardLogSumExpMatchesTheCpu) {
+// A shard's row max, sum of exponentials against it and target logit in
+// one pass (vocab_ce_shard_sums) against the CPU's two steps: padded rows,
+// targets in the shard, before it, past it and ignored, and a shard with no
+// valid column (max -inf, sum 0, target logit 0), in f32 and bf16.
+TEST(CudaKernels, VocabShardSumsMatchTheCpu) {
   const int64_t N = 37, Vl = 96, ld = 128, vocab_start = 200;
   std::vector<int64_t> t;
   for (int64_t i = 0; i < N; ++i) t.push_back(i % 5 == 4 ? -100 : 150 + (i * 13) % 160);
@@ -1385,26 +1385,27 @@ TEST(CudaKernels, VocabShardLogSumExpMatchesTheCpu) {
       auto run = [&](Device dev) {
         const Tensor rows = to_device(randn({N, ld}, 8, 1, 3.0, dtype), dev);
         const Tensor logits = make_view(rows, {N, Vl}, {ld, 1}, 0);
-        Tensor lse = empty({N}, DType::F32, dev), tl = empty({N}, DType::F32, dev);
-        backend_for(logits).vocab_ce_shard_lse(logits, to_device(targets, dev), vocab_start, valid,
-                                               lse, tl);
-        return std::pair{to_double_vector(lse), to_double_vector(tl)};
+        Tensor mx = empty({N}, DType::F32, dev), se = empty({N}, DType::F32, dev),
+               tl = empty({N}, DType::F32, dev);
+        backend_for(logits).vocab_ce_shard_sums(logits, to_device(targets, dev), vocab_start, valid,
+                                                mx, se, tl);
+        return std::vector<std::vector<double>>{to_double_vector(mx), to_double_vector(se),
+                                                to_double_vector(tl)};
       };
-      const auto [cpu_lse, cpu_t] = run(Device::cpu());
-      const auto [gpu_lse, gpu_t] = run(kGpu);
+      const auto cpu = run(Device::cpu()), gpu = run(kGpu);
       int64_t inside = 0;
       for (int64_t i = 0; i < N; ++i) {
+        ASSERT_EQ(gpu[0][i], cpu[0][i]) << i;  // a max is exact
         if (valid == 0) {
-          ASSERT_TRUE(std::isinf(gpu_lse[i]) && gpu_lse[i] < 0) << i;
-          ASSERT_TRUE(std::isinf(cpu_lse[i]) && cpu_lse[i] < 0) << i;
-        } else {
-          ASSERT_NEAR(gpu_lse[i], cpu_lse[i], 1e-5 * (1 + std::abs(cpu_lse[i]))) << i;
+          ASSERT_TRUE(std::isinf(gpu[0][i]) && gpu[0][i] < 0) << i;
+          ASSERT_EQ(gpu[1][i], 0.0) << i;
         }
-        ASSERT_EQ(gpu_t[i], cpu_t[i]) << i;
+        ASSERT_NEAR(gpu[1][i], cpu[1][i], 1e-5 * (1 + std::abs(cpu[1][i]))) << i;
+        ASSERT_EQ(gpu[2][i], cpu[2][i]) << i;
         const int64_t local = t[i] - vocab_start;
         inside += local >= 0 && local < valid;
         if (!(local >= 0 && local < valid)) {
-          ASSERT_EQ(gpu_t[i], 0.0) << i;
+          ASSERT_EQ(gpu[2][i], 0.0) << i;
         }
       }
       if (valid > 0) {

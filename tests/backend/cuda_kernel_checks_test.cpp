@@ -104,8 +104,8 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
                std::invalid_argument);
   EXPECT_THROW(vocab_ce_sumexp(nullptr, ScalarType::F32, nullptr, 2, 10, 10, 11, nullptr, nullptr),
                std::invalid_argument);
-  EXPECT_THROW(vocab_ce_shard_lse(nullptr, ScalarType::F32, nullptr, true, 2, 10, 10, 0, 11,
-                                  nullptr, nullptr, nullptr),
+  EXPECT_THROW(vocab_ce_shard_sums(nullptr, ScalarType::F32, nullptr, true, 2, 10, 10, 0, 11,
+                                   nullptr, nullptr, nullptr, nullptr),
                std::invalid_argument);
   EXPECT_THROW(scale_by_ratio(nullptr, ScalarType::BF16, 2, 10, 9, nullptr, 1.0, nullptr),
                std::invalid_argument);  // rows overlap

@@ -378,16 +378,17 @@ class Backend {
   // the target is in this shard (else 0); both (N) in stat_dtype.
   virtual void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                 int64_t valid, Tensor& row_max, Tensor& target_logit) = 0;
-  // Steps 1 and 2 as one pass over the shard: per row, the log-sum-exp of
-  // its valid columns (-inf where it has none) and the target's logit when
-  // the target is in this shard (else 0); both (N) in stat_dtype. The shards'
-  // log-sum-exps then stand in for their columns: with M their max over the
-  // shards, sum exp(lse - M) over the shards is the sum of exponentials
-  // against M (vocab_ce_sumexp over the (N, 1) column of lse gives a shard's
-  // part). The default composes vocab_ce_partial, vocab_ce_sumexp against the
-  // shard's own max and vocab_ce_loss; the CUDA backend reads the logits once.
-  virtual void vocab_ce_shard_lse(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
-                                  int64_t valid, Tensor& lse, Tensor& target_logit);
+  // Steps 1 and 2 as one pass over the shard, the sum of exponentials
+  // against this shard's own row max: per row, the max over its valid
+  // columns (-inf where it has none), the sum over them of exp(logit - that
+  // max) (0 where none), and the target's logit when the target is in this
+  // shard (else 0); all (N) in stat_dtype. With M the max over the shards,
+  // a shard's sum times exp(its max - M) is its part of the sum against M
+  // (vocab_ce_sumexp over the (N, 1) column of its maxes gives the factor).
+  // The default makes the two calls; the CUDA backend reads the logits once.
+  virtual void vocab_ce_shard_sums(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                   int64_t valid, Tensor& row_max, Tensor& sumexp,
+                                   Tensor& target_logit);
   // Step 2: per row, sum over valid columns of exp(logit - global_max).
   virtual void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
                                Tensor& sumexp) = 0;

@@ -1579,19 +1579,19 @@ void CudaBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, 
   });
 }
 
-void CudaBackend::vocab_ce_shard_lse(const Tensor& logits, const Tensor& targets,
-                                     int64_t vocab_start, int64_t valid, Tensor& lse,
-                                     Tensor& target_logit) {
-  require_nn("vocab_ce_shard_lse", logits.dtype());
-  require_index("vocab_ce_shard_lse", targets);
-  const int64_t ld = matrix_ld(logits, "vocab_ce_shard_lse");
+void CudaBackend::vocab_ce_shard_sums(const Tensor& logits, const Tensor& targets,
+                                      int64_t vocab_start, int64_t valid, Tensor& row_max,
+                                      Tensor& sumexp, Tensor& target_logit) {
+  require_nn("vocab_ce_shard_sums", logits.dtype());
+  require_index("vocab_ce_shard_sums", targets);
+  const int64_t ld = matrix_ld(logits, "vocab_ce_shard_sums");
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
-  launch(s.index, s.stream, "vocab_ce_shard_lse", [&] {
-    k::vocab_ce_shard_lse(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
-                          targets.dtype() == DType::I64, logits.size(0), logits.size(1), ld,
-                          vocab_start, valid, lse.data<float>(), target_logit.data<float>(),
-                          s.stream);
+  launch(s.index, s.stream, "vocab_ce_shard_sums", [&] {
+    k::vocab_ce_shard_sums(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
+                           targets.dtype() == DType::I64, logits.size(0), logits.size(1), ld,
+                           vocab_start, valid, row_max.data<float>(), sumexp.data<float>(),
+                           target_logit.data<float>(), s.stream);
   });
 }
 

@@ -125,8 +125,9 @@ class CudaBackend final : public Backend {
   void scale_by_ratio(const Tensor& actual, double expected, Tensor& x) override;
   void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                         int64_t valid, Tensor& row_max, Tensor& target_logit) override;
-  void vocab_ce_shard_lse(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
-                          int64_t valid, Tensor& lse, Tensor& target_logit) override;
+  void vocab_ce_shard_sums(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                           int64_t valid, Tensor& row_max, Tensor& sumexp,
+                           Tensor& target_logit) override;
   void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
                        Tensor& sumexp) override;
   void vocab_ce_loss(const Tensor& global_max, const Tensor& target_logit, const Tensor& sumexp,

@@ -217,23 +217,25 @@ VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, i
     r.targets = to_device(r.targets, lc.device()).detach();
   }
   Backend& be = backend_for(lc);
-  // One pass over this shard's logits: each row's log-sum-exp over the
-  // shard, and the target's logit where the shard holds it. The largest
-  // shard log-sum-exp M is the rows' reference (no logit exceeds it), and
-  // each shard's exp(lse - M), its columns' sum of exponentials against M,
-  // goes into one sum over the shards with the target's logit: two
-  // collectives and one read of the logits (three and two, with the max
-  // taken first and the exponentials summed in a second pass).
-  Tensor shard_lse = empty({N}, sd, lc.device());
-  Tensor sums = empty({2, N}, sd, lc.device());  // the target's logit, then exp(lse - M)
+  // One pass over this shard's logits: each row's max over the shard, its
+  // sum of exponentials against that max, and the target's logit where the
+  // shard holds it. The rows' max over every shard, M, is all-reduced; each
+  // shard's sum times exp(its max - M) is its sum against M (the factor 1
+  // exactly on the shard holding the max), and those go into one sum over
+  // the shards with the target's logit: two collectives and one read of
+  // the logits (three and two, with the max taken first and the
+  // exponentials summed in a second pass against it).
+  Tensor shard_max = empty({N}, sd, lc.device());
+  Tensor sums = empty({2, N}, sd, lc.device());  // the target's logit, then the sum against M
   Tensor tlogit = make_view(sums, {N}, {1}, 0);
   r.sumexp = make_view(sums, {N}, {1}, N);
-  be.vocab_ce_shard_lse(lc, r.targets, vocab_start, valid, shard_lse, tlogit);
-  r.gmax = clone(shard_lse).detach();
+  be.vocab_ce_shard_sums(lc, r.targets, vocab_start, valid, shard_max, r.sumexp, tlogit);
+  r.gmax = clone(shard_max).detach();
   group->all_reduce(r.gmax, dist::ReduceOp::Max)->wait();
-  // (A shard's log-sum-exp as the one logit of an (N, 1) row: its
-  // exponential against M.)
-  be.vocab_ce_sumexp(reshape(shard_lse, {N, 1}), r.gmax, 1, r.sumexp);
+  // (exp(shard max - M) as the sum of exponentials of an (N, 1) row.)
+  Tensor factor = empty({N}, sd, lc.device());
+  be.vocab_ce_sumexp(reshape(shard_max, {N, 1}), r.gmax, 1, factor);
+  be.binary(BinaryOp::Mul, r.sumexp, factor, r.sumexp);
   group->all_reduce(sums, dist::ReduceOp::Sum)->wait();
   // loss_i = log(sum exp(z - max)) + max - z_target, and their mean, on the
   // logits' device (reading them here would make the host wait for it).
