@@ -360,8 +360,9 @@ __global__ void __launch_bounds__(kMultiThreads)
 
 // One block: each thread adds a fixed stride of the partials in order, then
 // the block sums the threads' totals in a fixed tree.
-__global__ void sum_partials_kernel(const double* partial, int64_t count, double* out,
-                                    bool accumulate) {
+constexpr int kPartialsThreads = 1024;
+__global__ void __launch_bounds__(kPartialsThreads)
+    sum_partials_kernel(const double* partial, int64_t count, double* out, bool accumulate) {
   __shared__ double scratch[32];
   double acc = 0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
@@ -428,7 +429,7 @@ void sum_squares_multi(ScalarType type, const std::vector<SumSquaresTensor>& ten
     check_launch("sum_squares_multi");
     done += blocks;
   }
-  sum_partials_kernel<<<1, 1024, 0, stream>>>(partial, done, out, accumulate);
+  sum_partials_kernel<<<1, kPartialsThreads, 0, stream>>>(partial, done, out, accumulate);
   check_launch("sum_squares_multi (partials)");
 }
 

@@ -9,6 +9,9 @@
 namespace triad::kernels {
 namespace {
 
+// Threads of a row's block. Every kernel launched with them declares them
+// as its bound, so that ptxas holds it to the 128 registers a thread that
+// 512 threads leave (above that the launch would fail, on the GPU only).
 constexpr int kThreads = 512;
 
 // Merges (m, s) pairs: s is the sum of exp(x - m).
@@ -73,8 +76,9 @@ __device__ float row_lse(const T* row, int64_t n) {
 }
 
 template <class T>
-__global__ void ce_forward_kernel(const T* logits, const void* targets, bool t64, int64_t V,
-                                  int64_t ld, int64_t ignore_index, float* losses, float* lse) {
+__global__ void __launch_bounds__(kThreads)
+    ce_forward_kernel(const T* logits, const void* targets, bool t64, int64_t V, int64_t ld,
+                      int64_t ignore_index, float* losses, float* lse) {
   const T* row = logits + blockIdx.x * ld;
   const float l = row_lse(row, V);
   if (threadIdx.x == 0) {
@@ -109,9 +113,10 @@ __device__ __forceinline__ float cap_slope(float z, float cap) {
 }
 
 template <class T, int P>
-__global__ void ce_backward_kernel(const T* logits, const void* targets, bool t64, const float* lse,
-                                   const float* dlosses, const float* dlse, int64_t V, int64_t ld,
-                                   int64_t ignore_index, float cap, T* dlogits) {
+__global__ void __launch_bounds__(kThreads)
+    ce_backward_kernel(const T* logits, const void* targets, bool t64, const float* lse,
+                       const float* dlosses, const float* dlse, int64_t V, int64_t ld,
+                       int64_t ignore_index, float cap, T* dlogits) {
   const int64_t r = blockIdx.x;
   const int64_t t = load_id(targets, t64, r);
   const float g = t == ignore_index ? 0.0f : dlosses[r];
@@ -177,9 +182,9 @@ __global__ void scale_by_ratio_kernel(T* x, int64_t rows, int64_t cols, int64_t 
 }
 
 template <class T>
-__global__ void vce_partial_kernel(const T* logits, const void* targets, bool t64, int64_t ld,
-                                   int64_t vocab_start, int64_t valid, float* row_max,
-                                   float* target_logit) {
+__global__ void __launch_bounds__(kThreads)
+    vce_partial_kernel(const T* logits, const void* targets, bool t64, int64_t ld,
+                       int64_t vocab_start, int64_t valid, float* row_max, float* target_logit) {
   constexpr int V = kPack<T>;
   __shared__ float scratch[32];
   const T* row = logits + blockIdx.x * ld;
@@ -200,9 +205,10 @@ __global__ void vce_partial_kernel(const T* logits, const void* targets, bool t6
 // One pass over a shard's row: its max and sum of exponentials against it,
 // and, from thread 0, the target's logit when it lies here.
 template <class T>
-__global__ void vce_shard_sums_kernel(const T* logits, const void* targets, bool t64, int64_t ld,
-                                      int64_t vocab_start, int64_t valid, float* row_max,
-                                      float* sumexp, float* target_logit) {
+__global__ void __launch_bounds__(kThreads)
+    vce_shard_sums_kernel(const T* logits, const void* targets, bool t64, int64_t ld,
+                          int64_t vocab_start, int64_t valid, float* row_max, float* sumexp,
+                          float* target_logit) {
   const T* row = logits + blockIdx.x * ld;
   float m, s;
   row_max_sum(row, valid, m, s);
@@ -215,8 +221,9 @@ __global__ void vce_shard_sums_kernel(const T* logits, const void* targets, bool
 }
 
 template <class T>
-__global__ void vce_sumexp_kernel(const T* logits, const float* gmax, int64_t ld, int64_t valid,
-                                  float* sumexp) {
+__global__ void __launch_bounds__(kThreads)
+    vce_sumexp_kernel(const T* logits, const float* gmax, int64_t ld, int64_t valid,
+                      float* sumexp) {
   constexpr int V = kPack<T>;
   __shared__ float scratch[32];
   const T* row = logits + blockIdx.x * ld;
@@ -231,17 +238,18 @@ __global__ void vce_sumexp_kernel(const T* logits, const float* gmax, int64_t ld
   if (threadIdx.x == 0) sumexp[blockIdx.x] = s;
 }
 
-__global__ void vce_loss_kernel(const float* gmax, const float* tlogit, const float* sumexp,
-                                int64_t N, float* losses) {
+__global__ void __launch_bounds__(kThreads)
+    vce_loss_kernel(const float* gmax, const float* tlogit, const float* sumexp, int64_t N,
+                    float* losses) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < N) losses[i] = logf(sumexp[i]) + gmax[i] - tlogit[i];
 }
 
 template <class T, int P>
-__global__ void vce_backward_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
-                                    int64_t ld, int64_t vocab_start, int64_t valid,
-                                    const float* gmax, const float* sumexp, const float* dloss,
-                                    const float* dlse, float cap, T* dlogits) {
+__global__ void __launch_bounds__(kThreads)
+    vce_backward_kernel(const T* logits, const void* targets, bool t64, int64_t Vl, int64_t ld,
+                        int64_t vocab_start, int64_t valid, const float* gmax, const float* sumexp,
+                        const float* dloss, const float* dlse, float cap, T* dlogits) {
   const int64_t r = blockIdx.x;
   const float g = dloss[r], m = gmax[r], scale = (g + (dlse ? dlse[r] : 0.0f)) / sumexp[r];
   const int64_t t = load_id(targets, t64, r) - vocab_start;
