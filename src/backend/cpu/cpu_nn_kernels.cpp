@@ -937,29 +937,57 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tenso
   });
 }
 
+namespace {
+
+// The targets of a cross entropy over V classes: each in [0, V) or ignored.
+void check_ce_targets(const Tensor& targets, int64_t N, int64_t V, int64_t ignore_index) {
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t t = load_index(targets, i);
+    if (t != ignore_index && (t < 0 || t >= V)) {
+      throw ValueError("cross_entropy: target " + std::to_string(t) + " at row " +
+                       std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
+    }
+  }
+}
+
+// Row i's log-sum-exp into *lse and its loss against target t into *loss.
+template <class T>
+void ce_row_forward(const T* row, int64_t V, int64_t t, int64_t ignore_index, T* loss, T* lse) {
+  const T mx = row_max(row, V);
+  const double l = mx + std::log(row_sum_exp(row, V, mx));
+  *lse = static_cast<T>(l);
+  *loss = t == ignore_index ? T(0) : static_cast<T>(l - row[t]);
+}
+
+// Row i's gradient (softmax - one-hot) * g, plus softmax * dlse, into out
+// (which may be row itself), from its stored log-sum-exp; softcap > 0: with
+// respect to the uncapped logits.
+template <class T>
+void ce_row_backward(const T* row, int64_t V, int64_t t, int64_t ignore_index, T lse, T dloss,
+                     T dlse, T cap, T* out) {
+  // Ignored rows: no gradient at all.
+  const T g = t == ignore_index ? T(0) : dloss;
+  const T gs = t == ignore_index ? T(0) : g + dlse;  // softmax's weight
+  // (The target's slope is read before the row is overwritten.)
+  const T gt = t == ignore_index ? T(0) : g * cap_slope(row[t], cap);
+  row_scaled_exp_capped(row, V, V, lse, gs, cap, out);
+  if (t != ignore_index) out[t] -= gt;
+}
+
+}  // namespace
+
 void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                        int64_t ignore_index, Tensor& losses, Tensor& lse) {
   dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
     const int64_t ld = matrix_ld(logits, "cross_entropy");
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t t = load_index(targets, i);
-      if (t != ignore_index && (t < 0 || t >= V)) {
-        throw ValueError("cross_entropy: target " + std::to_string(t) + " at row " +
-                         std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
-      }
-    }
+    check_ce_targets(targets, N, V, ignore_index);
     const T* px = logits.data<T>();
     T* pl = losses.data<T>();
     T* ps = lse.data<T>();
     parallel_for(N, N * V > 4096, [&](int64_t i) {
-      const T* row = px + i * ld;
-      const T mx = row_max(row, V);
-      const double l = mx + std::log(row_sum_exp(row, V, mx));
-      ps[i] = static_cast<T>(l);
-      const int64_t t = load_index(targets, i);
-      pl[i] = t == ignore_index ? T(0) : static_cast<T>(l - row[t]);
+      ce_row_forward(px + i * ld, V, load_index(targets, i), ignore_index, pl + i, ps + i);
     });
   });
 }
@@ -978,16 +1006,37 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     const T* pg = dlosses.data<T>();
     const T* pz = dlse.defined() ? dlse.data<T>() : nullptr;
     T* pd = dlogits.data<T>();
+    const T cap = static_cast<T>(softcap);
+    parallel_for(N, N * V > 4096, [&](int64_t i) {
+      ce_row_backward(px + i * ld, V, load_index(targets, i), ignore_index, ps[i], pg[i],
+                      pz ? pz[i] : T(0), cap, pd + i * ld);
+    });
+  });
+}
+
+// Both passes row by row: a row's second read (its gradient) comes from the
+// cache its first (the log-sum-exp) filled, instead of from memory after
+// every other row. Each row's arithmetic is the two calls', so the bits are
+// theirs.
+void CpuBackend::cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
+                                                int64_t ignore_index, Tensor& losses, Tensor& lse,
+                                                const Tensor& dlosses, Tensor& dlogits,
+                                                double softcap) {
+  dispatch_float(logits.dtype(), "cross_entropy_forward_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = logits.size(0), V = logits.size(1);
+    const int64_t ld = same_row_stride(logits, dlogits, "cross_entropy_forward_backward");
+    check_ce_targets(targets, N, V, ignore_index);
+    const T* px = logits.data<T>();
+    T* pl = losses.data<T>();
+    T* ps = lse.data<T>();
+    const T* pg = dlosses.data<T>();
+    T* pd = dlogits.data<T>();
+    const T cap = static_cast<T>(softcap);
     parallel_for(N, N * V > 4096, [&](int64_t i) {
       const int64_t t = load_index(targets, i);
-      // Ignored rows: no gradient at all.
-      const T g = t == ignore_index ? T(0) : pg[i];
-      const T gs = t == ignore_index ? T(0) : g + (pz ? pz[i] : T(0));  // softmax's weight
-      // (The target's slope is read before the row is overwritten.)
-      const T cap = static_cast<T>(softcap);
-      const T gt = t == ignore_index ? T(0) : g * cap_slope(px[i * ld + t], cap);
-      row_scaled_exp_capped(px + i * ld, V, V, ps[i], gs, cap, pd + i * ld);
-      if (t != ignore_index) pd[i * ld + t] -= gt;
+      ce_row_forward(px + i * ld, V, t, ignore_index, pl + i, ps + i);
+      ce_row_backward(px + i * ld, V, t, ignore_index, ps[i], pg[i], T(0), cap, pd + i * ld);
     });
   });
 }

@@ -257,6 +257,19 @@ void HalfAdapter::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   w.finish();
 }
 
+void HalfAdapter::cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
+                                                 int64_t ignore_index, Tensor& losses, Tensor& lse,
+                                                 const Tensor& dlosses, Tensor& dlogits,
+                                                 double softcap) {
+  Widen w(inner_);
+  // In place (the gradient over the logits): one widened copy, read for the
+  // loss and written with the gradient, where the two calls widen twice.
+  Tensor o = same_data(logits, dlogits) ? w.inout(dlogits) : w.out(dlogits);
+  inner_.cross_entropy_forward_backward(same_data(logits, dlogits) ? o : w.in(logits), targets,
+                                        ignore_index, losses, lse, dlosses, o, softcap);
+  w.finish();
+}
+
 void HalfAdapter::vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                    int64_t valid, Tensor& row_max, Tensor& target_logit) {
   Widen w(inner_);

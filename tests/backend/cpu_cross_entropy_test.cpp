@@ -1,0 +1,118 @@
+// The CPU backend's cross entropy written with its gradient in one call
+// (cross_entropy_forward_backward): row by row, the bits of
+// cross_entropy_forward followed by cross_entropy_backward, over rows padded
+// apart as the head's logits are, with ignored rows and a soft cap, in place
+// over the logits or into another buffer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "triad/backend/backend.h"
+#include "triad/core/error.h"
+#include "triad/ops.h"
+
+namespace triad {
+namespace {
+
+constexpr int64_t kN = 7, kV = 67, kLd = 128, kIgnore = -100;
+
+// Logits (kN, kV) whose rows lie kLd apart in their buffer, the padding
+// holding a value the calls must neither read nor write (exact in bf16).
+Tensor padded_logits(DType dtype) {
+  std::vector<double> v(static_cast<size_t>(kN * kLd), 1280.0);
+  for (int64_t i = 0; i < kN; ++i) {
+    for (int64_t j = 0; j < kV; ++j) {
+      v[static_cast<size_t>(i * kLd + j)] = 3.0 * std::sin(0.37 * static_cast<double>(i * kV + j));
+    }
+  }
+  const Tensor rows = from_vector(v, {kN, kLd}, dtype);
+  return make_view(rows, {kN, kV}, {kLd, 1}, 0);
+}
+
+std::vector<double> values(const Tensor& t) {
+  return to_double_vector(contiguous(t));
+}
+
+// All of the buffer under a row-strided view, padding included.
+std::vector<double> buffer(const Tensor& view) {
+  return values(make_view(view, {kN, kLd}, {kLd, 1}, view.offset()));
+}
+
+struct Result {
+  std::vector<double> losses, lse, dlogits, logits_after;
+};
+
+Result run(DType dtype, double softcap, bool fused, bool in_place) {
+  const DType sd = dtype == DType::F64 ? DType::F64 : DType::F32;
+  Tensor logits = padded_logits(dtype);
+  const Tensor targets =
+      from_vector(std::vector<int64_t>{3, kIgnore, 66, 0, 41, kIgnore, 12}, {kN}, DType::I64);
+  Tensor losses = empty({kN}, sd, logits.device()), lse = empty({kN}, sd, logits.device());
+  const Tensor dlosses =
+      from_vector(std::vector<double>{0.5, 0.25, -0.75, 1.5, 0.125, 2.0, -0.375}, {kN}, sd);
+  Tensor dlogits = in_place ? logits : padded_logits(dtype);
+  Backend& be = backend_for(logits);
+  if (fused) {
+    be.cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse, dlosses, dlogits,
+                                      softcap);
+  } else {
+    be.cross_entropy_forward(logits, targets, kIgnore, losses, lse);
+    be.cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), kIgnore, dlogits, softcap);
+  }
+  return {values(losses), values(lse), buffer(dlogits), buffer(logits)};
+}
+
+TEST(CpuCrossEntropy, WrittenWithItsGradientItIsTheTwoCallsBits) {
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
+    for (double softcap : {0.0, 2.5}) {
+      for (bool in_place : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " cap " + std::to_string(softcap) +
+                     (in_place ? " in place" : " into another buffer"));
+        const Result two = run(dtype, softcap, false, in_place);
+        const Result one = run(dtype, softcap, true, in_place);
+        EXPECT_EQ(one.losses, two.losses);
+        EXPECT_EQ(one.lse, two.lse);
+        EXPECT_EQ(one.dlogits, two.dlogits);
+        EXPECT_EQ(one.logits_after, two.logits_after);
+        // Ignored rows: no loss and no gradient; the padding untouched.
+        EXPECT_EQ(one.losses[1], 0.0);
+        for (int64_t j = 0; j < kV; ++j) EXPECT_EQ(one.dlogits[kLd + j], 0.0) << j;
+        for (int64_t i = 0; i < kN; ++i) EXPECT_EQ(one.dlogits[i * kLd + kV], 1280.0) << i;
+        // A row's gradient: its softmax less the target's one, times its
+        // loss's gradient (uncapped: the gradient sums to zero over the row).
+        if (softcap == 0.0) {
+          double sum = 0;
+          for (int64_t j = 0; j < kV; ++j) sum += one.dlogits[3 * kLd + j];
+          EXPECT_NEAR(sum, 0.0, dtype == DType::BF16 ? 2e-2 : 1e-5);
+          EXPECT_LT(one.dlogits[3 * kLd + 0], 0.0);  // the target's, times 1.5
+        }
+        if (!in_place) {
+          EXPECT_EQ(one.logits_after, buffer(padded_logits(dtype)));
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuCrossEntropy, ATargetOutsideTheClassesIsRefusedBeforeAnythingIsWritten) {
+  Tensor logits = padded_logits(DType::F32);
+  const std::vector<double> before = buffer(logits);
+  const Tensor targets =
+      from_vector(std::vector<int64_t>{3, 1, 67, 0, 41, 2, 12}, {kN}, DType::I64);
+  Tensor losses = zeros({kN}, DType::F32), lse = zeros({kN}, DType::F32);
+  const Tensor dlosses = full({kN}, 1.0, DType::F32);
+  try {
+    backend_for(logits).cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse,
+                                                       dlosses, logits, 0.0);
+    FAIL() << "a target of 67 among 67 classes was taken";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("target 67 at row 2"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(buffer(logits), before);
+  EXPECT_EQ(values(losses), std::vector<double>(kN, 0.0));
+}
+
+}  // namespace
+}  // namespace triad
