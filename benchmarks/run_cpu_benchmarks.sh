@@ -3,7 +3,9 @@
 # training tokens/s of the fixed GPT (6 layers, d_model 384, 6 heads, vocab
 # 8192, seq 256, batch 8) in Triad and in PyTorch-CPU, and the two targets:
 # Triad >= 2x PyTorch tokens/s, Triad model FLOP/s >= 50% of the sgemm rate.
-# Last, a mixture's host routing per layer and micro-batch (bench_routing).
+# Last, a mixture's host routing per layer and micro-batch (bench_routing),
+# and the head's cross entropy written with its gradient in one call against
+# two (bench_cross_entropy).
 #   benchmarks/run_cpu_benchmarks.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,3 +34,4 @@ print(f"tokens/s: triad {t['tokens_per_s']:.0f}, pytorch {p['tokens_per_s']:.0f}
 print(f"model FLOP/s: triad {t['model_gflops']:.1f} GFLOP/s = {100*frac:.0f}% of sgemm {sgemm:.1f} (target >= 50%)")
 PYEOF
 "$BUILD_DIR/benchmarks/bench_routing" --tokens 4096 --repeat 10
+"$BUILD_DIR/benchmarks/bench_cross_entropy" --benchmark_min_time=1
