@@ -355,9 +355,9 @@ class Backend {
   // (given now: a training step knows its loss's gradient before its
   // backward pass) and no dlse, in one pass over the logits where the
   // backend can: the same losses, lse and dlogits. dlogits may be the
-  // logits. The default makes the two calls; the CUDA backend's one kernel
-  // a row reads the row for its log-sum-exp and again, from cache, for the
-  // gradient it writes.
+  // logits. The default makes the two calls; the CPU backend (row by row)
+  // and the CUDA backend (one kernel, a block a row) read a row for its
+  // log-sum-exp and again, from cache, for the gradient they write.
   virtual void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                               int64_t ignore_index, Tensor& losses, Tensor& lse,
                                               const Tensor& dlosses, Tensor& dlogits,
