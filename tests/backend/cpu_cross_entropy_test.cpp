@@ -96,22 +96,89 @@ TEST(CpuCrossEntropy, WrittenWithItsGradientItIsTheTwoCallsBits) {
   }
 }
 
-TEST(CpuCrossEntropy, ATargetOutsideTheClassesIsRefusedBeforeAnythingIsWritten) {
-  Tensor logits = padded_logits(DType::F32);
-  const std::vector<double> before = buffer(logits);
-  const Tensor targets =
-      from_vector(std::vector<int64_t>{3, 1, 67, 0, 41, 2, 12}, {kN}, DType::I64);
-  Tensor losses = zeros({kN}, DType::F32), lse = zeros({kN}, DType::F32);
-  const Tensor dlosses = full({kN}, 1.0, DType::F32);
-  try {
-    backend_for(logits).cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse,
-                                                       dlosses, logits, 0.0);
-    FAIL() << "a target of 67 among 67 classes was taken";
-  } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("target 67 at row 2"), std::string::npos) << e.what();
+// Half logits (rows padded apart, as the head's) widened to f32, run there
+// and rounded back: every output has the bits of the f32 backend on the
+// widened matrix, in one call and in two, and a bad target in the last row
+// is refused before any row's logits are overwritten by their gradient.
+TEST(CpuCrossEntropy, HalfLogitsGiveTheBitsOfTheirF32Widening) {
+  constexpr int64_t N = 24, V = 50257;
+  const int64_t ld = padded_logits_row(V);
+  std::vector<int64_t> t(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i)
+    t[static_cast<size_t>(i)] = i % 13 == 5 ? kIgnore : (i * 7919) % V;
+  const Tensor targets = from_vector(t, {N}, DType::I64);
+  std::vector<double> g(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i)
+    g[static_cast<size_t>(i)] = 0.01 * static_cast<double>(i % 17 - 8);
+  const Tensor dlosses = from_vector(g, {N}, DType::F32);
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    for (double softcap : {0.0, 4.0}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " cap " + std::to_string(softcap));
+      const Tensor rows = randn({N, ld}, 5, 1, 2.0, dtype);
+      auto logits_of = [&](const Tensor& buffer) { return make_view(buffer, {N, V}, {ld, 1}, 0); };
+      // The reference: the whole matrix widened, the f32 backend, rounded.
+      Tensor wide = contiguous(cast(logits_of(rows), DType::F32));
+      Tensor ref_losses = empty({N}, DType::F32), ref_lse = empty({N}, DType::F32);
+      Backend& f32 = backend_for(wide);
+      f32.cross_entropy_forward_backward(wide, targets, kIgnore, ref_losses, ref_lse, dlosses, wide,
+                                         softcap);
+      const std::vector<double> ref_grad = values(cast(wide, dtype));
+      // In place over the half logits, in one call and in two.
+      for (bool fused : {true, false}) {
+        Tensor buffer = randn({N, ld}, 5, 1, 2.0, dtype);  // (rows' values, its own)
+        Tensor logits = logits_of(buffer);
+        Tensor losses = empty({N}, DType::F32), lse = empty({N}, DType::F32);
+        Backend& be = backend_for(logits);
+        if (fused) {
+          be.cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse, dlosses, logits,
+                                            softcap);
+        } else {
+          be.cross_entropy_forward(logits, targets, kIgnore, losses, lse);
+          be.cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), kIgnore, logits,
+                                    softcap);
+        }
+        EXPECT_EQ(values(losses), values(ref_losses)) << (fused ? "one call" : "two calls");
+        EXPECT_EQ(values(lse), values(ref_lse)) << (fused ? "one call" : "two calls");
+        EXPECT_EQ(values(logits), ref_grad) << (fused ? "one call" : "two calls");
+        // The padding past each row's V classes is as it was.
+        EXPECT_EQ(values(make_view(buffer, {N, ld - V}, {ld, 1}, V)),
+                  values(make_view(rows, {N, ld - V}, {ld, 1}, V)));
+      }
+    }
   }
-  EXPECT_EQ(buffer(logits), before);
-  EXPECT_EQ(values(losses), std::vector<double>(kN, 0.0));
+  // A bad target in the last row: nothing overwritten.
+  std::vector<int64_t> bad = t;
+  bad.back() = V;
+  const Tensor rows = randn({N, ld}, 5, 2, 2.0, DType::BF16);
+  Tensor logits = make_view(rows, {N, V}, {ld, 1}, 0);
+  const std::vector<double> before = values(logits);
+  Tensor losses = empty({N}, DType::F32), lse = empty({N}, DType::F32);
+  EXPECT_THROW(
+      backend_for(logits).cross_entropy_forward_backward(
+          logits, from_vector(bad, {N}, DType::I64), kIgnore, losses, lse, dlosses, logits, 0.0),
+      ValueError);
+  EXPECT_EQ(values(logits), before);
+}
+
+TEST(CpuCrossEntropy, ATargetOutsideTheClassesIsRefusedBeforeAnythingIsWritten) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor logits = padded_logits(dtype);
+    const std::vector<double> before = buffer(logits);
+    const Tensor targets =
+        from_vector(std::vector<int64_t>{3, 1, 67, 0, 41, 2, 12}, {kN}, DType::I64);
+    Tensor losses = zeros({kN}, DType::F32), lse = zeros({kN}, DType::F32);
+    const Tensor dlosses = full({kN}, 1.0, DType::F32);
+    try {
+      backend_for(logits).cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse,
+                                                         dlosses, logits, 0.0);
+      FAIL() << "a target of 67 among 67 classes was taken";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("target 67 at row 2"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(buffer(logits), before);
+    EXPECT_EQ(values(losses), std::vector<double>(kN, 0.0));
+  }
 }
 
 }  // namespace
