@@ -40,6 +40,19 @@ std::vector<double> buffer(const Tensor& view) {
   return values(make_view(view, {kN, kLd}, {kLd, 1}, view.offset()));
 }
 
+// The loss and the logits' gradient in one call (fused) or in two.
+void loss_and_gradient(bool fused, const Tensor& logits, const Tensor& targets, Tensor& losses,
+                       Tensor& lse, const Tensor& dlosses, Tensor& dlogits, double softcap) {
+  Backend& be = backend_for(logits);
+  if (fused) {
+    be.cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse, dlosses, dlogits,
+                                      softcap);
+  } else {
+    be.cross_entropy_forward(logits, targets, kIgnore, losses, lse);
+    be.cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), kIgnore, dlogits, softcap);
+  }
+}
+
 struct Result {
   std::vector<double> losses, lse, dlogits, logits_after;
 };
@@ -53,14 +66,7 @@ Result run(DType dtype, double softcap, bool fused, bool in_place) {
   const Tensor dlosses =
       from_vector(std::vector<double>{0.5, 0.25, -0.75, 1.5, 0.125, 2.0, -0.375}, {kN}, sd);
   Tensor dlogits = in_place ? logits : padded_logits(dtype);
-  Backend& be = backend_for(logits);
-  if (fused) {
-    be.cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse, dlosses, dlogits,
-                                      softcap);
-  } else {
-    be.cross_entropy_forward(logits, targets, kIgnore, losses, lse);
-    be.cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), kIgnore, dlogits, softcap);
-  }
+  loss_and_gradient(fused, logits, targets, losses, lse, dlosses, dlogits, softcap);
   return {values(losses), values(lse), buffer(dlogits), buffer(logits)};
 }
 
@@ -128,15 +134,7 @@ TEST(CpuCrossEntropy, HalfLogitsGiveTheBitsOfTheirF32Widening) {
         Tensor buffer = randn({N, ld}, 5, 1, 2.0, dtype);  // (rows' values, its own)
         Tensor logits = logits_of(buffer);
         Tensor losses = empty({N}, DType::F32), lse = empty({N}, DType::F32);
-        Backend& be = backend_for(logits);
-        if (fused) {
-          be.cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse, dlosses, logits,
-                                            softcap);
-        } else {
-          be.cross_entropy_forward(logits, targets, kIgnore, losses, lse);
-          be.cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), kIgnore, logits,
-                                    softcap);
-        }
+        loss_and_gradient(fused, logits, targets, losses, lse, dlosses, logits, softcap);
         EXPECT_EQ(values(losses), values(ref_losses)) << (fused ? "one call" : "two calls");
         EXPECT_EQ(values(lse), values(ref_lse)) << (fused ? "one call" : "two calls");
         EXPECT_EQ(values(logits), ref_grad) << (fused ? "one call" : "two calls");
