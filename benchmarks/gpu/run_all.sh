@@ -20,7 +20,8 @@
 #      autotuned, 350M with its MLPs' first bias gradients from the
 #      GELU-derivative GEMM's epilogue, 350M with its projections' bias
 #      gradients from the add-norm backward, both models with a step that
-#      never waits for the device (--sync-free), a mixture of SwiGLU
+#      never waits for the device (--sync-free), the example trainer
+#      (triad-train) on 350M's batch, a mixture of SwiGLU
 #      experts (grouped products), a mixture under an expert capacity with
 #      the router z-loss, 350M with its bias gradients from
 #      the weight GEMM's epilogue (none by the column-sum kernel), and both
@@ -132,6 +133,9 @@ NEED_KERNELS=${NEED_KERNELS:-25}
 NEED_NCCL=${NEED_NCCL:-10}
 NEED_TRIAD_RUN=${NEED_TRIAD_RUN:-10}
 NEED_TORCH_RUN=${NEED_TORCH_RUN:-60}
+# (Not yet timed on a GPU: 350M's start, 12 steps and its 0.7 GB of weights
+# written, guessed from bench_train_gpu's runs.)
+NEED_TRAINER_RUN=${NEED_TRAINER_RUN:-30}
 
 # A hash of the sources the programs are built from (a pack is unpacked only
 # where it is the same).
@@ -167,7 +171,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 
 # The programs the steps run, under BUILD_DIR (all that a pack holds).
-programs=(examples/triad-devices examples/triad-plan tests/triad_gpu_tests
+programs=(examples/triad-devices examples/triad-plan examples/triad-train tests/triad_gpu_tests
           benchmarks/bench_kernels_gpu benchmarks/bench_collectives benchmarks/bench_train_gpu)
 compile() {
   echo "== build ($BUILD_DIR, sm_$ARCHS)"
@@ -348,6 +352,25 @@ bench_train --preset 350m --batch "$(batch_of 350m)" --add-norm-bias-sums --prof
 for preset in 124m 350m; do
   bench_train --preset $preset --batch "$(batch_of $preset)" --sync-free
 done
+# The example trainer on 350M's batch (benchmarks/gpu/trainer_350m.yaml, 12
+# steps of random tokens): what a user of triad-train gets, the batches
+# drawn from a file and the loss and the norm read every step, beside
+# bench_train_gpu's step (the table's "triad-train" row, against the first
+# 350M run). Its files stay out of OUT (only 8 come back).
+if [ -x "$BUILD_DIR/examples/triad-train" ] && fits "$NEED_TRAINER_RUN" "triad-train 350m"; then
+  trainer_dir="$BUILD_DIR/trainer_run"
+  rm -rf "$trainer_dir" && mkdir -p "$trainer_dir"
+  batch=$(batch_of 350m)
+  python3 benchmarks/gpu/trainer_step_time.py shard "$trainer_dir/tokens.bin" \
+    --tokens $((14 * batch * 1025)) --vocab 50257 &&
+    bounded "$BUILD_DIR/examples/triad-train" --config benchmarks/gpu/trainer_350m.yaml \
+      --set train.global_batch_size="$batch" --set train.micro_batch_size="$batch" \
+      --set data.train="$trainer_dir/tokens.bin" --set output.dir="$trainer_dir/out" \
+      --set log.peak_tflops="$PEAK" >"$trainer_dir/train.log" 2>&1 &&
+    python3 benchmarks/gpu/trainer_step_time.py summary "$trainer_dir/out/metrics.jsonl" \
+      --preset 350m --batch "$batch" --seq 1024 | tee -a "$OUT/train.jsonl"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "   (triad-train 350m failed)"; tail -5 "$trainer_dir/train.log"; status=1; }
+fi
 batch=$(batch_of 124m)
 # GPT-2's own vocabulary (50257, odd): linear_cross_entropy's padded logits
 # rows and zero-padded weight copy keep it near the padded 50304's speed

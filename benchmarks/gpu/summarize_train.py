@@ -93,12 +93,19 @@ def summarize(runs):
         if impl == "planner":  # (a prediction for the model's first run)
             r = dict(r, batch=r.get("micro_batch"), step_ms=1e3 * r.get("step_time_s", 0.0))
         k = key(r)
-        name = {"pytorch": "PyTorch", "planner": "the planner's prediction"}.get(impl) or label(r)
+        name = {"pytorch": "PyTorch", "planner": "the planner's prediction",
+                "triad-train": "triad-train (the example trainer)"}.get(impl) or label(r)
         tps = r.get("tokens_per_s", 0.0)
+        if impl == "triad-train" and "mfu" not in r and k in first:
+            # (The same model and batch as the first run: its MFU at this pace.)
+            base = first[k]
+            if base.get("tokens_per_s"):
+                r = dict(r, mfu=base.get("mfu", 0.0) * tps / base["tokens_per_s"])
         vs_torch = vs_first = ""
-        if impl == "triad" and k in torch and torch[k].get("tokens_per_s"):
+        measured = impl in ("triad", "triad-train")
+        if measured and k in torch and torch[k].get("tokens_per_s"):
             vs_torch = f"{tps / torch[k]['tokens_per_s']:.4f}x"
-        if impl == "triad" and first[k] is not r and first[k].get("tokens_per_s"):
+        if measured and k in first and first[k] is not r and first[k].get("tokens_per_s"):
             vs_first = f"{100.0 * (tps / first[k]['tokens_per_s'] - 1.0):+.2f}%"
         host = ""
         if "gemm_queries_per_step" in r and "system_allocs_per_step" in r:
