@@ -5,15 +5,9 @@
 # after the warm-up as train.jsonl's triad-train line; bad arguments are
 # refused by name.
 # Variables: PYTHON, SCRIPT (trainer_step_time.py), CONFIG, TRAIN (triad-train), WORK.
+include(${CMAKE_CURRENT_LIST_DIR}/../train/e2e_common.cmake)  # run, run_expecting_error
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
-function(run what)
-  execute_process(COMMAND ${ARGN} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
-  endif()
-  set(out "${out}" PARENT_SCOPE)
-endfunction()
 run("the shard" ${PYTHON} ${SCRIPT} shard ${WORK}/tokens.bin --tokens 20000 --vocab 300)
 file(SIZE ${WORK}/tokens.bin bytes)
 if(NOT bytes EQUAL 41024)  # the 1024-byte header and 2 bytes a token
@@ -25,6 +19,7 @@ run("triad-train" ${TRAIN} --config ${CONFIG} --set device=cpu --set train.preci
     --set data.train=${WORK}/tokens.bin --set output.dir=${WORK}/out)
 run("the summary" ${PYTHON} ${SCRIPT} summary ${WORK}/out/metrics.jsonl --preset tiny --batch 4
     --seq 64)
+set(out "${run_output}")
 string(JSON impl GET "${out}" impl)
 string(JSON timed GET "${out}" steps_timed)
 string(JSON step_ms GET "${out}" step_ms)
@@ -35,14 +30,8 @@ endif()
 if(NOT step_ms GREATER 0 OR NOT tps GREATER 0)
   message(FATAL_ERROR "summary ${out}: a step time and a pace above 0 expected")
 endif()
-execute_process(COMMAND ${PYTHON} ${SCRIPT} shard ${WORK}/bad.bin --tokens 10 --vocab 70000
-                ERROR_VARIABLE err RESULT_VARIABLE rc)
-if(rc EQUAL 0 OR NOT err MATCHES "--vocab 70000: expected 1 to 65536")
-  message(FATAL_ERROR "a vocabulary of 70000 was taken (${rc}): ${err}")
-endif()
-execute_process(COMMAND ${PYTHON} ${SCRIPT} summary ${WORK}/out/metrics.jsonl --preset tiny
-                        --batch 4 --seq 64 --skip 12
-                ERROR_VARIABLE err RESULT_VARIABLE rc)
-if(rc EQUAL 0 OR NOT err MATCHES "12 steps, none after the first 12")
-  message(FATAL_ERROR "a summary of no steps was given (${rc}): ${err}")
-endif()
+run_expecting_error("a vocabulary of 70000" "--vocab 70000: expected 1 to 65536" ${PYTHON}
+                    ${SCRIPT} shard ${WORK}/bad.bin --tokens 10 --vocab 70000)
+run_expecting_error("a summary of no steps" "12 steps, none after the first 12" ${PYTHON}
+                    ${SCRIPT} summary ${WORK}/out/metrics.jsonl --preset tiny --batch 4 --seq 64
+                    --skip 12)
