@@ -357,7 +357,9 @@ done
 # drawn from a file and the loss and the norm read every step, beside
 # bench_train_gpu's step (the table's "triad-train" row, against the first
 # 350M run). Its files stay out of OUT (only 8 come back).
-if [ -x "$BUILD_DIR/examples/triad-train" ] && fits "$NEED_TRAINER_RUN" "triad-train 350m"; then
+if [ ! -x "$BUILD_DIR/examples/triad-train" ]; then
+  echo "   (no triad-train in $BUILD_DIR: a pack from before it joined; the trainer's row left out)"
+elif fits "$NEED_TRAINER_RUN" "triad-train 350m"; then
   trainer_dir="$BUILD_DIR/trainer_run"
   rm -rf "$trainer_dir" && mkdir -p "$trainer_dir"
   batch=$(batch_of 350m)

@@ -950,7 +950,7 @@ void check_ce_targets(const Tensor& targets, int64_t N, int64_t V, int64_t ignor
   }
 }
 
-// Row i's log-sum-exp into *lse and its loss against target t into *loss.
+// A row's log-sum-exp into *lse and its loss against target t into *loss.
 template <class T>
 void ce_row_forward(const T* row, int64_t V, int64_t t, int64_t ignore_index, T* loss, T* lse) {
   const T mx = row_max(row, V);
@@ -959,7 +959,7 @@ void ce_row_forward(const T* row, int64_t V, int64_t t, int64_t ignore_index, T*
   *loss = t == ignore_index ? T(0) : static_cast<T>(l - row[t]);
 }
 
-// Row i's gradient (softmax - one-hot) * g, plus softmax * dlse, into out
+// A row's gradient (softmax - one-hot) * dloss, plus softmax * dlse, into out
 // (which may be row itself), from its stored log-sum-exp; softcap > 0: with
 // respect to the uncapped logits.
 template <class T>
