@@ -1,5 +1,6 @@
 // Fused cross entropy: one block per row; each thread keeps an online
 // (max, sum of exp) pair over its columns, merged across the block.
+#include <algorithm>
 #include <cfloat>
 #include <type_traits>
 
@@ -9,10 +10,26 @@
 namespace triad::kernels {
 namespace {
 
-// Threads of a row's block. Every kernel launched with them declares them
-// as its bound, so that ptxas holds it to the 128 registers a thread that
-// 512 threads leave (above that the launch would fail, on the GPU only).
+// Most threads of a row's block (row_threads). Every kernel launched with
+// up to them declares them as its bound, so that ptxas holds it to the 128
+// registers a thread that 512 threads leave (above that the launch would
+// fail, on the GPU only).
 constexpr int kThreads = 512;
+
+// Threads for a block that reads a row of n elements in packs of P (what
+// block_row_packs hands out): a warp for every 32 packs, at most `most`.
+// Below `most`, every thread holds at most one pack and one element of the
+// row's unaligned head and tail (fewer than P <= 8 each), as it would in a
+// block of `most`, whose other threads only bring the neutral (-inf, 0)
+// pair, 0 or -inf to the block's reductions: a row's sums have the same
+// bits in either block. A row of GPT-2's vocabulary (or a vocabulary
+// shard of a few thousand) fills `most`; a short row no longer launches
+// hundreds of threads with nothing to read.
+template <int P>
+unsigned row_threads(int64_t n, int most) {
+  const int64_t warps = std::max<int64_t>(1, (n + 32 * P - 1) / (32 * P));
+  return static_cast<unsigned>(std::min<int64_t>(most, warps * 32));
+}
 
 // Merges (m, s) pairs: s is the sum of exp(x - m).
 __device__ __forceinline__ void merge(float& m, float& s, float om, float os) {
@@ -135,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
 // logit is read before any thread can write (dlogits may be the logits),
 // and every thread takes thread 0's log-sum-exp, the one stored, so the
 // gradient's bits are the two kernels'.
-// A block of 1024 threads, twice the others': half as many rows in flight
+// Blocks of up to 1024 threads, twice the others': half as many rows in flight
 // (2 blocks a multiprocessor, not 4), so that the rows read but not yet
 // reread (264 of 100 KB at GPT-2's vocabulary on an H200) fit in L2.
 constexpr int kFusedThreads = 1024;
@@ -292,8 +309,9 @@ void cross_entropy_forward(const void* logits, ScalarType type, const void* targ
   if (N == 0) return;
   dispatch_nn(type, "cross_entropy_forward", [&](auto t) {
     using T = decltype(t);
-    ce_forward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), targets, targets64, V, ld, ignore_index, losses, lse);
+    ce_forward_kernel<T>
+        <<<static_cast<unsigned>(N), row_threads<kPack<T>>(V, kThreads), 0, stream>>>(
+            static_cast<const T*>(logits), targets, targets64, V, ld, ignore_index, losses, lse);
   });
   check_launch("cross_entropy_forward");
 }
@@ -308,9 +326,11 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
   dispatch_nn(type, "cross_entropy_backward", [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto p) {
-      ce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-          static_cast<const T*>(logits), targets, targets64, lse, dlosses, dlse, V, ld,
-          ignore_index, static_cast<float>(softcap), static_cast<T*>(dlogits));
+      constexpr int P = decltype(p)::value;
+      ce_backward_kernel<T, P>
+          <<<static_cast<unsigned>(N), row_threads<P>(V, kThreads), 0, stream>>>(
+              static_cast<const T*>(logits), targets, targets64, lse, dlosses, dlse, V, ld,
+              ignore_index, static_cast<float>(softcap), static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {
       launch(std::integral_constant<int, kPack<T>>{});
@@ -330,10 +350,13 @@ void cross_entropy_forward_backward(const void* logits, ScalarType type, const v
   dispatch_nn(type, "cross_entropy_forward_backward", [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto p) {
+      // (The log-sum-exp reads packs of kPack<T>, the gradient P: at most
+      // the former's count.)
       ce_forward_backward_kernel<T, decltype(p)::value>
-          <<<static_cast<unsigned>(N), kFusedThreads, 0, stream>>>(
-              static_cast<const T*>(logits), targets, targets64, dlosses, V, ld, ignore_index,
-              static_cast<float>(softcap), losses, lse, static_cast<T*>(dlogits));
+          <<<static_cast<unsigned>(N), row_threads<decltype(p)::value>(V, kFusedThreads), 0,
+             stream>>>(static_cast<const T*>(logits), targets, targets64, dlosses, V, ld,
+                       ignore_index, static_cast<float>(softcap), losses, lse,
+                       static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {
       launch(std::integral_constant<int, kPack<T>>{});
@@ -380,9 +403,10 @@ void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, 
   if (N == 0) return;
   dispatch_nn(type, "vocab_ce_partial", [&](auto t) {
     using T = decltype(t);
-    vce_partial_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), targets, targets64, ld, vocab_start, valid, row_max,
-        target_logit);
+    vce_partial_kernel<T>
+        <<<static_cast<unsigned>(N), row_threads<kPack<T>>(valid, kThreads), 0, stream>>>(
+            static_cast<const T*>(logits), targets, targets64, ld, vocab_start, valid, row_max,
+            target_logit);
   });
   check_launch("vocab_ce_partial");
 }
@@ -394,9 +418,10 @@ void vocab_ce_shard_sums(const void* logits, ScalarType type, const void* target
   if (N == 0) return;
   dispatch_nn(type, "vocab_ce_shard_sums", [&](auto t) {
     using T = decltype(t);
-    vce_shard_sums_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), targets, targets64, ld, vocab_start, valid, row_max, sumexp,
-        target_logit);
+    vce_shard_sums_kernel<T>
+        <<<static_cast<unsigned>(N), row_threads<kPack<T>>(valid, kThreads), 0, stream>>>(
+            static_cast<const T*>(logits), targets, targets64, ld, vocab_start, valid, row_max,
+            sumexp, target_logit);
   });
   check_launch("vocab_ce_shard_sums");
 }
@@ -407,8 +432,9 @@ void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_ma
   if (N == 0) return;
   dispatch_nn(type, "vocab_ce_sumexp", [&](auto t) {
     using T = decltype(t);
-    vce_sumexp_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), global_max, ld, valid, sumexp);
+    vce_sumexp_kernel<T>
+        <<<static_cast<unsigned>(N), row_threads<kPack<T>>(valid, kThreads), 0, stream>>>(
+            static_cast<const T*>(logits), global_max, ld, valid, sumexp);
   });
   check_launch("vocab_ce_sumexp");
 }
@@ -432,9 +458,12 @@ void vocab_ce_backward(const void* logits, ScalarType type, const void* targets,
   dispatch_nn(type, "vocab_ce_backward", [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto p) {
-      vce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-          static_cast<const T*>(logits), targets, targets64, Vl, ld, vocab_start, valid, global_max,
-          sumexp, dloss, dlse, static_cast<float>(softcap), static_cast<T*>(dlogits));
+      constexpr int P = decltype(p)::value;
+      vce_backward_kernel<T, P>
+          <<<static_cast<unsigned>(N), row_threads<P>(Vl, kThreads), 0, stream>>>(
+              static_cast<const T*>(logits), targets, targets64, Vl, ld, vocab_start, valid,
+              global_max, sumexp, dloss, dlse, static_cast<float>(softcap),
+              static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {
       launch(std::integral_constant<int, kPack<T>>{});

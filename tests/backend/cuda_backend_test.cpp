@@ -1415,6 +1415,75 @@ TEST(CudaKernels, VocabShardSumsMatchTheCpu) {
   }
 }
 
+// Cross entropy's row kernels launch a warp for every 32 packs of a row (16
+// bytes each), up to their most (512 threads; the fused kernel's 1024), and
+// a row's loss, log-sum-exp and gradient have the same bits in a block of
+// any size: 300 classes (96 threads a row in f32, 64 in bf16) against the
+// same 300 followed by 19700 classes at -1e30, whose exponentials are 0
+// (the most threads, each with a dozen packs), through the two kernels and
+// the fused one.
+TEST(CudaKernels, CrossEntropyBlocksFitTheirRowsWithTheSameBits) {
+  const int64_t N = 6, V = 300, wide = 20000;
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < N; ++i) t.push_back(i == 2 ? -100 : (i * 53 + 7) % V);
+  const Tensor targets = to_device(from_vector(t, {N}, DType::I64), kGpu);
+  const std::vector<double> x = to_double_vector(randn({N, V}, 23, 1, 3.0));
+  std::vector<double> padded(static_cast<size_t>(N * wide), -1e30);
+  for (int64_t i = 0; i < N; ++i) {
+    std::copy_n(x.begin() + i * V, V, padded.begin() + i * wide);
+  }
+  struct Out {
+    std::vector<double> losses, lse, grad;
+    int64_t threads = 0;
+  };
+  for (DType d : {DType::F32, DType::BF16}) {
+    for (bool fused : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(d)) + (fused ? ", fused" : ", two kernels"));
+      auto run = [&](const std::vector<double>& values, int64_t cols) {
+        const Tensor logits = to_device(from_vector(values, {N, cols}, d), kGpu);
+        const Tensor dlosses = full({N}, 0.7, DType::F32, kGpu);
+        Tensor losses = empty({N}, DType::F32, kGpu), lse = empty({N}, DType::F32, kGpu),
+               dlogits = empty({N, cols}, d, kGpu);
+        Backend& be = backend_for(DeviceType::CUDA);
+        cuda::synchronize(0);
+        Out out;
+#ifdef TRIAD_CUDA_SIM
+        const int64_t before = triad_sim::counters().threads;
+#endif
+        if (fused) {
+          be.cross_entropy_forward_backward(logits, targets, -100, losses, lse, dlosses, dlogits,
+                                            0.0);
+        } else {
+          be.cross_entropy_forward(logits, targets, -100, losses, lse);
+          be.cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), -100, dlogits, 0.0);
+        }
+        cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+        out.threads = triad_sim::counters().threads - before;
+#endif
+        out.losses = to_double_vector(losses);
+        out.lse = to_double_vector(lse);
+        const std::vector<double> g = to_double_vector(dlogits);
+        for (int64_t i = 0; i < N; ++i) {
+          out.grad.insert(out.grad.end(), g.begin() + i * cols, g.begin() + i * cols + V);
+        }
+        return out;
+      };
+      const Out narrow = run(x, V), full_rows = run(padded, wide);
+      EXPECT_EQ(narrow.losses, full_rows.losses);
+      EXPECT_EQ(narrow.lse, full_rows.lse);
+      EXPECT_EQ(narrow.grad, full_rows.grad);
+      EXPECT_TRUE(std::isfinite(narrow.lse[0]) && narrow.losses[2] == 0.0);
+      if (kOnSimulator) {
+        const int64_t pack = 16 / static_cast<int64_t>(dtype_size(d));
+        const int64_t warps = (V + 32 * pack - 1) / (32 * pack);  // 3 in f32, 2 in bf16
+        EXPECT_EQ(narrow.threads, (fused ? 1 : 2) * N * warps * 32);
+        EXPECT_EQ(full_rows.threads, N * (fused ? 1024 : 2 * 512));
+      }
+    }
+  }
+}
+
 // The vocab-parallel head and loss on a shard whose rows the logits pad (67
 // classes -> rows of 128, the last 7 classes padding): the partial, sum of
 // exponentials and in-place backward kernels on row-strided logits, against

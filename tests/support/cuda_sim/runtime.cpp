@@ -21,6 +21,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sim.h"
@@ -137,12 +138,16 @@ Order initial_order() {
 Order g_order = initial_order();
 Counters g_counters;
 
-// Launches per launch site (file:line), for TRIAD_SIM_REPORT=sites.
-std::map<std::string, int64_t>& g_sites = *new std::map<std::string, int64_t>;
+// Launches and threads per launch site (file:line), for
+// TRIAD_SIM_REPORT=sites. The simulator's time goes by threads.
+struct SiteCount {
+  int64_t launches = 0, threads = 0;
+};
+std::map<std::string, SiteCount>& g_sites = *new std::map<std::string, SiteCount>;
 
 // TRIAD_SIM_REPORT=1 prints the counters to stderr at exit (e.g. the host
 // waits of a whole training run); TRIAD_SIM_REPORT=sites also prints the
-// launches of each launch site, most first.
+// launches and threads of each launch site, most threads first.
 const int g_report_level = [] {
   const char* e = std::getenv("TRIAD_SIM_REPORT");
   if (e == nullptr) return 0;
@@ -152,11 +157,12 @@ const bool g_report = [] {
   if (g_report_level == 0) return false;
   std::atexit([] {
     if (g_report_level >= 2) {
-      std::vector<std::pair<int64_t, std::string>> sites;
-      for (const auto& [site, n] : g_sites) sites.emplace_back(n, site);
+      std::vector<std::tuple<int64_t, int64_t, std::string>> sites;
+      for (const auto& [site, n] : g_sites) sites.emplace_back(n.threads, n.launches, site);
       std::sort(sites.rbegin(), sites.rend());
-      for (const auto& [n, site] : sites)
-        std::fprintf(stderr, "cuda_sim: %8lld launches at %s\n", static_cast<long long>(n),
+      for (const auto& [threads, launches, site] : sites)
+        std::fprintf(stderr, "cuda_sim: %12lld threads in %8lld launches at %s\n",
+                     static_cast<long long>(threads), static_cast<long long>(launches),
                      site.c_str());
     }
     std::fprintf(
@@ -708,8 +714,11 @@ void launch_grid(const LaunchConfig& config, const void* kernel, std::function<v
   if (g_report_level >= 2) {
     const char* file = config.site.file != nullptr ? config.site.file : "?";
     const char* slash = std::strrchr(file, '/');
-    ++g_sites[std::string(slash != nullptr ? slash + 1 : file) + ":" +
-              std::to_string(config.site.line)];
+    SiteCount& n = g_sites[std::string(slash != nullptr ? slash + 1 : file) + ":" +
+                           std::to_string(config.site.line)];
+    ++n.launches;
+    n.threads += int64_t(config.grid.x) * config.grid.y * config.grid.z * config.block.x *
+                 config.block.y * config.block.z;
   }
   enqueue(config.stream, [config, body = std::move(body)] { execute_grid(config, body); });
 }
