@@ -378,9 +378,9 @@ void scale_by_ratio(void* x, ScalarType type, int64_t rows, int64_t cols, int64_
   if (rows * cols == 0) return;
   dispatch_nn(type, "scale_by_ratio", [&](auto t) {
     using T = decltype(t);
-    // (A few waves at most: when nothing is to change, each block reads
-    // one float and returns.)
-    scale_by_ratio_kernel<T><<<grid_for(rows * cols, 256, 1024), 256, 0, stream>>>(
+    // (Eight elements a thread or more, and a few waves at most: when
+    // nothing is to change, each block reads one float and returns.)
+    scale_by_ratio_kernel<T><<<grid_for((rows * cols + 7) / 8, 256, 1024), 256, 0, stream>>>(
         static_cast<T*>(x), rows, cols, ld, actual, static_cast<float>(expected));
   });
   check_launch("scale_by_ratio");
