@@ -38,9 +38,15 @@ __device__ __forceinline__ void merge(float& m, float& s, float om, float os) {
     m = om, s = os;
     return;
   }
-  const float nm = fmaxf(m, om);
-  s = s * __expf(m - nm) + os * __expf(om - nm);
-  m = nm;
+  // The larger side's sum is taken as it is, not times exp(0): a pair that
+  // adds nothing (sums of exp(-1e30 - m)) then leaves the other's bits
+  // whatever the fast exp gives at 0.
+  if (om > m) {
+    s = s * __expf(m - om) + os;
+    m = om;
+  } else {
+    s += om == m ? os : os * __expf(om - m);
+  }
 }
 
 // Every row kernel reads its row in 16-byte packs from the row's first
