@@ -356,8 +356,8 @@ void cross_entropy_forward_backward(const void* logits, ScalarType type, const v
   dispatch_nn(type, "cross_entropy_forward_backward", [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto p) {
-      // (The log-sum-exp reads packs of kPack<T>, the gradient P: at most
-      // the former's count.)
+      // (Sized for the gradient's packs of P; the log-sum-exp reads packs
+      // of kPack<T> >= P, so its threads are never short either.)
       ce_forward_backward_kernel<T, decltype(p)::value>
           <<<static_cast<unsigned>(N), row_threads<decltype(p)::value>(V, kFusedThreads), 0,
              stream>>>(static_cast<const T*>(logits), targets, targets64, dlosses, V, ld,
