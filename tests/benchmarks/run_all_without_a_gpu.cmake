@@ -158,3 +158,46 @@ if(rc EQUAL 0 OR NOT out MATCHES "\nFAILED   gpu.conformance [(]exit 139[)]"
    OR log MATCHES "sanitizer ran: [^\n]*A[.](one|two|three)")
   message(FATAL_ERROR "run_all.sh did not rerun just the tests the crashed suite left unfinished")
 endif()
+
+# The device's ceilings by its name (the device tool lends H100s and
+# H200s): bench_kernels_gpu gets the bandwidth and the peak of the GPU that
+# nvidia-smi names (a stand-in here, as is the benchmark, which prints its
+# arguments), a GPU other than an H200 is told the targets are not its, and
+# HBM_GBS and PEAK_TFLOPS win over the name.
+file(MAKE_DIRECTORY ${WORK}/ceilings/examples ${WORK}/ceilings/benchmarks ${WORK}/smi)
+file(WRITE ${WORK}/ceilings/examples/triad-devices "#!/bin/sh\necho 'a stand-in device'\n")
+file(WRITE ${WORK}/ceilings/benchmarks/bench_kernels_gpu "#!/bin/sh\necho \"kernels bench: $*\"\n")
+file(WRITE ${WORK}/smi/nvidia-smi [=[#!/bin/sh
+case "$*" in
+  *--query-gpu=name\ *) echo "$STANDIN_GPU" ;;
+  *) echo "name, driver_version"; echo "$STANDIN_GPU, 580" ;;
+esac
+]=])
+foreach(program ceilings/examples/triad-devices ceilings/benchmarks/bench_kernels_gpu smi/nvidia-smi)
+  file(CHMOD ${WORK}/${program} PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+endforeach()
+set(smi_path "PATH=${WORK}/smi:${WORK}/no_cmake:$ENV{PATH}")
+run_all(BUILD_DIR=${WORK}/ceilings STAGES=kernels OUT=${WORK}/out_h100 ${smi_path}
+        "STANDIN_GPU=NVIDIA H100 80GB HBM3")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "kernels bench: --hbm-gbs 3350 --peak-tflops 989"
+   OR NOT out MATCHES "planner cluster configs/clusters/dgx_h100.yaml"
+   OR NOT out MATCHES "not an H200: the targets")
+  message(FATAL_ERROR "run_all.sh did not take an H100's ceilings on an H100")
+endif()
+run_all(BUILD_DIR=${WORK}/ceilings STAGES=kernels OUT=${WORK}/out_h200 ${smi_path}
+        "STANDIN_GPU=NVIDIA H200")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "kernels bench: --hbm-gbs 4800 --peak-tflops 989"
+   OR NOT out MATCHES "planner cluster configs/clusters/hgx_h200.yaml" OR out MATCHES "not an H200")
+  message(FATAL_ERROR "run_all.sh did not take an H200's ceilings on an H200")
+endif()
+run_all(BUILD_DIR=${WORK}/ceilings STAGES=kernels OUT=${WORK}/out_given ${smi_path}
+        "STANDIN_GPU=NVIDIA H100 PCIe" HBM_GBS=1234 PEAK_TFLOPS=567)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "kernels bench: --hbm-gbs 1234 --peak-tflops 567")
+  message(FATAL_ERROR "run_all.sh did not keep the HBM_GBS and PEAK_TFLOPS it was given")
+endif()
+run_all(BUILD_DIR=${WORK}/ceilings STAGES=kernels OUT=${WORK}/out_unknown ${smi_path}
+        "STANDIN_GPU=NVIDIA A10")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "unknown GPU 'NVIDIA A10': an H200's ceilings assumed"
+   OR NOT out MATCHES "kernels bench: --hbm-gbs 4800 --peak-tflops 989")
+  message(FATAL_ERROR "run_all.sh did not say it assumed an H200's ceilings for an unknown GPU")
+endif()
