@@ -19,12 +19,13 @@
 #      saved), as a mixture of experts, 350M with its products' algorithms
 #      autotuned, 350M with its MLPs' first bias gradients from the
 #      GELU-derivative GEMM's epilogue, 350M with its projections' bias
-#      gradients from the add-norm backward, both models with a step that
-#      never waits for the device (--sync-free), the example trainer
-#      (triad-train) on 350M's batch, a mixture of SwiGLU
-#      experts (grouped products), a mixture under an expert capacity with
-#      the router z-loss, 350M with its bias gradients from
-#      the weight GEMM's epilogue (none by the column-sum kernel), and both
+#      gradients from the add-norm backward, 350M with its bias gradients
+#      from the weight GEMM's epilogue (none by the column-sum kernel), both
+#      models with a step that never waits for the device (--sync-free),
+#      350M with every one of those switches that made it faster alone, all
+#      on at once, the example trainer (triad-train) on 350M's batch, a
+#      mixture of SwiGLU experts (grouped products), a mixture under an
+#      expert capacity with the router z-loss, and both
 #      models with cuDNN's non-deterministic attention backward, then every
 #      run in one table (summarize_train.py),
 #   6. runs the collective benchmark through the NCCL group (one rank).
@@ -375,6 +376,9 @@ bench_train --preset 350m --batch "$(batch_of 350m)" --dgelu-bias-grad-epilogue 
 # its layer_norm_backward_dx_sums against the default run's
 # layer_norm_backward plus the C-wide sum_rows_into calls.
 bench_train --preset 350m --batch "$(batch_of 350m)" --add-norm-bias-sums --profile-steps 3
+# 350M with its bias gradients from the weight gradients' GEMM epilogue
+# (BGRADB), not the column-sum kernel: on 2026-12-04 it cost 0.6 ms a step.
+bench_train --preset 350m --batch "$(batch_of 350m)" --bias-grad-epilogue
 # Both models with a step that never waits for the device (--sync-free:
 # clipping's coefficient read by the AdamW kernels, the loss read after the
 # timed steps), as PyTorch's loop runs: the default reads the norm and the
@@ -382,6 +386,19 @@ bench_train --preset 350m --batch "$(batch_of 350m)" --add-norm-bias-sums --prof
 for preset in 124m 350m; do
   bench_train --preset $preset --batch "$(batch_of $preset)" --sync-free
 done
+# 350M with every switch above that made it faster alone (by at least
+# MIN_GAIN_PCT, default 0.2%, against its first run), all on at once: the
+# step the defaults would give with them, measured in this call, so that
+# making them the defaults needs no second one.
+best=$(python3 benchmarks/gpu/summarize_train.py --helpful-switches 350m \
+  --min-gain "${MIN_GAIN_PCT:-0.2}" "$OUT/train.jsonl")
+if [ "$(grep -o -- "--" <<<"$best" | wc -l)" -ge 2 ]; then
+  echo "   (350M with every switch that made it faster alone: $best)"
+  # shellcheck disable=SC2086
+  bench_train --preset 350m --batch "$(batch_of 350m)" $best --profile-steps 3
+else
+  echo "   (fewer than two switches made 350M faster alone${best:+ ($best)}: no run of them together)"
+fi
 # The example trainer on 350M's batch (benchmarks/gpu/trainer_350m.yaml, 12
 # steps of random tokens): what a user of triad-train gets, the batches
 # drawn from a file and the loss and the norm read every step, beside
@@ -429,9 +446,6 @@ bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --activation sw
 # layer's one copy (N x k scores and one value, not N x E matrices).
 bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --capacity-factor 1.25 \
   --moe-z-loss 0.001 --profile-steps 2
-# 350M with its bias gradients from the weight gradients' GEMM epilogue
-# (BGRADB), not the column-sum kernel: on 2026-12-04 it cost 0.6 ms a step.
-bench_train --preset 350m --batch "$(batch_of 350m)" --bias-grad-epilogue
 # cuDNN's faster, non-deterministic attention backward (what PyTorch's
 # flash attention does), when this build has cuDNN.
 if grep -q "cuDNN=ON" "$build_log" 2>/dev/null; then

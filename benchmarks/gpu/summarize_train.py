@@ -116,10 +116,60 @@ def summarize(runs):
     return lines
 
 
+# The switches a default could become, as bench_train_gpu's flags: each a
+# function of its run giving the flag, or None where the run has it off.
+SWITCHES = {
+    "gemm_autotune": lambda r: (f"--gemm-autotune {r['gemm_autotune'].get('candidates')}"
+                                if "gemm_autotune" in r else None),
+    "dgelu_bias_grad_epilogue": lambda r: ("--dgelu-bias-grad-epilogue"
+                                           if r.get("dgelu_bias_grad_epilogue") else None),
+    "add_norm_bias_sums": lambda r: "--add-norm-bias-sums" if r.get("add_norm_bias_sums") else None,
+    "bias_grad_epilogue": lambda r: ("--bias-grad-epilogue"
+                                     if r.get("bias_grad_epilogue") else None),
+    "sync_free": lambda r: "--sync-free" if r.get("sync_free") else None,
+}
+
+
+def helpful_switches(runs, preset, min_gain_pct):
+    """The flags of the switches that each, alone, made `preset`'s run at
+    least min_gain_pct percent faster than its first run (the defaults):
+    what run_all.sh runs together, once, to measure them as defaults."""
+    triad = [r for r in runs if r.get("impl") == "triad" and r.get("preset") == preset]
+    if not triad:
+        return []
+    base = triad[0]
+    if label(base) != "defaults" or not base.get("tokens_per_s"):
+        return []
+    flags = []
+    for r in triad[1:]:
+        if r.get("batch") != base.get("batch") or r.get("seq") != base.get("seq"):
+            continue
+        on = [flag for flag in (f(r) for f in SWITCHES.values()) if flag]
+        # Alone: one switch on, and nothing else changed from the defaults.
+        others = label({k: v for k, v in r.items() if k not in SWITCHES})
+        if len(on) != 1 or others != "defaults" or on[0] in flags:
+            continue
+        gain = 100.0 * (r.get("tokens_per_s", 0.0) / base["tokens_per_s"] - 1.0)
+        if gain >= min_gain_pct:
+            flags.append(on[0])
+    return flags
+
+
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: summarize_train.py TRAIN_JSONL")
-    print("\n".join(summarize(read(sys.argv[1]))))
+    args = sys.argv[1:]
+    if len(args) >= 3 and args[0] == "--helpful-switches":
+        # --helpful-switches PRESET [--min-gain PCT] TRAIN_JSONL
+        preset, rest = args[1], args[2:]
+        min_gain = 0.2
+        if len(rest) == 3 and rest[0] == "--min-gain":
+            min_gain, rest = float(rest[1]), rest[2:]
+        if len(rest) == 1:
+            print(" ".join(helpful_switches(read(rest[0]), preset, min_gain)))
+            return
+    if len(args) != 1:
+        sys.exit("usage: summarize_train.py TRAIN_JSONL\n"
+                 "       summarize_train.py --helpful-switches PRESET [--min-gain PCT] TRAIN_JSONL")
+    print("\n".join(summarize(read(args[0]))))
 
 
 if __name__ == "__main__":

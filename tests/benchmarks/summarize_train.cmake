@@ -27,3 +27,31 @@ list(LENGTH rows count)
 if(NOT count EQUAL 7)  # the header's rule and the six runs
   message(FATAL_ERROR "${count} rows after the header, expected 7:\n${out}")
 endif()
+
+# --helpful-switches: the switches that alone beat their model's first run
+# (the defaults) by at least the gain asked, as bench_train_gpu's flags, in
+# the order they ran; never one run beside another change, with another
+# switch, at another batch, or a second time (SWITCH_RUNS).
+foreach(
+  case
+  "350m|--gemm-autotune 8 --sync-free"
+  "350m --min-gain 0.05|--gemm-autotune 8 --add-norm-bias-sums --sync-free"
+  "124m|--bias-grad-epilogue"
+  "124m --min-gain 10|"
+  "2b|")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 given)
+  list(LENGTH parts n)
+  set(expected "")
+  if(n EQUAL 2)
+    list(GET parts 1 expected)
+  endif()
+  separate_arguments(given UNIX_COMMAND "${given}")
+  execute_process(COMMAND ${PYTHON} ${SCRIPT} --helpful-switches ${given} ${SWITCH_RUNS}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0 OR NOT out STREQUAL "${expected}")
+    message(FATAL_ERROR "--helpful-switches ${given}: '${out}' (exit ${rc}: ${err}), "
+                        "expected '${expected}'")
+  endif()
+endforeach()
