@@ -48,9 +48,11 @@
 # A lent GPU's time is short (15 minutes a session, the machine's start
 # included), so the GPU machine need not compile: here, on any Debian
 # machine with the CUDA toolkit and no GPU,
-#   STAGES=pack benchmarks/gpu/run_all.sh     # about 8 minutes on 2 cores, 8 MB
+#   STAGES=pack benchmarks/gpu/run_all.sh     # about 8 minutes on 2 cores, 10 MB
 # builds the same programs (sm_90; without MPI, gzip or zstd, which the GPU
-# machine lacks) into build-gpu-pack and packs them into
+# machine lacks) into build-gpu-pack, checks every kernel's registers
+# (scripts/kernel_resources.py, 1.5 minutes: a kernel of more than 64
+# registers a thread must declare __launch_bounds__) and packs them into
 # $PREBUILT/triad-gpu.tar.xz, stamped with a hash of the sources they were
 # built from (CMakeLists.txt, cmake/, src/, include/, kernels/, tests/,
 # benchmarks/, examples/; not their .py, .sh and .md files, which are never
@@ -230,6 +232,13 @@ if want build || want pack; then
     compile
   fi
   if want pack; then
+    # What the simulator cannot see: a kernel with no __launch_bounds__
+    # whose registers would refuse a large block on the GPU (and the
+    # kernels that spill), from ptxas, before a GPU's time is spent on it.
+    echo "== kernel resources (scripts/kernel_resources.py: registers, spills)"
+    python3 scripts/kernel_resources.py --build "$BUILD_DIR" >"$BUILD_DIR/kernel_resources.md" || {
+      grep -E "^(error|kernel_resources)" "$BUILD_DIR/kernel_resources.md"; exit 1; }
+    tail -1 "$BUILD_DIR/kernel_resources.md"
     mkdir -p "$PREBUILT"
     rm -f "$pack" "$PREBUILT/stamp"
     # (One solid stream: the programs share most of their bytes, the library's.)
