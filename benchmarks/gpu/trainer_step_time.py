@@ -9,8 +9,9 @@ on GPT-2 350M's batch and puts its step time in the same table.
     trainer_step_time.py shard PATH --tokens N [--vocab V] [--seed S]
         random tokens in llm.c's shard format (what data.train reads)
     trainer_step_time.py summary METRICS_JSONL --preset P --batch B --seq T [--skip K]
-        one JSON line for train.jsonl: the median step of metrics.jsonl's
-        steps after the first K (warm-up: attention and GEMM choices), as
+        one JSON line for train.jsonl: the median period of metrics.jsonl's
+        steps after the first K (warm-up: attention and GEMM choices), each
+        the wall clock from the step before's line to its own, as
         {"impl": "triad-train", "step_ms", "tokens_per_s", ...}
 """
 import argparse
@@ -48,7 +49,16 @@ def summary(path, preset, batch, seq, skip):
             line = line.strip()
             if line.startswith("{"):
                 steps.append(json.loads(line))
-    timed = [s["step_ms"] for s in steps[skip:] if s.get("step_ms", 0) > 0]
+    # Each step's period: from the line before it to its own (elapsed_s,
+    # seconds since the run began), the wall clock a user waits. Not
+    # step_ms, the host's time in the step's call: on a GPU the optimizer's
+    # work queued last is waited for outside it (by the next step, or a
+    # log.interval summary), so it can miss the step's own optimizer.
+    times = [s.get("elapsed_s") for s in steps]
+    if any(not isinstance(t, (int, float)) or t < 0 for t in times):
+        sys.exit(f"{path}: a step without elapsed_s (metrics.jsonl from a triad-train that "
+                 "predates it?)")
+    timed = [1e3 * (times[i] - times[i - 1]) for i in range(max(skip, 1), len(times))]
     if not timed:
         sys.exit(f"{path}: {len(steps)} steps, none after the first {skip} with a step time")
     step_ms = statistics.median(timed)

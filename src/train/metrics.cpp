@@ -99,6 +99,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["global_batch_size"] = m.global_batch_size;
   j["tokens_per_s"] = m.tokens_per_s;
   j["step_ms"] = m.step_ms;
+  if (m.elapsed_s >= 0) j["elapsed_s"] = m.elapsed_s;
   j["tflops_per_device"] = m.tflops_per_device;
   if (m.mfu > 0) j["mfu"] = m.mfu;
   if (m.bubble_fraction >= 0) j["bubble_fraction"] = m.bubble_fraction;

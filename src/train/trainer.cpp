@@ -3552,6 +3552,10 @@ Trainer::WrittenWeights Trainer::write_weights(const std::string& weights, bool 
 }
 
 std::vector<StepMetrics> Trainer::run() {
+  const auto run_start = std::chrono::steady_clock::now();
+  const auto elapsed_s = [&run_start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  };
   const bool lead = is_logging_rank();
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<TensorBoardWriter> tensorboard;
@@ -3706,6 +3710,7 @@ std::vector<StepMetrics> Trainer::run() {
     m.evaluation_only = true;
     m.lr = schedule_.at(0);
     const EvaluationTimes e = evaluate_step(m);
+    m.elapsed_s = elapsed_s();
     if (metrics) metrics->write(m);
     if (tensorboard) tensorboard->write(m);
     log_evaluation(m, e);
@@ -3729,6 +3734,7 @@ std::vector<StepMetrics> Trainer::run() {
           rank_timing_into(m, m.step % config_.log_interval == 0 ? config_.log_interval
                                                                  : m.step % config_.log_interval);
     }
+    m.elapsed_s = elapsed_s();
     if (metrics) metrics->write(m);
     if (tensorboard) tensorboard->write(m);
     out.push_back(m);

@@ -35,3 +35,25 @@ run_expecting_error("a vocabulary of 70000" "--vocab 70000: expected 1 to 65536"
 run_expecting_error("a summary of no steps" "12 steps, none after the first 12" ${PYTHON}
                     ${SCRIPT} summary ${WORK}/out/metrics.jsonl --preset tiny --batch 4 --seq 64
                     --skip 12)
+
+# The step time is the median period between metrics.jsonl's lines
+# (elapsed_s), never step_ms (here nonsense): periods 0.25, 0.5, 0.25 and
+# 1.25 s after the first 2 steps, so 375 ms.
+file(WRITE ${WORK}/periods.jsonl "")
+foreach(line "1|1.0" "2|1.25" "3|1.5" "4|2.0" "5|2.25" "6|3.5")
+  string(REPLACE "|" ";" parts "${line}")
+  list(GET parts 0 step)
+  list(GET parts 1 at)
+  file(APPEND ${WORK}/periods.jsonl
+       "{\"step\": ${step}, \"loss\": 5.0, \"step_ms\": 1.0, \"elapsed_s\": ${at}}\n")
+endforeach()
+run("the summary of known periods" ${PYTHON} ${SCRIPT} summary ${WORK}/periods.jsonl --preset tiny
+    --batch 4 --seq 64 --skip 2)
+string(JSON step_ms GET "${run_output}" step_ms)
+string(JSON timed GET "${run_output}" steps_timed)
+if(NOT step_ms EQUAL 375 OR NOT timed EQUAL 4)
+  message(FATAL_ERROR "summary ${run_output}: expected a step of 375 ms over 4 periods")
+endif()
+file(WRITE ${WORK}/untimed.jsonl "{\"step\": 1, \"step_ms\": 1.0}\n{\"step\": 2, \"step_ms\": 1.0}\n")
+run_expecting_error("a summary of steps without elapsed_s" "a step without elapsed_s" ${PYTHON}
+                    ${SCRIPT} summary ${WORK}/untimed.jsonl --preset tiny --batch 4 --seq 64)

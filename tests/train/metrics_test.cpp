@@ -57,8 +57,8 @@ TEST(Metrics, AResumedRunGoesOnWithTheHistoryUpToItsCheckpoint) {
 }
 
 // Evaluation scores (named sets by name, the averaged weights' beside the
-// weights') and the GPU's reserved bytes: written where a step has them,
-// left out where it has none.
+// weights'), the GPU's reserved bytes and the time since the run began:
+// written where a step has them, left out where it has none.
 TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
   testing::TempDir dir;
   const std::string path = dir.file("metrics.jsonl");
@@ -80,6 +80,7 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
     m.rank_timing = {{"forward", 10.5, 11.25, 12.0, 3}, {"compute", 20.0, 21.5, 24.0, 1}};
     m.stragglers = {{1, 0, 24.0, 20.5, 4}};
     m.rank_peak_memory = StepMetrics::RankMemory{1000, 1500, 2500, 2};
+    m.elapsed_s = 12.5;
     w.write(m);
     StepMetrics plain;  // (the CPU, no evaluation)
     plain.step = 2;
@@ -112,9 +113,11 @@ TEST(Metrics, ScoresByNameAndReservedMemoryWhereTheStepHasThem) {
   EXPECT_EQ(a.at("rank_peak_memory").at("mean_bytes"), 1500);
   EXPECT_EQ(a.at("rank_peak_memory").at("max_bytes"), 2500);
   EXPECT_EQ(a.at("rank_peak_memory").at("largest_rank"), 2);
-  for (const char* key : {"reserved_memory_bytes", "choices", "choice_sets", "choices_ema",
-                          "choice_ema_sets", "lambada", "lambada_sets", "lambada_ema",
-                          "lambada_ema_sets", "rank_timing", "stragglers", "rank_peak_memory"}) {
+  EXPECT_EQ(a.at("elapsed_s"), 12.5);
+  for (const char* key :
+       {"reserved_memory_bytes", "choices", "choice_sets", "choices_ema", "choice_ema_sets",
+        "lambada", "lambada_sets", "lambada_ema", "lambada_ema_sets", "rank_timing", "stragglers",
+        "rank_peak_memory", "elapsed_s"}) {
     EXPECT_FALSE(b.contains(key)) << key << ": " << second;
   }
 }

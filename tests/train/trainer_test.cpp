@@ -546,7 +546,13 @@ TEST(Trainer, RankTimingAtLogIntervalStepsSumsThePassesAndTheOptimizer) {
   for (size_t k = 0; k < 5; ++k) {
     EXPECT_EQ(steps[k].rank_timing.empty(), k == 0 || k == 2) << "step " << k + 1;
     EXPECT_EQ(steps[k].rank_peak_memory.has_value(), k != 0 && k != 2) << "step " << k + 1;
+    // Seconds since the run began (metrics.jsonl's elapsed_s): each step's
+    // period, from the line before it to its own, holds the step's call.
+    const double before = k == 0 ? 0.0 : steps[k - 1].elapsed_s;
+    EXPECT_GE(steps[k].elapsed_s - before, steps[k].step_ms / 1e3) << "step " << k + 1;
   }
+  EXPECT_LT(steps[4].elapsed_s, 60.0);  // (seconds, not milliseconds)
+  EXPECT_LT(t.step(5).elapsed_s, 0.0);  // (a step taken alone is not timed)
   // Steps 1-2, 3-4, and 5 alone (the last).
   for (auto [k, from] : {std::pair<size_t, size_t>{1, 0}, {3, 2}, {4, 4}}) {
     std::map<std::string, StepMetrics::RankTiming> by;

@@ -33,7 +33,16 @@ struct StepMetrics {
   // log.param_norms: the same groups' parameter norms after the update.
   std::vector<std::pair<std::string, double>> param_norms;
   double tokens_per_s = 0;
+  // The host's time in the step's own call. On a GPU the device's work
+  // queued last (the optimizer's) is waited for by the next step, or by a
+  // log.interval summary, so a step's time can hold the step before's; the
+  // run's pace is elapsed_s's.
   double step_ms = 0;
+  // Seconds from the start of the run (Trainer::run) to this step's line in
+  // metrics.jsonl: its differences are the steps' wall-clock periods,
+  // logging, evaluation and checkpoints included. Negative where not timed
+  // (a step taken through Trainer::step alone).
+  double elapsed_s = -1;
   double tflops_per_device = 0;  // PTD-P model FLOPs per second per device
   double mfu = 0;                // over log.peak_tflops (0 when not configured)
   // Pipeline runs: (step time - busiest rank's compute) / that compute,
