@@ -269,26 +269,21 @@ if want tests || want kernels || want nccl || want train; then
 # as H200s, and a number against the wrong ceiling misleads. #7's targets
 # (50% MFU on 350M, 1.1x PyTorch) are an H200's: a run elsewhere says so.
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-cluster=configs/clusters/hgx_h200.yaml
+h100=configs/clusters/dgx_h100.yaml
 case "$gpu_name" in
-  *H200*) hbm=4800 peak=989 ;;
-  *H100*PCIe*) hbm=2000 peak=756 cluster=configs/clusters/dgx_h100.yaml ;;
-  *H100*NVL*) hbm=3900 peak=835 cluster=configs/clusters/dgx_h100.yaml ;;
-  *H100*) hbm=3350 peak=989 cluster=configs/clusters/dgx_h100.yaml ;;  # SXM, HBM3
-  *) hbm=4800 peak=989 ;;
-esac
-case "$gpu_name" in
-  *H100* | *H200*) ;;
-  *) echo "== unknown GPU '${gpu_name:-none seen}': an H200's ceilings assumed (PEAK_TFLOPS, HBM_GBS)" ;;
+  *H200*) hbm=4800 peak=989 cluster=configs/clusters/hgx_h200.yaml ;;
+  *H100*PCIe*) hbm=2000 peak=756 cluster=$h100 ;;
+  *H100*NVL*) hbm=3900 peak=835 cluster=$h100 ;;
+  *H100*) hbm=3350 peak=989 cluster=$h100 ;;  # SXM, HBM3
+  *) hbm=4800 peak=989 cluster=configs/clusters/hgx_h200.yaml
+    echo "== unknown GPU '${gpu_name:-none seen}': an H200's ceilings assumed (PEAK_TFLOPS, HBM_GBS)" ;;
 esac
 HBM=${HBM:-$hbm}
 PEAK=${PEAK:-$peak}
 echo "== ceilings: ${HBM} GB/s of memory bandwidth, ${PEAK} TFLOP/s dense bf16${gpu_name:+ ($gpu_name)};" \
   "planner cluster $cluster"
-case "$gpu_name" in
-  *H200*) ;;
-  *) echo "   (not an H200: the targets of 50% MFU on 350M and 1.1x PyTorch are an H200's)" ;;
-esac
+[[ "$gpu_name" == *H200* ]] ||
+  echo "   (not an H200: the targets of 50% MFU on 350M and 1.1x PyTorch are an H200's)"
 fi
 
 if want tests && fits "$NEED_TESTS" "STAGES=tests"; then

@@ -116,18 +116,22 @@ def summarize(runs):
     return lines
 
 
-# The switches a default could become, as bench_train_gpu's flags: each a
-# function of its run giving the flag, or None where the run has it off.
-SWITCHES = {
-    "gemm_autotune": lambda r: (f"--gemm-autotune {r['gemm_autotune'].get('candidates')}"
-                                if "gemm_autotune" in r else None),
-    "dgelu_bias_grad_epilogue": lambda r: ("--dgelu-bias-grad-epilogue"
-                                           if r.get("dgelu_bias_grad_epilogue") else None),
-    "add_norm_bias_sums": lambda r: "--add-norm-bias-sums" if r.get("add_norm_bias_sums") else None,
-    "bias_grad_epilogue": lambda r: ("--bias-grad-epilogue"
-                                     if r.get("bias_grad_epilogue") else None),
-    "sync_free": lambda r: "--sync-free" if r.get("sync_free") else None,
-}
+# The switches a default could become: bench_train_gpu's flags, each named
+# by its key in the run's JSON line ("--" and the key with dashes), and the
+# autotuning's, which also takes its count of candidates.
+SWITCHES = ("gemm_autotune", "dgelu_bias_grad_epilogue", "add_norm_bias_sums",
+            "bias_grad_epilogue", "sync_free")
+
+
+def switch_flags(run):
+    """The flags of the switches `run` has on."""
+    flags = []
+    for key in SWITCHES:
+        if key == "gemm_autotune" and key in run:
+            flags.append(f"--gemm-autotune {run[key].get('candidates')}")
+        elif key != "gemm_autotune" and run.get(key):
+            flags.append("--" + key.replace("_", "-"))
+    return flags
 
 
 def helpful_switches(runs, preset, min_gain_pct):
@@ -144,7 +148,7 @@ def helpful_switches(runs, preset, min_gain_pct):
     for r in triad[1:]:
         if r.get("batch") != base.get("batch") or r.get("seq") != base.get("seq"):
             continue
-        on = [flag for flag in (f(r) for f in SWITCHES.values()) if flag]
+        on = switch_flags(r)
         # Alone: one switch on, and nothing else changed from the defaults.
         others = label({k: v for k, v in r.items() if k not in SWITCHES})
         if len(on) != 1 or others != "defaults" or on[0] in flags:
