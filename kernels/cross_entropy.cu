@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // The forward and the backward in one block a row (dlosses known before
 // the backward pass): the row's log-sum-exp as ce_forward_kernel's, then
-// its gradient as ce_backward_kernel's without dlse, the second pass
+// its gradient as ce_backward_kernel's (dlse, with a z-loss, from the
+// log-sum-exp: (lse * dloss) * z_scale), the second pass
 // reading the row the first has just brought into cache. The target's
 // logit is read before any thread can write (dlogits may be the logits),
 // and every thread takes thread 0's log-sum-exp, the one stored, so the
@@ -166,7 +167,7 @@ template <class T, int P>
 __global__ void __launch_bounds__(kFusedThreads)
     ce_forward_backward_kernel(const T* logits, const void* targets, bool t64, const float* dlosses,
                                int64_t V, int64_t ld, int64_t ignore_index, float cap,
-                               float* losses, float* lse, T* dlogits) {
+                               float z_scale, float* losses, float* lse, T* dlogits) {
   __shared__ float row_l[1];
   const int64_t r = blockIdx.x;
   const T* row = logits + r * ld;
@@ -183,8 +184,10 @@ __global__ void __launch_bounds__(kFusedThreads)
   __syncthreads();
   l = row_l[0];
   const float g = counted ? dlosses[r] : 0.0f;
+  // The softmax's weight: the loss's, and a z-loss's on the lse.
+  const float gs = !counted ? 0.0f : z_scale != 0.0f ? g + __fmul_rn(z_scale, __fmul_rn(l, g)) : g;
   map_row<P>(row, dlogits + r * ld, V, [&](int64_t j, float x) {
-    return (__expf(x - l) * g - (j == t ? g : 0.0f)) * cap_slope(x, cap);
+    return (__expf(x - l) * gs - (j == t ? g : 0.0f)) * cap_slope(x, cap);
   });
 }
 
@@ -349,8 +352,9 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
 
 void cross_entropy_forward_backward(const void* logits, ScalarType type, const void* targets,
                                     bool targets64, const float* dlosses, int64_t N, int64_t V,
-                                    int64_t ld, int64_t ignore_index, double softcap, float* losses,
-                                    float* lse, void* dlogits, cudaStream_t stream) {
+                                    int64_t ld, int64_t ignore_index, double softcap,
+                                    double z_scale, float* losses, float* lse, void* dlogits,
+                                    cudaStream_t stream) {
   require(check_cross_entropy(type, N, V, ld), "cross_entropy_forward_backward");
   if (N == 0) return;
   dispatch_nn(type, "cross_entropy_forward_backward", [&](auto t) {
@@ -361,8 +365,8 @@ void cross_entropy_forward_backward(const void* logits, ScalarType type, const v
       ce_forward_backward_kernel<T, decltype(p)::value>
           <<<static_cast<unsigned>(N), row_threads<decltype(p)::value>(V, kFusedThreads), 0,
              stream>>>(static_cast<const T*>(logits), targets, targets64, dlosses, V, ld,
-                       ignore_index, static_cast<float>(softcap), losses, lse,
-                       static_cast<T*>(dlogits));
+                       ignore_index, static_cast<float>(softcap), static_cast<float>(z_scale),
+                       losses, lse, static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {
       launch(std::integral_constant<int, kPack<T>>{});

@@ -37,14 +37,17 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
                             int64_t ignore_index, double softcap, void* dlogits,
                             cudaStream_t stream);
 
-// cross_entropy_forward and cross_entropy_backward (dlosses given, no dlse)
-// in one kernel: one block a row computes the row's log-sum-exp, then
-// writes its gradient, reading the row again from cache. The same losses,
-// lse and dlogits as the two calls, bit for bit; dlogits may be logits.
+// cross_entropy_forward and cross_entropy_backward (dlosses given) in one
+// kernel: one block a row computes the row's log-sum-exp, then writes its
+// gradient, reading the row again from cache. z_scale != 0: a z-loss's too,
+// with each row's dlse (lse * dlosses[row]) * z_scale in f32; 0: none. The
+// same losses, lse and dlogits as the two calls (given that dlse), bit for
+// bit; dlogits may be logits.
 void cross_entropy_forward_backward(const void* logits, ScalarType type, const void* targets,
                                     bool targets64, const float* dlosses, int64_t N, int64_t V,
-                                    int64_t ld, int64_t ignore_index, double softcap, float* losses,
-                                    float* lse, void* dlogits, cudaStream_t stream);
+                                    int64_t ld, int64_t ignore_index, double softcap,
+                                    double z_scale, float* losses, float* lse, void* dlogits,
+                                    cudaStream_t stream);
 // x (rows, cols, rows ld apart; f32, bf16 or f16) *= *actual / expected
 // (f32 arithmetic), unless *actual == (float)expected: then nothing is read
 // but *actual. A gradient computed ahead with the gradient it expected,

@@ -68,10 +68,16 @@ void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bia
 
 void Backend::cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                              int64_t ignore_index, Tensor& losses, Tensor& lse,
-                                             const Tensor& dlosses, Tensor& dlogits,
-                                             double softcap) {
+                                             const Tensor& dlosses, Tensor& dlogits, double softcap,
+                                             double z_scale) {
   cross_entropy_forward(logits, targets, ignore_index, losses, lse);
-  cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), ignore_index, dlogits, softcap);
+  Tensor dlse;
+  if (z_scale != 0.0) {
+    dlse = empty(lse.shape(), lse.dtype(), lse.device());
+    binary(BinaryOp::Mul, lse, dlosses, dlse);
+    affine(dlse, z_scale, 0.0, dlse);
+  }
+  cross_entropy_backward(logits, targets, lse, dlosses, dlse, ignore_index, dlogits, softcap);
 }
 
 void Backend::vocab_ce_shard_sums(const Tensor& logits, const Tensor& targets, int64_t vocab_start,

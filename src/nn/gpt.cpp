@@ -1306,11 +1306,13 @@ Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext&
   const bool z = cfg_.z_loss_coef > 0 && ctx.training;
   Tensor z_loss;
   // (A training step's loss gets ctx.loss_grad in backward: the logits'
-  // gradient is written with the loss, in one pass over them.)
-  Tensor loss = linear_cross_entropy(scale_for_head(cfg_, h.norm), head_weight(), targets, -100,
-                                     cfg_.final_logit_softcap, head_bias(), z ? &z_loss : nullptr,
-                                     ctx.training ? ctx.loss_grad : 0.0);
-  if (z) loss = with_z_loss(cfg_, loss, z_loss, ctx);
+  // gradient is written with the loss, in one pass over them. The z-loss
+  // joins that gradient.)
+  Tensor loss =
+      linear_cross_entropy(scale_for_head(cfg_, h.norm), head_weight(), targets, -100,
+                           cfg_.final_logit_softcap, head_bias(), z ? &z_loss : nullptr,
+                           ctx.training ? ctx.loss_grad : 0.0, z ? cfg_.z_loss_coef : 0.0);
+  if (z && ctx.z_loss_stats) ctx.z_loss_stats->record({z_loss});
   if (mtp_.empty() || !ctx.training) return loss;
   return with_mtp_losses(cfg_, loss, mtp_losses(hidden, ids, targets, ctx), ctx);
 }
@@ -1323,12 +1325,6 @@ Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vect
   for (size_t k = 1; k < depths.size(); ++k) sum = add(sum, depths[k]);
   return attach_loss(loss, sum,
                      cfg.mtp_loss_weight / static_cast<double>(depths.size()) * ctx.loss_grad);
-}
-
-Tensor with_z_loss(const GptConfig& cfg, const Tensor& loss, const Tensor& z,
-                   const ForwardContext& ctx) {
-  if (ctx.z_loss_stats) ctx.z_loss_stats->record({z});
-  return attach_loss(loss, z, cfg.z_loss_coef * ctx.loss_grad);
 }
 
 std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, const Tensor& targets,

@@ -671,6 +671,10 @@ struct CrossEntropyParts {
   // Nonzero: the forward pass already wrote the logits' gradient for a
   // loss gradient of this value (cross_entropy_forward's expected_grad).
   double ahead = 0.0;
+  // Nonzero: a z-loss's gradient comes with the loss's, each row's dlse
+  // (lse * dloss) * z_scale (twice its coefficient); 0: from the z-loss
+  // output's own gradient, when it has one.
+  double z_scale = 0.0;
 };
 
 // Each row's loss gradient (N, stat dtype) from the mean loss's gradient g
@@ -685,17 +689,30 @@ Tensor row_grads(const Tensor& g, int64_t N, int64_t count, DType sd) {
   return dl;
 }
 
+// A z-loss's gradient with respect to each row's lse when it joins the
+// loss's: (lse * dl) * z_scale, as Backend::cross_entropy_forward_backward
+// forms it.
+Tensor z_dlse(const Tensor& lse, const Tensor& dl, double z_scale) {
+  Tensor d = empty(lse.shape(), lse.dtype(), lse.device());
+  backend_for(lse).binary(BinaryOp::Mul, lse, dl, d);
+  backend_for(d).affine(d, z_scale, 0.0, d);
+  return d;
+}
+
 // The mean loss over the rows not ignored of logits (N, V) — contiguous, or
 // rows padded further apart — against targets (N), into *loss, and (when
 // z_loss is not null) the mean of their squared log-sum-exp into *z_loss.
-// expected_grad nonzero (and no z-loss): the gradient the loss will get in
-// backward, with which the logits' gradient is written over them now, in
-// the same backend call (Backend::cross_entropy_forward_backward, softcap
-// as for the backward); cross_entropy_backward then only checks it.
+// z_coef > 0 (with z_loss): the z-loss joins the loss's gradient with that
+// weight (backward differentiates loss + z_coef * z-loss); 0: it has a
+// gradient of its own. expected_grad nonzero (and no z-loss of its own):
+// the gradient the loss will get in backward, with which the logits'
+// gradient is written over them now, in the same backend call
+// (Backend::cross_entropy_forward_backward, softcap as for the backward);
+// cross_entropy_backward then only checks it.
 CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const Tensor& tc,
                                         int64_t ignore_index, Tensor* loss,
                                         Tensor* z_loss = nullptr, double expected_grad = 0.0,
-                                        double softcap = 0.0) {
+                                        double softcap = 0.0, double z_coef = 0.0) {
   const int64_t N = lc.size(0), V = lc.size(1);
   CrossEntropyParts r;
   std::vector<double> keep;  // with a z-loss: 1 for the rows counted, 0 for the others
@@ -720,11 +737,12 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
   Tensor losses = empty({N}, sd, lc.device());
   r.lse = empty({N}, sd, lc.device());
   Backend& be = backend_for(lc);
-  if (expected_grad != 0.0 && !z_loss) {
+  if (z_loss && z_coef > 0) r.z_scale = 2.0 * z_coef;
+  if (expected_grad != 0.0 && (!z_loss || r.z_scale != 0.0)) {
     const Tensor dl = row_grads(full({}, expected_grad, sd, lc.device()), N, r.count, sd);
     Tensor dlogits = lc;  // (the logits, overwritten)
     be.cross_entropy_forward_backward(lc, r.targets, ignore_index, losses, r.lse, dl, dlogits,
-                                      softcap);
+                                      softcap, r.z_scale);
     r.ahead = expected_grad;
   } else {
     be.cross_entropy_forward(lc, r.targets, ignore_index, losses, r.lse);
@@ -766,8 +784,9 @@ void cross_entropy_backward(const Tensor& lc, const CrossEntropyParts& ce, int64
   }
   const Tensor dl = row_grads(g[0], N, ce.count, sd);
   // (The backend gives ignored rows no gradient: dlse needs no mask.)
-  const Tensor dlse =
-      g.size() > 1 && g[1].defined() ? z_loss_dlse(ce.lse, g[1], {}, mean) : Tensor();
+  const Tensor dlse = ce.z_scale != 0.0                ? z_dlse(ce.lse, dl, ce.z_scale)
+                      : g.size() > 1 && g[1].defined() ? z_loss_dlse(ce.lse, g[1], {}, mean)
+                                                       : Tensor();
   backend_for(lc).cross_entropy_backward(lc, ce.targets, ce.lse, dl, dlse, ignore_index, dlogits,
                                          softcap);
 }
@@ -960,32 +979,63 @@ std::vector<Tensor> linear_head_loss(const char* op, const Tensor& x, const Tens
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index, double softcap, const Tensor& bias,
-                            Tensor* z_loss, double expected_grad) {
+                            Tensor* z_loss, double expected_grad, double z_loss_coef) {
   const char* op = "linear_cross_entropy";
   detail::check_index(targets, op, "targets");
+  check_z_loss_coef(op, z_loss_coef);
   if (x.dim() < 1) throw ShapeError(std::string(op) + ": x must have a feature dimension");
   const Shape lead(x.shape().begin(), x.shape().end() - 1);
   check_targets(op, targets, x, lead);
   Tensor tc = reshape(contiguous(targets).detach(), {numel(lead)}).detach();
-  // The gradient ahead only where a backward will want it.
-  const bool grads = autograd::grad_enabled() && (x.requires_grad() || weight.requires_grad() ||
-                                                  (bias.defined() && bias.requires_grad()));
-  const double ahead = grads && !z_loss ? expected_grad : 0.0;
+  const double ahead = head_grad_ahead(x, weight, bias, expected_grad);
   const TensorList out = linear_head_loss(
       op, x, weight, bias,
       [&](const Tensor& logits) {
-        Tensor loss, z;
-        CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index, &loss,
-                                                     z_loss ? &z : nullptr, ahead, softcap);
-        return HeadLoss{
-            loss, z,
-            [ce = std::move(ce), ignore_index, softcap](const TensorList& g, Tensor& dlogits) {
-              cross_entropy_backward(dlogits, ce, ignore_index, g, dlogits, softcap);
-            }};
+        return cross_entropy_head(op, logits, tc, ignore_index, softcap, z_loss, ahead,
+                                  z_loss_coef);
       },
       softcap);
-  if (z_loss) *z_loss = out[1];
+  if (z_loss && z_loss_coef == 0.0) *z_loss = out[1];
   return out[0];
+}
+
+void check_z_loss_coef(const char* op, double z_loss_coef) {
+  if (!(z_loss_coef >= 0.0) || !std::isfinite(z_loss_coef)) {
+    throw ValueError(std::string(op) + ": z_loss_coef " + std::to_string(z_loss_coef) +
+                     " (expected a finite value >= 0)");
+  }
+}
+
+double head_grad_ahead(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       double expected_grad) {
+  const bool grads = autograd::grad_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                                  (bias.defined() && bias.requires_grad()));
+  return grads ? expected_grad : 0.0;
+}
+
+HeadLoss cross_entropy_head(const char* op, const Tensor& logits, const Tensor& targets,
+                            int64_t ignore_index, double softcap, Tensor* z_loss,
+                            double expected_grad, double z_loss_coef) {
+  if (logits.dim() != 2 || targets.numel() != logits.size(0)) {
+    throw ShapeError(std::string(op) + ": " + std::to_string(targets.numel()) +
+                     " targets for logits " + shape_str(logits.shape()) +
+                     " (expected (N, classes) and N targets)");
+  }
+  const Tensor tc = reshape(contiguous(targets).detach(), {logits.size(0)}).detach();
+  Tensor loss, z;
+  CrossEntropyParts ce =
+      cross_entropy_forward(op, logits, tc, ignore_index, &loss, z_loss ? &z : nullptr,
+                            expected_grad, softcap, z_loss_coef);
+  // A z-loss joining the loss's gradient is a value beside it; one with a
+  // gradient of its own, the op's second output.
+  if (z_loss && z_loss_coef > 0) {
+    *z_loss = z;
+    z = Tensor();
+  }
+  return HeadLoss{
+      loss, z, [ce = std::move(ce), ignore_index, softcap](const TensorList& g, Tensor& dlogits) {
+        cross_entropy_backward(dlogits, ce, ignore_index, g, dlogits, softcap);
+      }};
 }
 
 }  // namespace triad

@@ -2,7 +2,8 @@
 // (cross_entropy_forward_backward): row by row, the bits of
 // cross_entropy_forward followed by cross_entropy_backward, over rows padded
 // apart as the head's logits are, with ignored rows and a soft cap, in place
-// over the logits or into another buffer.
+// over the logits or into another buffer, and with a z-loss's gradient
+// (z_scale) formed from the log-sum-exp as the two calls' caller forms it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,16 +41,24 @@ std::vector<double> buffer(const Tensor& view) {
   return values(make_view(view, {kN, kLd}, {kLd, 1}, view.offset()));
 }
 
-// The loss and the logits' gradient in one call (fused) or in two.
+// The loss and the logits' gradient in one call (fused) or in two (with
+// z_scale, dlse = (lse * dlosses) * z_scale between them).
 void loss_and_gradient(bool fused, const Tensor& logits, const Tensor& targets, Tensor& losses,
-                       Tensor& lse, const Tensor& dlosses, Tensor& dlogits, double softcap) {
+                       Tensor& lse, const Tensor& dlosses, Tensor& dlogits, double softcap,
+                       double z_scale = 0.0) {
   Backend& be = backend_for(logits);
   if (fused) {
     be.cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse, dlosses, dlogits,
-                                      softcap);
+                                      softcap, z_scale);
   } else {
     be.cross_entropy_forward(logits, targets, kIgnore, losses, lse);
-    be.cross_entropy_backward(logits, targets, lse, dlosses, Tensor(), kIgnore, dlogits, softcap);
+    Tensor dlse;
+    if (z_scale != 0.0) {
+      dlse = empty(lse.shape(), lse.dtype(), lse.device());
+      be.binary(BinaryOp::Mul, lse, dlosses, dlse);
+      be.affine(dlse, z_scale, 0.0, dlse);
+    }
+    be.cross_entropy_backward(logits, targets, lse, dlosses, dlse, kIgnore, dlogits, softcap);
   }
 }
 
@@ -57,7 +66,7 @@ struct Result {
   std::vector<double> losses, lse, dlogits, logits_after;
 };
 
-Result run(DType dtype, double softcap, bool fused, bool in_place) {
+Result run(DType dtype, double softcap, bool fused, bool in_place, double z_scale = 0.0) {
   const DType sd = dtype == DType::F64 ? DType::F64 : DType::F32;
   Tensor logits = padded_logits(dtype);
   const Tensor targets =
@@ -66,7 +75,7 @@ Result run(DType dtype, double softcap, bool fused, bool in_place) {
   const Tensor dlosses =
       from_vector(std::vector<double>{0.5, 0.25, -0.75, 1.5, 0.125, 2.0, -0.375}, {kN}, sd);
   Tensor dlogits = in_place ? logits : padded_logits(dtype);
-  loss_and_gradient(fused, logits, targets, losses, lse, dlosses, dlogits, softcap);
+  loss_and_gradient(fused, logits, targets, losses, lse, dlosses, dlogits, softcap, z_scale);
   return {values(losses), values(lse), buffer(dlogits), buffer(logits)};
 }
 
@@ -97,6 +106,14 @@ TEST(CpuCrossEntropy, WrittenWithItsGradientItIsTheTwoCallsBits) {
         if (!in_place) {
           EXPECT_EQ(one.logits_after, buffer(padded_logits(dtype)));
         }
+        // With a z-loss's part: the two calls' bits still, a gradient that
+        // differs from the one without it, and none for ignored rows.
+        const Result two_z = run(dtype, softcap, false, in_place, 0.3);
+        const Result one_z = run(dtype, softcap, true, in_place, 0.3);
+        EXPECT_EQ(one_z.losses, two_z.losses);
+        EXPECT_EQ(one_z.dlogits, two_z.dlogits);
+        EXPECT_NE(one_z.dlogits, one.dlogits);
+        for (int64_t j = 0; j < kV; ++j) EXPECT_EQ(one_z.dlogits[kLd + j], 0.0) << j;
       }
     }
   }

@@ -1415,6 +1415,59 @@ TEST(CudaKernels, VocabShardSumsMatchTheCpu) {
   }
 }
 
+// The vocab-parallel backward on a shard's padded rows (the layers above
+// reach it only through several ranks: a group of one runs one process's
+// loss): targets in the shard, outside it and ignored, a z-loss's dlse,
+// soft-capped logits, written beside the logits and over them, against the
+// CPU; the padding columns get 0.
+TEST(CudaKernels, VocabBackwardInPaddedRowsMatchesTheCpu) {
+  const int64_t N = 29, Vl = 96, ld = 128, vocab_start = 200, valid = 90;
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < N; ++i) t.push_back(i % 5 == 4 ? -100 : 150 + (i * 13) % 160);
+  const Tensor targets = from_vector(t, {N}, DType::I64);
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (bool capped : {false, true}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + (capped ? ", capped" : "") +
+                     (in_place ? ", over the logits" : ""));
+        auto run = [&](Device dev) {
+          Tensor rows = to_device(randn({N, ld}, 8, 1, 1.5, dtype), dev);
+          Tensor logits = make_view(rows, {N, Vl}, {ld, 1}, 0);
+          const double cap = capped ? 2.5 : 0.0;
+          if (capped) backend_for(logits).soft_cap(logits, cap, logits);
+          // The statistics a shard would have after its reductions: the max
+          // over its valid columns and the sum of exponentials against it.
+          const Tensor host = to_device(logits, Device::cpu());
+          std::vector<double> mx(N), se(N);
+          const std::vector<double> v = to_double_vector(contiguous(host));
+          for (int64_t i = 0; i < N; ++i) {
+            mx[i] = *std::max_element(v.begin() + i * Vl, v.begin() + i * Vl + valid);
+            for (int64_t j = 0; j < valid; ++j) se[i] += std::exp(v[i * Vl + j] - mx[i]);
+          }
+          const Tensor gmax = from_vector(mx, {N}, DType::F32, dev),
+                       sumexp = from_vector(se, {N}, DType::F32, dev),
+                       dloss = to_device(randn({N}, 8, 2, 0.1, DType::F32), dev),
+                       dlse = to_device(randn({N}, 8, 3, 0.05, DType::F32), dev);
+          Tensor out_rows = in_place ? rows : full({N, ld}, 7.0, dtype, dev);
+          Tensor dlogits = make_view(out_rows, {N, Vl}, {ld, 1}, 0);
+          backend_for(logits).vocab_ce_backward(logits, to_device(targets, dev), vocab_start, valid,
+                                                gmax, sumexp, dloss, dlse, dlogits, cap);
+          return to_double_vector(contiguous(to_device(dlogits, Device::cpu())));
+        };
+        const auto cpu = run(Device::cpu()), gpu = run(kGpu);
+        const double tol = dtype == DType::F32 ? 1e-6 : 1e-2;
+        expect_close(gpu, cpu, tol, tol, "dlogits");
+        double total = 0;
+        for (int64_t i = 0; i < N; ++i) {
+          for (int64_t j = valid; j < Vl; ++j) ASSERT_EQ(gpu[i * Vl + j], 0.0) << i << ", " << j;
+          for (int64_t j = 0; j < valid; ++j) total += std::abs(gpu[i * Vl + j]);
+        }
+        EXPECT_GT(total, 0.1);
+      }
+    }
+  }
+}
+
 // Cross entropy's row kernels launch a warp for every 32 packs of a row (16
 // bytes each), up to their most (512 threads; the fused kernel's 1024), and
 // a row's loss, log-sum-exp and gradient have the same bits in a block of
@@ -1486,41 +1539,64 @@ TEST(CudaKernels, CrossEntropyBlocksFitTheirRowsWithTheSameBits) {
 }
 
 // The vocab-parallel head and loss on a shard whose rows the logits pad (67
-// classes -> rows of 128, the last 7 classes padding): the partial, sum of
-// exponentials and in-place backward kernels on row-strided logits, against
-// the CPU, through a world of one (NCCL on the GPU); and with a z-loss
-// (the backward kernel's dlse), its value too.
+// classes -> rows of 128, the last 7 classes padding) through a world of
+// one (NCCL on the GPU), which holds the whole vocabulary: one process's
+// cross entropy over the valid classes in row-strided logits, against the
+// CPU, with a z-loss too; none of the vocab-parallel kernels run, and with
+// the gradient expected (or another) it is written with the loss in one
+// kernel, the padding classes given none.
 TEST(CudaKernels, VocabParallelHeadLossInPaddedRowsMatchesTheCpu) {
   if (!dist::nccl_available()) GTEST_SKIP() << "built without NCCL";
   dist::ProcessGroupPtr world = dist::init_world();
   ASSERT_EQ(world->size(), 1);
   dist::ProcessGroupPtr nccl = dist::make_nccl_group(world, 0);
   std::vector<int64_t> t;
-  for (int64_t i = 0; i < 24; ++i) t.push_back((i * 17 + 2) % 60);
+  for (int64_t i = 0; i < 24; ++i) t.push_back(i == 5 ? -100 : (i * 17 + 2) % 60);
   const Tensor targets = from_vector(t, {4, 6}, DType::I64);
+  using Calls = std::map<std::string, int64_t>;
   for (DType dtype : {DType::F32, DType::BF16}) {
     for (bool with_z : {false, true}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + (with_z ? " with a z-loss" : ""));
-      auto run = [&](Device dev, const dist::ProcessGroupPtr& group) {
-        Tensor x = to_device(randn({4, 6, 40}, 5, 1, 1.0, dtype), dev).detach();
-        Tensor w = to_device(randn({67, 40}, 5, 2, 0.3, dtype), dev).detach();
-        x.set_requires_grad(true);
-        w.set_requires_grad(true);
-        Tensor z;
-        Tensor loss = tp::vocab_parallel_linear_cross_entropy(x, w, targets, 0, 60, group, 0.0, {},
-                                                              {}, with_z ? &z : nullptr);
-        autograd::backward({with_z ? add(loss, scale(z, 0.5)) : loss});
-        return std::vector<std::vector<double>>{
-            to_double_vector(loss), to_double_vector(x.grad()), to_double_vector(w.grad()),
-            with_z ? to_double_vector(z) : std::vector<double>{}};
-      };
-      const auto cpu = run(Device::cpu(), world), gpu = run(kGpu, nccl);
-      const double tol = dtype == DType::F32 ? 1e-5 : 2e-2;
-      expect_close(gpu[0], cpu[0], tol, tol, "loss");
-      expect_close(gpu[3], cpu[3], tol, tol, "z-loss");
-      expect_close(gpu[1], cpu[1], tol, tol, "dx");
-      expect_close(gpu[2], cpu[2], tol, tol, "dw");
-      for (size_t i = 60 * 40; i < gpu[2].size(); ++i) ASSERT_EQ(gpu[2][i], 0.0) << "padding class";
+      for (double expected : {0.0, 1.0, 0.5}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + (with_z ? " with a z-loss" : "") +
+                     ", expected gradient " + std::to_string(expected));
+        auto run = [&](Device dev, const dist::ProcessGroupPtr& group, Calls* calls) {
+          Tensor x = to_device(randn({4, 6, 40}, 5, 1, 1.0, dtype), dev).detach();
+          Tensor w = to_device(randn({67, 40}, 5, 2, 0.3, dtype), dev).detach();
+          x.set_requires_grad(true);
+          w.set_requires_grad(true);
+          if (calls) {
+            cuda::set_op_profiling(true);
+            cuda::op_profile(0);  // (clears what came before)
+          }
+          Tensor z;
+          Tensor loss = tp::vocab_parallel_linear_cross_entropy(
+              x, w, targets, 0, 60, group, 0.0, {}, {}, with_z ? &z : nullptr, expected);
+          autograd::backward({with_z ? add(loss, scale(z, 0.5)) : loss});
+          if (calls) {
+            cuda::synchronize(0);
+            for (const cuda::OpTime& op : cuda::op_profile(0)) (*calls)[op.op] = op.calls;
+            cuda::set_op_profiling(false);
+          }
+          return std::vector<std::vector<double>>{
+              to_double_vector(loss), to_double_vector(x.grad()), to_double_vector(w.grad()),
+              with_z ? to_double_vector(z) : std::vector<double>{}};
+        };
+        Calls calls;
+        const auto cpu = run(Device::cpu(), world, nullptr), gpu = run(kGpu, nccl, &calls);
+        const double tol = dtype == DType::F32 ? 1e-5 : 2e-2;
+        expect_close(gpu[0], cpu[0], tol, tol, "loss");
+        expect_close(gpu[3], cpu[3], tol, tol, "z-loss");
+        expect_close(gpu[1], cpu[1], tol, tol, "dx");
+        expect_close(gpu[2], cpu[2], tol, tol, "dw");
+        for (size_t i = 60 * 40; i < gpu[2].size(); ++i)
+          ASSERT_EQ(gpu[2][i], 0.0) << "padding class";
+        for (const char* op : {"vocab_ce_shard_sums", "vocab_ce_loss", "vocab_ce_backward"})
+          EXPECT_EQ(calls[op], 0) << op;
+        const bool ahead = expected != 0.0 && !with_z;
+        EXPECT_EQ(calls["cross_entropy_forward_backward"], ahead ? 1 : 0);
+        EXPECT_EQ(calls["cross_entropy_forward"], ahead ? 0 : 1);
+        EXPECT_EQ(calls["cross_entropy_backward"], ahead ? 0 : 1);
+      }
     }
   }
 }
@@ -2734,6 +2810,68 @@ TEST(CudaRuntime, AHeadsGradientWrittenWithItsLossIsTheSameGradient) {
       const auto other = run(kGpu, 0.5, 0.37, &other_calls);
       const double tol = d == DType::F32 ? 1e-4 : 3e-2;
       const char* names[] = {"loss", "dx", "dw", "db"};
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        EXPECT_EQ(ahead[i], plain[i]) << names[i];
+        expect_close(plain[i], cpu[i], tol, tol, names[i]);
+        expect_close(other[i], cpu[i], tol, tol, names[i]);
+      }
+      EXPECT_EQ(plain_calls["cross_entropy_forward"], 1);
+      EXPECT_EQ(plain_calls["cross_entropy_backward"], 1);
+      EXPECT_EQ(plain_calls["cross_entropy_forward_backward"], 0);
+      for (Calls* c : {&ahead_calls, &other_calls}) {
+        EXPECT_EQ((*c)["cross_entropy_forward"], 0);
+        EXPECT_EQ((*c)["cross_entropy_backward"], 0);
+        EXPECT_EQ((*c)["cross_entropy_forward_backward"], 1);
+        EXPECT_EQ((*c)["scale_by_ratio"], 1);
+      }
+    }
+  }
+}
+
+// A z-loss joining the loss's gradient (a GPT head's model.z_loss_coef)
+// rides in the same kernel: with the gradient expected, one launch writes
+// the loss, the z-loss's statistics and the gradient with both parts, the
+// same bits as the two kernels (or rescaled when another gradient comes),
+// and all of it the CPU's.
+TEST(CudaRuntime, AJoinedZLossIsWrittenWithTheLossesGradient) {
+  for (DType d : {DType::F32, DType::BF16}) {
+    for (bool capped : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(d)) + (capped ? ", capped" : ""));
+      using Calls = std::map<std::string, int64_t>;
+      auto run = [&](Device dev, double expected, double seed, Calls* calls) {
+        auto leaf = [&](const Tensor& t) {
+          Tensor p = to_device(cast(t, d), dev).detach();
+          p.set_requires_grad(true);
+          return p;
+        };
+        Tensor x = leaf(randn({3, 7, 16}, 43, 1)), w = leaf(randn({301, 16}, 43, 2, 0.5));
+        std::vector<int64_t> t;
+        for (int64_t i = 0; i < 21; ++i) t.push_back(i == 9 ? -100 : (i * 37 + 5) % 301);
+        const Tensor targets = from_vector(t, {3, 7}, DType::I64);
+        if (calls) {
+          cuda::set_op_profiling(true);
+          cuda::op_profile(0);  // (clears what came before)
+        }
+        Tensor z;
+        const Tensor loss =
+            linear_cross_entropy(x, w, targets, -100, capped ? 3.0 : 0.0, {}, &z, expected, 0.02);
+        autograd::backward({loss}, {full({}, seed, loss.dtype(), dev)});
+        if (dev.is_cuda()) cuda::synchronize(0);
+        if (calls) {
+          for (const cuda::OpTime& op : cuda::op_profile(0)) (*calls)[op.op] = op.calls;
+          cuda::set_op_profiling(false);
+        }
+        return std::vector<std::vector<double>>{to_double_vector(loss), to_double_vector(z),
+                                                to_double_vector(x.grad()),
+                                                to_double_vector(w.grad())};
+      };
+      Calls plain_calls, ahead_calls, other_calls;
+      const auto cpu = run(Device::cpu(), 0.0, 0.37, nullptr);
+      const auto plain = run(kGpu, 0.0, 0.37, &plain_calls);
+      const auto ahead = run(kGpu, 0.37, 0.37, &ahead_calls);
+      const auto other = run(kGpu, 0.5, 0.37, &other_calls);
+      const double tol = d == DType::F32 ? 1e-4 : 3e-2;
+      const char* names[] = {"loss", "z", "dx", "dw"};
       for (size_t i = 0; i < cpu.size(); ++i) {
         EXPECT_EQ(ahead[i], plain[i]) << names[i];
         expect_close(plain[i], cpu[i], tol, tol, names[i]);

@@ -113,7 +113,7 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
                std::invalid_argument);  // nothing to divide by
   EXPECT_THROW(
       cross_entropy_forward_backward(nullptr, ScalarType::F64, nullptr, true, nullptr, 2, 10, 10,
-                                     -100, 0.0, nullptr, nullptr, nullptr, nullptr),
+                                     -100, 0.0, 0.0, nullptr, nullptr, nullptr, nullptr),
       std::invalid_argument);  // f64 logits
   // An embedding backward with long segments needs its scratch of partial
   // sums, and has no more long segments than rows.

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
+#include "support/expect_close.h"
 #include "triad/autograd/engine.h"
 #include "triad/autograd/weight_grad_store.h"
 #include "triad/backend/backend.h"
@@ -178,6 +180,81 @@ TEST(LinearCrossEntropy, AGradientWrittenAheadIsTheGradientItself) {
     return std::pair{to_double_vector(loss)[0], to_double_vector(x.grad())};
   };
   EXPECT_EQ(with_z(1.0), with_z(0.0));
+}
+
+// A z-loss joining the loss's gradient (z_loss_coef > 0, as a GPT's head
+// takes model.z_loss_coef): the same z-loss value, and the gradients of
+// loss + coef * z with the z-loss as a second output, for any gradient the
+// loss gets (they scale together); biased and soft-capped, in f32 and bf16,
+// with the gradient expected ahead (written in the forward pass, or
+// rescaled when another comes) the same bits as without it. A negative or
+// non-finite coefficient is refused by name.
+TEST(LinearCrossEntropy, AZLossJoiningTheLossesGradientIsLossPlusCoefTimesZ) {
+  const double coef = 0.05;
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < 10; ++i) t.push_back(i == 4 ? -100 : (i * 37 + 5) % 67);
+  const Tensor targets = from_vector(t, {2, 5}, DType::I64);
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (bool capped : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (capped ? ", biased and capped" : ""));
+      auto run = [&](bool joined, double expected, double seed) {
+        auto leaf = [&](const Tensor& v) {
+          Tensor p = cast(v, dtype).detach();
+          p.set_requires_grad(true);
+          return p;
+        };
+        Tensor x = leaf(randn({2, 5, 12}, 3, 1)), w = leaf(randn({67, 12}, 3, 2, 0.6));
+        Tensor b = capped ? leaf(randn({67}, 3, 3)) : Tensor();
+        Tensor z;
+        const Tensor loss = linear_cross_entropy(x, w, targets, -100, capped ? 2.0 : 0.0, b, &z,
+                                                 expected, joined ? coef : 0.0);
+        if (joined) {
+          EXPECT_FALSE(z.requires_grad());
+          autograd::backward({loss}, {full({}, seed, loss.dtype())});
+        } else {
+          autograd::backward({add(loss, scale(z, coef))}, {full({}, seed, loss.dtype())});
+        }
+        return std::vector<std::vector<double>>{
+            to_double_vector(loss), to_double_vector(z), to_double_vector(x.grad()),
+            to_double_vector(w.grad()),
+            capped ? to_double_vector(b.grad()) : std::vector<double>{}};
+      };
+      const char* names[] = {"loss", "z", "dx", "dw", "db"};
+      for (double seed : {1.0, 0.37}) {
+        const auto second_output = run(false, 0.0, seed);
+        const auto joined = run(true, 0.0, seed);
+        EXPECT_EQ(run(true, seed, seed), joined) << "written ahead";
+        const auto rescaled = run(true, 0.5, seed);
+        const double tol = dtype == DType::F32 ? 1e-6 : 1e-2;
+        for (size_t i = 0; i < joined.size(); ++i) {
+          testing::expect_close(joined[i], second_output[i], tol, tol, names[i]);
+          testing::expect_close(rescaled[i], joined[i], tol, tol, names[i]);
+        }
+      }
+      // (Without the z-loss's part, x's gradient differs.)
+      const auto plain = run(true, 0.0, 1.0);
+      Tensor x = cast(randn({2, 5, 12}, 3, 1), dtype).detach();
+      x.set_requires_grad(true);
+      const Tensor w = cast(randn({67, 12}, 3, 2, 0.6), dtype);
+      autograd::backward(
+          {linear_cross_entropy(x, w, targets, -100, capped ? 2.0 : 0.0,
+                                capped ? cast(randn({67}, 3, 3), dtype) : Tensor())});
+      double apart = 0;
+      const std::vector<double> without = to_double_vector(x.grad());
+      for (size_t i = 0; i < without.size(); ++i) apart += std::abs(without[i] - plain[2][i]);
+      EXPECT_GT(apart, 1e-3);
+    }
+  }
+  const Tensor x = randn({2, 5, 12}, 3, 1), w = randn({67, 12}, 3, 2, 0.6);
+  for (double bad : {-0.1, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    Tensor z;
+    try {
+      linear_cross_entropy(x, w, targets, -100, 0.0, {}, &z, 0.0, bad);
+      ADD_FAILURE() << "z_loss_coef " << bad << " accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("z_loss_coef"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // The z-loss (the op's second output, model.z_loss_coef's): the mean over

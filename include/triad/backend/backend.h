@@ -353,15 +353,18 @@ class Backend {
                                       int64_t ignore_index, Tensor& dlogits, double softcap) = 0;
   // cross_entropy_forward, then cross_entropy_backward with `dlosses`
   // (given now: a training step knows its loss's gradient before its
-  // backward pass) and no dlse, in one pass over the logits where the
-  // backend can: the same losses, lse and dlogits. dlogits may be the
-  // logits. The default makes the two calls; the CPU backend (row by row)
-  // and the CUDA backend (one kernel, a block a row) read a row for its
-  // log-sum-exp and again, from cache, for the gradient they write.
+  // backward pass), in one pass over the logits where the backend can: the
+  // same losses, lse and dlogits. dlogits may be the logits. z_scale > 0: a
+  // z-loss's gradient as well, each row's dlse (lse[row] * dlosses[row]) *
+  // z_scale, rounded to the stat dtype at each product (z_scale twice the
+  // z-loss's coefficient: the z-loss weighs its rows as the loss does);
+  // 0: no dlse. The default makes the two calls; the CPU backend (row by
+  // row) and the CUDA backend (one kernel, a block a row) read a row for
+  // its log-sum-exp and again, from cache, for the gradient they write.
   virtual void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                               int64_t ignore_index, Tensor& losses, Tensor& lse,
                                               const Tensor& dlosses, Tensor& dlogits,
-                                              double softcap);
+                                              double softcap, double z_scale = 0.0);
   // x *= actual / expected, unless actual == expected: then x is left as it
   // is (and on a GPU nothing reads it). actual: one element of x's
   // statistics dtype on x's device (a gradient as it arrived); expected

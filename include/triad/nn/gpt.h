@@ -856,12 +856,6 @@ Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k);
 // (attach_loss); ctx.mtp_stats records them.
 Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vector<Tensor>& depths,
                        const ForwardContext& ctx);
-// The next-token loss carrying the output z-loss `z` (the head's
-// cross-entropy op's second output) into backward: its value unchanged, z
-// joining its gradient with weight cfg.z_loss_coef * ctx.loss_grad
-// (attach_loss); ctx.z_loss_stats records z.
-Tensor with_z_loss(const GptConfig& cfg, const Tensor& loss, const Tensor& z,
-                   const ForwardContext& ctx);
 
 // Multi-token prediction module k (DeepSeek-V3's MTP module; k from 1 to
 // model.mtp_layers): from the previous depth's hidden states h (B, T, C;
@@ -915,8 +909,9 @@ class Gpt : public Module {
   // (ctx.training), the multi-token-prediction modules' losses join its
   // gradient (attach_loss: mtp_loss_weight / mtp_layers * ctx.loss_grad
   // each), its value staying the next token's; ctx.mtp_stats gets them.
-  // With model.z_loss_coef, while training, the z-loss joins it the same
-  // way (with_z_loss).
+  // With model.z_loss_coef, while training, the z-loss joins its gradient
+  // in the head's op (linear_cross_entropy's z_loss_coef), and
+  // ctx.z_loss_stats gets it.
   Tensor loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx = {}) const;
   // Multi-token prediction's loss at each depth for hidden, the blocks'
   // output (trunk) on ids under ctx (its documents already filled in).

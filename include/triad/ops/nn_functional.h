@@ -181,20 +181,27 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // bias (V), when defined (Phi-2's biased head): the logits are x @
 // weight^T + bias (before the cap); its gradient, the logits' gradient
 // summed over the rows, is deferrable with the weight's.
-// z_loss: as for cross_entropy, over the (capped) logits.
+// z_loss: as for cross_entropy, over the (capped) logits. z_loss_coef > 0
+// (with z_loss): the z-loss joins the loss's gradient instead — backward
+// differentiates loss + z_loss_coef * z-loss from the gradient the loss
+// gets — and *z_loss is its value, outside autograd (a model's output
+// z-loss, model.z_loss_coef); 0: it is a second output with a gradient of
+// its own.
 // expected_grad, nonzero: the gradient the loss will receive in backward (a
 // training step's ForwardContext::loss_grad). Where something needs a
-// gradient and there is no z-loss, the logits' gradient is then written
-// over them in the forward pass, in the loss's own pass over the logits
-// (Backend::cross_entropy_forward_backward: on CUDA, one read of the
-// logits fewer); backward compares the gradient that came with the one
+// gradient and no z-loss has a gradient of its own, the logits' gradient is
+// then written over them in the forward pass, in the loss's own pass over
+// the logits (Backend::cross_entropy_forward_backward: on CUDA, one read of
+// the logits fewer); backward compares the gradient that came with the one
 // expected on the device and rescales the logits' gradient only when they
 // differ. The same values either way, and with the expected gradient the
 // same bits as without it.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index = -100, double softcap = 0.0,
                             const Tensor& bias = {}, Tensor* z_loss = nullptr,
-                            double expected_grad = 0.0);
+                            double expected_grad = 0.0, double z_loss_coef = 0.0);
+// z_loss_coef a finite value >= 0, else a ValueError naming `op`.
+void check_z_loss_coef(const char* op, double z_loss_coef);
 // Elements from one row of linear_cross_entropy's logits to the next: V
 // rounded up to a multiple of 64.
 int64_t padded_logits_row(int64_t classes);
@@ -225,6 +232,23 @@ std::vector<Tensor> linear_head_loss(const char* op, const Tensor& x, const Tens
                                      const Tensor& bias,
                                      const std::function<HeadLoss(const Tensor& logits)>& loss_of,
                                      double softcap = 0.0, const InputGradComm& comm = {});
+
+// linear_cross_entropy's loss over its logits (N, V), as linear_head_loss
+// hands them (row-strided), for another head built around it (the
+// vocab-parallel head on a group of one rank, over its valid columns):
+// targets (N) on the logits' device or the host; softcap, z_loss,
+// expected_grad and z_loss_coef as for linear_cross_entropy (with z_loss
+// and z_loss_coef 0 the z-loss is HeadLoss::z_loss, a second output; with
+// z_loss_coef > 0 it is written to *z_loss and HeadLoss::z_loss stays
+// undefined).
+HeadLoss cross_entropy_head(const char* op, const Tensor& logits, const Tensor& targets,
+                            int64_t ignore_index, double softcap, Tensor* z_loss,
+                            double expected_grad, double z_loss_coef);
+// expected_grad where a backward through a head of x, weight and bias
+// (undefined: none) will want it (grad mode on, one of them needing a
+// gradient), else 0: what to pass cross_entropy_head.
+double head_grad_ahead(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       double expected_grad);
 
 // A z-loss from a cross entropy's per-row log-sum-exp lse (N, stat dtype),
 // for the cross entropies here and the vocab-parallel one: sum_i w_i *

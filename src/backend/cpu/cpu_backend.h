@@ -74,8 +74,8 @@ class CpuBackend final : public Backend {
                               Tensor& dlogits, double softcap) override;
   void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                       int64_t ignore_index, Tensor& losses, Tensor& lse,
-                                      const Tensor& dlosses, Tensor& dlogits,
-                                      double softcap) override;
+                                      const Tensor& dlosses, Tensor& dlogits, double softcap,
+                                      double z_scale) override;
   void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                         int64_t valid, Tensor& row_max, Tensor& target_logit) override;
   void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,

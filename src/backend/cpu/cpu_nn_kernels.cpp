@@ -1021,7 +1021,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
 void CpuBackend::cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                                 int64_t ignore_index, Tensor& losses, Tensor& lse,
                                                 const Tensor& dlosses, Tensor& dlogits,
-                                                double softcap) {
+                                                double softcap, double z_scale) {
   dispatch_float(logits.dtype(), "cross_entropy_forward_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
@@ -1032,11 +1032,13 @@ void CpuBackend::cross_entropy_forward_backward(const Tensor& logits, const Tens
     T* ps = lse.data<T>();
     const T* pg = dlosses.data<T>();
     T* pd = dlogits.data<T>();
-    const T cap = static_cast<T>(softcap);
+    const T cap = static_cast<T>(softcap), zs = static_cast<T>(z_scale);
     parallel_for(N, N * V > 4096, [&](int64_t i) {
       const int64_t t = load_index(targets, i);
       ce_row_forward(px + i * ld, V, t, ignore_index, pl + i, ps + i);
-      ce_row_backward(px + i * ld, V, t, ignore_index, ps[i], pg[i], T(0), cap, pd + i * ld);
+      // (The default's dlse: the product, then the scale, each rounded.)
+      const T dlse = zs != T(0) ? zs * static_cast<T>(ps[i] * pg[i]) : T(0);
+      ce_row_backward(px + i * ld, V, t, ignore_index, ps[i], pg[i], dlse, cap, pd + i * ld);
     });
   });
 }

@@ -260,13 +260,13 @@ void HalfAdapter::cross_entropy_backward(const Tensor& logits, const Tensor& tar
 void HalfAdapter::cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                                  int64_t ignore_index, Tensor& losses, Tensor& lse,
                                                  const Tensor& dlosses, Tensor& dlogits,
-                                                 double softcap) {
+                                                 double softcap, double z_scale) {
   Widen w(inner_);
   // In place (the gradient over the logits): one widened copy, read for the
   // loss and written with the gradient, where the two calls widen twice.
   Tensor o = same_data(logits, dlogits) ? w.inout(dlogits) : w.out(dlogits);
   inner_.cross_entropy_forward_backward(same_data(logits, dlogits) ? o : w.in(logits), targets,
-                                        ignore_index, losses, lse, dlosses, o, softcap);
+                                        ignore_index, losses, lse, dlosses, o, softcap, z_scale);
   w.finish();
 }
 

@@ -1531,7 +1531,7 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
 void CudaBackend::cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                                  int64_t ignore_index, Tensor& losses, Tensor& lse,
                                                  const Tensor& dlosses, Tensor& dlogits,
-                                                 double softcap) {
+                                                 double softcap, double z_scale) {
   require_nn("cross_entropy_forward_backward", logits.dtype());
   require_index("cross_entropy_forward_backward", targets);
   const int64_t N = logits.size(0), V = logits.size(1);
@@ -1539,11 +1539,11 @@ void CudaBackend::cross_entropy_forward_backward(const Tensor& logits, const Ten
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "cross_entropy_forward_backward", [&] {
-    k::cross_entropy_forward_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
-                                      targets.dtype() == DType::I64,
-                                      stats_or_null(dlosses, N, "cross_entropy_forward_backward"),
-                                      N, V, ld, ignore_index, softcap, losses.data<float>(),
-                                      lse.data<float>(), dlogits.raw_data(), s.stream);
+    k::cross_entropy_forward_backward(
+        logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
+        targets.dtype() == DType::I64, stats_or_null(dlosses, N, "cross_entropy_forward_backward"),
+        N, V, ld, ignore_index, softcap, z_scale, losses.data<float>(), lse.data<float>(),
+        dlogits.raw_data(), s.stream);
   });
 }
 

@@ -120,8 +120,8 @@ class CudaBackend final : public Backend {
                               Tensor& dlogits, double softcap) override;
   void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                       int64_t ignore_index, Tensor& losses, Tensor& lse,
-                                      const Tensor& dlosses, Tensor& dlogits,
-                                      double softcap) override;
+                                      const Tensor& dlosses, Tensor& dlogits, double softcap,
+                                      double z_scale) override;
   void scale_by_ratio(const Tensor& actual, double expected, Tensor& x) override;
   void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                         int64_t valid, Tensor& row_max, Tensor& target_logit) override;

@@ -948,7 +948,8 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
 }
 
 Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tensor& hidden,
-                                          const Tensor& targets, Tensor* z_loss) const {
+                                          const Tensor& targets, Tensor* z_loss,
+                                          double expected_grad) const {
   // Checked where they are read anyway (host targets; device ones are the
   // caller's): the shards see only their own vocabulary, so a target past
   // the whole of it would silently score 0 on every rank.
@@ -969,7 +970,8 @@ Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tenso
   if (!cp_) {
     return vocab_parallel_linear_cross_entropy(
         in.input, head_->weight(), targets, head_->vocab_start(), head_->valid_rows(), group_,
-        cfg_.final_logit_softcap, in.comm, head_->bias(), z_loss);
+        cfg_.final_logit_softcap, in.comm, head_->bias(), z_loss, expected_grad,
+        z_loss ? cfg_.z_loss_coef : 0.0);
   }
   // Context parallelism: this rank's chunk of the targets; its mean loss
   // over them, weighed by its share of the sequence's scored targets,
@@ -987,11 +989,13 @@ Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tenso
     return n;
   };
   const int64_t total = scored(all), here = scored(mine);
-  const Tensor loss = vocab_parallel_linear_cross_entropy(
-      in.input, head_->weight(), mine, head_->vocab_start(), head_->valid_rows(), group_,
-      cfg_.final_logit_softcap, in.comm, head_->bias(), z_loss);
   const double share =
       total ? static_cast<double>(here * cp_->size()) / static_cast<double>(total) : 0.0;
+  // (The chunk's loss is scaled by its share below: its gradient too.)
+  const Tensor loss = vocab_parallel_linear_cross_entropy(
+      in.input, head_->weight(), mine, head_->vocab_start(), head_->valid_rows(), group_,
+      cfg_.final_logit_softcap, in.comm, head_->bias(), z_loss, expected_grad * share,
+      z_loss ? cfg_.z_loss_coef : 0.0);
   if (z_loss) *z_loss = scale(*z_loss, share);
   return scale(loss, share);
 }
@@ -1119,10 +1123,15 @@ Tensor TensorParallelGpt::head_objective(const Tensor& hidden, const Tensor& ids
   if (z) {
     require(plan_.head, "the output head");
     fence(ln_f_.get());
-    Tensor z_loss;
-    loss = nn::with_z_loss(cfg_, head_loss_after(*ln_f_, hidden, targets, &z_loss), z_loss, ctx);
+    Tensor z_loss;  // (joining the loss's gradient in the head's op)
+    loss = head_loss_after(*ln_f_, hidden, targets, &z_loss, ctx.loss_grad);
+    if (ctx.z_loss_stats) ctx.z_loss_stats->record({z_loss});
   } else {
-    loss = head_loss(hidden, targets);
+    // (A training step's loss gets ctx.loss_grad in backward: written with
+    // the loss where the vocabulary is whole on this rank.)
+    require(plan_.head, "the output head");
+    fence(ln_f_.get());
+    loss = head_loss_after(*ln_f_, hidden, targets, nullptr, ctx.training ? ctx.loss_grad : 0.0);
   }
   if (mtp_.empty() || !ctx.training) return loss;
   return nn::with_mtp_losses(cfg_, loss, mtp_losses(hidden, ids, targets, ctx), ctx);
@@ -1162,7 +1171,12 @@ std::vector<Tensor> TensorParallelGpt::mtp_losses(const Tensor& hidden, const Te
     const Tensor x =
         m.eh_proj->forward(concat({m.ln_embed->forward(e), m.ln_hidden->forward(h)}, 2));
     h = block(m.layer, x, ctx);
-    out.push_back(head_loss_after(*m.ln_out, h, nn::mtp_targets(targets, docs, k)));
+    // (Each depth's loss gets nn::with_mtp_losses's weight as its gradient.)
+    const double expected =
+        ctx.training ? cfg_.mtp_loss_weight / static_cast<double>(mtp_.size()) * ctx.loss_grad
+                     : 0.0;
+    out.push_back(
+        head_loss_after(*m.ln_out, h, nn::mtp_targets(targets, docs, k), nullptr, expected));
   }
   return out;
 }

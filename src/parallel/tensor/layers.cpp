@@ -157,6 +157,9 @@ struct VocabCrossEntropy {
   Tensor lse;  // (N) each row's log-sum-exp, when a z-loss was asked for
   int64_t vocab_start = 0, valid = 0;
   double softcap = 0.0;  // > 0: the logits are soft-capped (the gradient is the uncapped ones')
+  // > 0: the z-loss joins the loss's gradient, each row's dlse (lse * dloss)
+  // * z_scale (twice its coefficient); 0: from its own gradient, if any.
+  double z_scale = 0.0;
 
   // dlogits (the logits' layout; may be the logits) from the gradients of
   // the loss and (g[1], when there) of the z-loss.
@@ -174,8 +177,9 @@ struct VocabCrossEntropy {
       backend_for(dl).affine(dl, mean, 0.0, dl);
     }
     // The z-loss's: its rows weigh as the loss's (ignored rows 0).
-    const Tensor dlse =
-        g.size() > 1 && g[1].defined() ? z_loss_dlse(lse, g[1], row_weight, mean) : Tensor();
+    const Tensor dlse = z_scale != 0.0                   ? scale(mul(lse, dl), z_scale)
+                        : g.size() > 1 && g[1].defined() ? z_loss_dlse(lse, g[1], row_weight, mean)
+                                                         : Tensor();
     backend_for(logits).vocab_ce_backward(logits, targets, vocab_start, valid, gmax, sumexp, dl,
                                           dlse, dlogits, softcap);
   }
@@ -293,24 +297,61 @@ Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight
                                            const Tensor& targets, int64_t vocab_start,
                                            int64_t valid, const dist::ProcessGroupPtr& group,
                                            double softcap, const InputGradComm& comm,
-                                           const Tensor& bias, Tensor* z_loss) {
+                                           const Tensor& bias, Tensor* z_loss, double expected_grad,
+                                           double z_loss_coef) {
   const char* op = "vocab_parallel_linear_cross_entropy";
   const int64_t C = x.dim() ? x.size(-1) : 0;
   check_vocab_targets(op, targets, C ? x.numel() / C : 0, x);
+  check_z_loss_coef(op, z_loss_coef);
+  const bool z_joins = z_loss && z_loss_coef > 0;
+  // A group of one rank holds the whole vocabulary (every run without
+  // tensor parallelism): nothing to reduce between the loss's passes, so
+  // it is one process's cross entropy over the valid columns, its gradient
+  // written with it where expected_grad allows (one read of the logits
+  // where the shard's statistics, the loss and the backward take two and
+  // two collectives). The padding columns get no gradient, as below.
+  const bool whole = group->size() == 1 && vocab_start == 0;
+  const double ahead = whole ? head_grad_ahead(x, weight, bias, expected_grad) : 0.0;
   const autograd::TensorList out = linear_head_loss(
       op, x, weight, bias,
       [&](const Tensor& logits) {
+        if (whole) {
+          const int64_t V = logits.size(1);
+          if (valid < 1 || valid > V) {
+            throw ValueError(std::string(op) + ": " + std::to_string(valid) +
+                             " valid classes of a shard of " + std::to_string(V) +
+                             " (expected 1 to " + std::to_string(V) + ")");
+          }
+          HeadLoss head = cross_entropy_head(op, narrow(logits, 1, 0, valid), targets, kIgnoreIndex,
+                                             softcap, z_loss, ahead, z_loss_coef);
+          return HeadLoss{
+              head.loss, head.z_loss,
+              [backward = std::move(head.backward), valid, V](const autograd::TensorList& g,
+                                                              Tensor& dlogits) {
+                Tensor kept = narrow(dlogits, 1, 0, valid);
+                backward(g, kept);
+                if (valid == V) return;
+                Tensor padding = narrow(dlogits, 1, valid, V - valid);
+                const Tensor zero = zeros({1}, dlogits.dtype(), dlogits.device());
+                backend_for(dlogits).copy(make_view(zero, padding.shape(), {0, 0}, 0), padding);
+              }};
+        }
         Tensor loss, z;
         VocabCrossEntropy ce = vocab_cross_entropy(logits, targets, vocab_start, valid, group,
                                                    &loss, z_loss ? &z : nullptr);
         ce.softcap = softcap;
+        if (z_joins) {  // (a value beside the loss, not a second output)
+          ce.z_scale = 2.0 * z_loss_coef;
+          *z_loss = z;
+          z = Tensor();
+        }
         return HeadLoss{loss, z,
                         [ce = std::move(ce)](const autograd::TensorList& g, Tensor& dlogits) {
                           ce.backward(g, dlogits, dlogits);
                         }};
       },
       softcap, comm);
-  if (z_loss) *z_loss = out[1];
+  if (z_loss && !z_joins) *z_loss = out[1];
   return out[0];
 }
 

@@ -411,6 +411,63 @@ TEST(VocabParallel, ZLossMatchesTheUnshardedOne) {
   }
 }
 
+// A group of one rank holds the whole vocabulary: the fused head's loss is
+// then one process's linear_cross_entropy over the valid classes, bit for
+// bit (the vocab-parallel passes' arithmetic differs), with the gradient
+// written ahead for the gradient expected, rescaled when another comes,
+// and none for the padding classes (their weight rows are nonzero here).
+// Biased and soft-capped, with ignored targets, and with a z-loss.
+TEST(VocabParallel, AGroupOfOneIsOneProcesssCrossEntropyBitForBit) {
+  if (g_world->size() != 1) GTEST_SKIP() << "a group of several ranks reduces between passes";
+  const int64_t shard = 45, V = 40, C = 16;
+  const Tensor w_full = randn({shard, C}, 3, 2, 0.5), b_full = randn({shard}, 3, 3, 0.5);
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < 12; ++i) t.push_back(i % 5 == 2 ? -100 : (i * 29 + 3) % V);
+  const Tensor targets = from_vector(t, {2, 6});
+  struct Run {
+    std::vector<double> loss, z, dx, dw, db;
+  };
+  auto run = [&](bool vocab, double expected, double seed, bool capped, bool with_z) {
+    auto leaf = [](const Tensor& v) {
+      Tensor p = contiguous(v).detach();
+      p.set_requires_grad(true);
+      return p;
+    };
+    Tensor x = leaf(randn({2, 6, C}, 3, 1));
+    Tensor w = leaf(vocab ? w_full : narrow(w_full, 0, 0, V));
+    Tensor b = leaf(vocab ? b_full : narrow(b_full, 0, 0, V));
+    const double cap = capped ? 2.0 : 0.0;
+    Tensor z;
+    Tensor* z_out = with_z ? &z : nullptr;
+    const Tensor loss = vocab ? vocab_parallel_linear_cross_entropy(x, w, targets, 0, V, g_world,
+                                                                    cap, {}, b, z_out, expected)
+                              : linear_cross_entropy(x, w, targets, -100, cap, b, z_out, expected);
+    autograd::backward(with_z ? autograd::TensorList{loss, z} : autograd::TensorList{loss},
+                       with_z ? autograd::TensorList{full({}, seed), full({}, 0.25)}
+                              : autograd::TensorList{full({}, seed)});
+    return Run{to_double_vector(loss), with_z ? to_double_vector(z) : std::vector<double>{},
+               to_double_vector(x.grad()), to_double_vector(w.grad()), to_double_vector(b.grad())};
+  };
+  for (bool capped : {false, true}) {
+    for (bool with_z : {false, true}) {
+      for (double expected : {0.0, 0.5, 2.0}) {
+        SCOPED_TRACE(std::string(capped ? "capped" : "uncapped") + (with_z ? ", z-loss" : "") +
+                     ", expected gradient " + std::to_string(expected));
+        const Run one = run(false, expected, 0.5, capped, with_z);
+        const Run got = run(true, expected, 0.5, capped, with_z);
+        EXPECT_EQ(got.loss, one.loss);
+        EXPECT_EQ(got.z, one.z);
+        EXPECT_EQ(got.dx, one.dx);
+        ASSERT_EQ(got.dw.size(), static_cast<size_t>(shard * C));
+        EXPECT_EQ(std::vector<double>(got.dw.begin(), got.dw.begin() + V * C), one.dw);
+        EXPECT_EQ(std::vector<double>(got.db.begin(), got.db.begin() + V), one.db);
+        for (int64_t i = V * C; i < shard * C; ++i) ASSERT_EQ(got.dw[i], 0.0) << "padding";
+        for (int64_t i = V; i < shard; ++i) ASSERT_EQ(got.db[i], 0.0) << "padding";
+      }
+    }
+  }
+}
+
 nn::GptConfig tiny(int64_t vocab) {
   // The vocabulary is deliberately not a multiple of 128 * tp.
   return {.n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = vocab, .seq_len = 8};

@@ -225,9 +225,12 @@ class TensorParallelGpt : public nn::Module {
   // Whether block i recomputes in backward (model.recompute).
   bool recomputed(int64_t i) const;
   // head_loss with `norm` in ln_f's place (a prediction module's ln_out);
-  // z_loss, when not null, receives the cross entropy's z-loss beside it.
+  // z_loss, when not null, receives the cross entropy's z-loss beside it,
+  // which joins the loss's gradient with weight model.z_loss_coef.
+  // expected_grad: the gradient the loss will get in backward, or 0
+  // (vocab_parallel_linear_cross_entropy's).
   Tensor head_loss_after(const nn::LayerNorm& norm, const Tensor& hidden, const Tensor& targets,
-                         Tensor* z_loss = nullptr) const;
+                         Tensor* z_loss = nullptr, double expected_grad = 0.0) const;
   // embed() on this rank's chunk of the ids (all of them without context
   // parallelism).
   Tensor embed_chunk(const Tensor& ids, const nn::ForwardContext& ctx) const;

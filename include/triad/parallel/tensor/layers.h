@@ -130,11 +130,18 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 // (enter_region's) takes x's gradient back through the TP collective while
 // the head's weight gradient computes.
 // bias: this rank's shard of the head's bias (model.head_bias), or
-// undefined. z_loss: as for cross_entropy.
+// undefined. z_loss and z_loss_coef: as for linear_cross_entropy (with
+// z_loss_coef > 0 the z-loss joins the loss's gradient).
+// A group of one rank (no tensor parallelism) holds the whole vocabulary:
+// the loss is then linear_cross_entropy's, over the first `valid` columns,
+// and expected_grad is as for linear_cross_entropy (the logits' gradient
+// written with the loss, in one pass over them); a larger group ignores it
+// (its collectives come between the passes).
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
                                            const Tensor& targets, int64_t vocab_start,
                                            int64_t valid, const dist::ProcessGroupPtr& group,
                                            double softcap = 0.0, const InputGradComm& comm = {},
-                                           const Tensor& bias = {}, Tensor* z_loss = nullptr);
+                                           const Tensor& bias = {}, Tensor* z_loss = nullptr,
+                                           double expected_grad = 0.0, double z_loss_coef = 0.0);
 
 }  // namespace triad::tp
