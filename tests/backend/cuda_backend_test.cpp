@@ -2771,10 +2771,14 @@ TEST(CudaRuntime, ALinearsBiasGradientWithoutAnEpilogueAlgorithmIsTheSame) {
 // bf16, padded rows, an ignored row) and the CPU's values. Backward reads
 // no logits when the gradient that came is the one expected (one
 // scale_by_ratio launch that changes nothing) and rescales when it is not.
+// A z-loss joining the loss's gradient (a GPT head's model.z_loss_coef)
+// rides in the same launch, its value the CPU's too.
 TEST(CudaRuntime, AHeadsGradientWrittenWithItsLossIsTheSameGradient) {
   for (DType d : {DType::F32, DType::BF16}) {
-    for (bool biased : {false, true}) {
-      SCOPED_TRACE(std::string(dtype_name(d)) + (biased ? ", biased and capped" : ""));
+    for (const auto& [biased, with_z] : {std::pair{false, false}, std::pair{true, false},
+                                         std::pair{false, true}, std::pair{true, true}}) {
+      SCOPED_TRACE(std::string(dtype_name(d)) + (biased ? ", biased and capped" : "") +
+                   (with_z ? ", a z-loss" : ""));
       using Calls = std::map<std::string, int64_t>;
       auto run = [&](Device dev, double expected, double seed, Calls* calls) {
         auto leaf = [&](const Tensor& t) {
@@ -2791,8 +2795,9 @@ TEST(CudaRuntime, AHeadsGradientWrittenWithItsLossIsTheSameGradient) {
           cuda::set_op_profiling(true);
           cuda::op_profile(0);  // (clears what came before)
         }
-        const Tensor loss =
-            linear_cross_entropy(x, w, targets, -100, biased ? 3.0 : 0.0, b, nullptr, expected);
+        Tensor z;
+        const Tensor loss = linear_cross_entropy(x, w, targets, -100, biased ? 3.0 : 0.0, b,
+                                                 with_z ? &z : nullptr, expected, 0.02);
         autograd::backward({loss}, {full({}, seed, loss.dtype(), dev)});
         if (dev.is_cuda()) cuda::synchronize(0);
         if (calls) {
@@ -2801,7 +2806,8 @@ TEST(CudaRuntime, AHeadsGradientWrittenWithItsLossIsTheSameGradient) {
         }
         return std::vector<std::vector<double>>{
             to_double_vector(loss), to_double_vector(x.grad()), to_double_vector(w.grad()),
-            biased ? to_double_vector(b.grad()) : std::vector<double>{}};
+            biased ? to_double_vector(b.grad()) : std::vector<double>{},
+            with_z ? to_double_vector(z) : std::vector<double>{}};
       };
       Calls plain_calls, ahead_calls, other_calls;
       const auto cpu = run(Device::cpu(), 0.0, 0.37, nullptr);
@@ -2809,69 +2815,7 @@ TEST(CudaRuntime, AHeadsGradientWrittenWithItsLossIsTheSameGradient) {
       const auto ahead = run(kGpu, 0.37, 0.37, &ahead_calls);
       const auto other = run(kGpu, 0.5, 0.37, &other_calls);
       const double tol = d == DType::F32 ? 1e-4 : 3e-2;
-      const char* names[] = {"loss", "dx", "dw", "db"};
-      for (size_t i = 0; i < cpu.size(); ++i) {
-        EXPECT_EQ(ahead[i], plain[i]) << names[i];
-        expect_close(plain[i], cpu[i], tol, tol, names[i]);
-        expect_close(other[i], cpu[i], tol, tol, names[i]);
-      }
-      EXPECT_EQ(plain_calls["cross_entropy_forward"], 1);
-      EXPECT_EQ(plain_calls["cross_entropy_backward"], 1);
-      EXPECT_EQ(plain_calls["cross_entropy_forward_backward"], 0);
-      for (Calls* c : {&ahead_calls, &other_calls}) {
-        EXPECT_EQ((*c)["cross_entropy_forward"], 0);
-        EXPECT_EQ((*c)["cross_entropy_backward"], 0);
-        EXPECT_EQ((*c)["cross_entropy_forward_backward"], 1);
-        EXPECT_EQ((*c)["scale_by_ratio"], 1);
-      }
-    }
-  }
-}
-
-// A z-loss joining the loss's gradient (a GPT head's model.z_loss_coef)
-// rides in the same kernel: with the gradient expected, one launch writes
-// the loss, the z-loss's statistics and the gradient with both parts, the
-// same bits as the two kernels (or rescaled when another gradient comes),
-// and all of it the CPU's.
-TEST(CudaRuntime, AJoinedZLossIsWrittenWithTheLossesGradient) {
-  for (DType d : {DType::F32, DType::BF16}) {
-    for (bool capped : {false, true}) {
-      SCOPED_TRACE(std::string(dtype_name(d)) + (capped ? ", capped" : ""));
-      using Calls = std::map<std::string, int64_t>;
-      auto run = [&](Device dev, double expected, double seed, Calls* calls) {
-        auto leaf = [&](const Tensor& t) {
-          Tensor p = to_device(cast(t, d), dev).detach();
-          p.set_requires_grad(true);
-          return p;
-        };
-        Tensor x = leaf(randn({3, 7, 16}, 43, 1)), w = leaf(randn({301, 16}, 43, 2, 0.5));
-        std::vector<int64_t> t;
-        for (int64_t i = 0; i < 21; ++i) t.push_back(i == 9 ? -100 : (i * 37 + 5) % 301);
-        const Tensor targets = from_vector(t, {3, 7}, DType::I64);
-        if (calls) {
-          cuda::set_op_profiling(true);
-          cuda::op_profile(0);  // (clears what came before)
-        }
-        Tensor z;
-        const Tensor loss =
-            linear_cross_entropy(x, w, targets, -100, capped ? 3.0 : 0.0, {}, &z, expected, 0.02);
-        autograd::backward({loss}, {full({}, seed, loss.dtype(), dev)});
-        if (dev.is_cuda()) cuda::synchronize(0);
-        if (calls) {
-          for (const cuda::OpTime& op : cuda::op_profile(0)) (*calls)[op.op] = op.calls;
-          cuda::set_op_profiling(false);
-        }
-        return std::vector<std::vector<double>>{to_double_vector(loss), to_double_vector(z),
-                                                to_double_vector(x.grad()),
-                                                to_double_vector(w.grad())};
-      };
-      Calls plain_calls, ahead_calls, other_calls;
-      const auto cpu = run(Device::cpu(), 0.0, 0.37, nullptr);
-      const auto plain = run(kGpu, 0.0, 0.37, &plain_calls);
-      const auto ahead = run(kGpu, 0.37, 0.37, &ahead_calls);
-      const auto other = run(kGpu, 0.5, 0.37, &other_calls);
-      const double tol = d == DType::F32 ? 1e-4 : 3e-2;
-      const char* names[] = {"loss", "z", "dx", "dw"};
+      const char* names[] = {"loss", "dx", "dw", "db", "z-loss"};
       for (size_t i = 0; i < cpu.size(); ++i) {
         EXPECT_EQ(ahead[i], plain[i]) << names[i];
         expect_close(plain[i], cpu[i], tol, tol, names[i]);
