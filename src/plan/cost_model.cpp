@@ -501,16 +501,17 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
   const double tokens = static_cast<double>(p.micro_batch) * m.seq_len / p.cp;
   const double v = static_cast<double>(m.vocab_size) / p.tp, h = static_cast<double>(m.d_model);
   const LinearTimes lt = linear_times(tokens, h, v, c);
-  // Cross entropy over fp32 logits, which the head's product writes. One
-  // process's training step reads them once for the loss and writes their
-  // gradient over them in the same forward pass (linear_cross_entropy's
-  // expected_grad; the second read of a row comes from cache); beside a
-  // z-loss, and for the vocab-parallel loss (which reads its shard once),
-  // the gradient is a backward pass of its own, a read and a write.
+  // Cross entropy over fp32 logits, which the head's product writes. A
+  // rank holding the whole vocabulary (tp 1) reads them once for the loss
+  // and writes their gradient over them in the same forward pass
+  // (linear_cross_entropy's expected_grad, a z-loss's gradient with it; the
+  // second read of a row comes from cache); for the vocab-parallel loss
+  // (which reads its shard once, then reduces over the shards) the
+  // gradient is a backward pass of its own, a read and a write.
   // Soft-capped logits (Gemma 2's final_logit_softcap) are read and written
   // once more, in place, before the loss (the gradient takes the cap's
   // derivative in the pass that writes it).
-  const bool ahead = p.tp == 1 && !(m.z_loss_coef > 0);
+  const bool ahead = p.tp == 1;
   const double forward_passes = (ahead ? 3.0 : 2.0) + (m.final_logit_softcap > 0 ? 2.0 : 0.0);
   const double backward_passes = ahead ? 0.0 : 2.0;
   // model.logit_scale scales ln_f's output (tokens x h, 16-bit) before the

@@ -671,6 +671,22 @@ TEST(CostModel, PricesSoftCappedLogits) {
   EXPECT_EQ(estimate(scores_only, c, 32, 64, p).step_time, a.step_time);
 }
 
+// The output z-loss rides in the loss's pass over the logits: no dearer a
+// step where the vocabulary is whole on a rank (its gradient written with
+// the loss) nor where it is split (the backward pass there anyway).
+TEST(CostModel, AZLossCostsNoPassOverTheLogits) {
+  const ClusterSpec c = selene();
+  nn::GptConfig plain = gpt(8, 16, 1536);
+  plain.vocab_size = 256000;
+  nn::GptConfig z = plain;
+  z.z_loss_coef = 1e-4;
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const ParallelConfig p = layout(tp, 1, 32 / tp, 2, Recompute::None);
+    EXPECT_EQ(estimate(z, c, 32, 64, p).step_time, estimate(plain, c, 32, 64, p).step_time);
+  }
+}
+
 // The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster
 // file is checked against: fp16, full recomputation, s = 2048, V = 51200.
 TEST(CostModel, PredictsThePublishedPtdpRunsWithin15Percent) {
