@@ -288,13 +288,15 @@ TEST(ColumnParallelLinear, SequenceParallelKeepsOnlyTheInputShardForBackward) {
 // w_full (`shard` rows from rank * shard; the vocabulary is its first V):
 // fused with the head, or after a plain linear. The loss, x's gradient
 // summed over the ranks (as copy_to_region sums it) and the shard's. With
-// z_coef > 0 the objective is the loss plus z_coef times its z-loss (z).
+// z_coef > 0 the objective is the loss plus z_coef times its z-loss (z):
+// the z-loss a second output, or (joined, fused only) joining the loss's
+// gradient inside the op (its z_loss_coef).
 struct VocabLoss {
   double loss, z = 0;
   std::vector<double> dx, dw;
 };
 VocabLoss vocab_loss(bool fused, const Tensor& w_full, const Tensor& targets, int64_t shard,
-                     int64_t V, double z_coef = 0.0) {
+                     int64_t V, double z_coef = 0.0, bool joined = false) {
   const int64_t start = g_world->rank() * shard, valid = std::min(shard, V - start);
   Tensor x = randn({2, 6, w_full.size(1)}, 3, 1);
   Tensor w = contiguous(narrow(w_full, 0, start, shard)).detach();
@@ -304,9 +306,9 @@ VocabLoss vocab_loss(bool fused, const Tensor& w_full, const Tensor& targets, in
   Tensor* z_out = z_coef > 0 ? &z : nullptr;
   Tensor loss =
       fused ? vocab_parallel_linear_cross_entropy(x, w, targets, start, valid, g_world, 0.0, {}, {},
-                                                  z_out)
+                                                  z_out, 0.0, joined ? z_coef : 0.0)
             : vocab_parallel_cross_entropy(linear(x, w), targets, start, valid, g_world, z_out);
-  autograd::backward({z_coef > 0 ? add(loss, scale(z, z_coef)) : loss});
+  autograd::backward({z_coef > 0 && !joined ? add(loss, scale(z, z_coef)) : loss});
   Tensor dx = x.grad();
   g_world->all_reduce(dx, dist::ReduceOp::Sum)->wait();
   return {item(loss), z_coef > 0 ? item(z) : 0.0, to_double_vector(dx), to_double_vector(w.grad())};
@@ -372,8 +374,9 @@ TEST(VocabParallel, IgnoredTargetsAreLeftOutOfTheMean) {
 }
 
 // The z-loss over the vocabulary's shards: its value, and the gradients of
-// loss + 0.5 z, those of one process's over the whole vocabulary, fused and
-// unfused, ignored rows left out of both means.
+// loss + 0.5 z, those of one process's over the whole vocabulary, fused,
+// unfused and joining the loss's gradient, ignored rows left out of the
+// means.
 TEST(VocabParallel, ZLossMatchesTheUnshardedOne) {
   const int P = g_world->size(), me = g_world->rank();
   const int64_t shard = 37, V = shard * P - 5, C = 16;
@@ -390,9 +393,10 @@ TEST(VocabParallel, ZLossMatchesTheUnshardedOne) {
   autograd::backward({add(loss, scale(z, 0.5))});
   const std::vector<double> dw_full = to_double_vector(w.grad());
   const int64_t start = me * shard, valid = std::min(shard, V - start);
-  for (bool fused : {true, false}) {
-    SCOPED_TRACE(fused ? "fused" : "unfused");
-    const VocabLoss got = vocab_loss(fused, w_full, targets, shard, V, 0.5);
+  for (const auto& [fused, joined] :
+       {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
+    SCOPED_TRACE(joined ? "joining the loss's gradient" : fused ? "fused" : "unfused");
+    const VocabLoss got = vocab_loss(fused, w_full, targets, shard, V, 0.5, joined);
     EXPECT_NEAR(got.loss, item(loss), 1e-6 * item(loss));
     EXPECT_NEAR(got.z, item(z), 1e-6 * item(z));
     expect_close(got.dx, to_double_vector(x.grad()), 1e-7, 1e-5, "dx");
