@@ -126,6 +126,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
   // Ids outside this rank's range look up row 0 and are zeroed.
   std::vector<int64_t> local;
   std::vector<double> keep;
+  bool all_mine = true;
   {
     auto v = to_double_vector(ids);
     local.reserve(v.size());
@@ -135,12 +136,18 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
       const bool mine = i >= 0 && i < valid_;
       local.push_back(mine ? i : 0);
       keep.push_back(mine ? 1.0 : 0.0);
+      all_mine = all_mine && mine;
     }
   }
-  Shape mask_shape = ids.shape();
-  mask_shape.push_back(1);
   Tensor lookup = embedding(weight_, from_vector(local, ids.shape(), DType::I64, ids.device()));
-  Tensor masked = mul(lookup, from_vector(keep, mask_shape, weight_.dtype(), weight_.device()));
+  // Every id in this rank's range (always without tensor parallelism): no
+  // mask to multiply by, forward or backward.
+  Tensor masked = lookup;
+  if (!all_mine) {
+    Shape mask_shape = ids.shape();
+    mask_shape.push_back(1);
+    masked = mul(lookup, from_vector(keep, mask_shape, weight_.dtype(), weight_.device()));
+  }
   return sp_ ? reduce_scatter_to_sequence_region(masked, group_)
              : reduce_from_region(masked, group_);
 }

@@ -284,6 +284,58 @@ TEST(ColumnParallelLinear, SequenceParallelKeepsOnlyTheInputShardForBackward) {
   EXPECT_EQ(x.grad().shape(), x.shape());
 }
 
+// The vocab-parallel embedding: summed over the ranks, each id's row of the
+// whole table (ids in every shard, in the last rank's too). A rank whose
+// shard holds every id (every rank of a group of one) multiplies by no mask:
+// forward leaves nothing alive beside its output but the ids it looked up,
+// and the table's gradient is the rows' sums.
+TEST(VocabParallel, EmbeddingMasksOnlyIdsOutsideItsShard) {
+  const int P = g_world->size(), me = g_world->rank();
+  const int64_t V = 50 * P - 7, C = 8;
+  VocabParallelEmbedding emb(V, C, g_world, false);
+  // The whole table, gathered from the shards (each rank's valid rows).
+  std::vector<double> table;
+  for (int r = 0; r < P; ++r) {
+    Tensor shard = clone(emb.weight()).detach();
+    g_world->broadcast(shard, r)->wait();
+    const std::vector<double> rows = to_double_vector(shard);
+    const int64_t valid =
+        std::clamp<int64_t>(V - r * shard.size(0), 0, shard.size(0));  // (past V: padding)
+    table.insert(table.end(), rows.begin(), rows.begin() + valid * C);
+  }
+  ASSERT_EQ(table.size(), static_cast<size_t>(V * C));
+  std::vector<int64_t> spread;
+  for (int64_t i = 0; i < 12; ++i) spread.push_back((i * 37 + 11) % V);
+  spread.back() = V - 1;
+  const Tensor y = emb.forward(from_vector(spread, {2, 6}));
+  const std::vector<double> got = to_double_vector(y);
+  for (int64_t i = 0; i < 12; ++i) {
+    for (int64_t c = 0; c < C; ++c) {
+      ASSERT_EQ(got[i * C + c], table[spread[i] * C + c]) << "id " << spread[i];
+    }
+  }
+  // Ids all in rank 0's shard.
+  std::vector<int64_t> first;
+  for (int64_t i = 0; i < 12; ++i) first.push_back((i * 7 + 3) % std::min<int64_t>(V, 50));
+  const Tensor ids = from_vector(first, {2, 6});
+  emb.weight().set_grad(Tensor());
+  const int64_t before = cpu_allocator().stats().allocated;
+  Tensor out = emb.forward(ids);
+  const int64_t held = cpu_allocator().stats().allocated - before;
+  if (me == 0 && P == 1) {
+    EXPECT_EQ(held, static_cast<int64_t>(out.nbytes() + ids.nbytes())) << "a mask held";
+  }
+  autograd::backward({sum(out)});
+  const std::vector<double> dw = to_double_vector(emb.weight().grad());
+  std::vector<double> counts(static_cast<size_t>(emb.weight().size(0)), 0.0);
+  if (me == 0) {
+    for (int64_t id : first) counts[static_cast<size_t>(id)] += 1.0;
+  }
+  for (size_t r = 0; r < counts.size(); ++r) {
+    for (int64_t c = 0; c < C; ++c) ASSERT_EQ(dw[r * C + c], counts[r]) << "row " << r;
+  }
+}
+
 // The vocab-parallel loss of x (2, 6, C) against this rank's shard of
 // w_full (`shard` rows from rank * shard; the vocabulary is its first V):
 // fused with the head, or after a plain linear. The loss, x's gradient
