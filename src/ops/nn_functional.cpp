@@ -689,16 +689,6 @@ Tensor row_grads(const Tensor& g, int64_t N, int64_t count, DType sd) {
   return dl;
 }
 
-// A z-loss's gradient with respect to each row's lse when it joins the
-// loss's: (lse * dl) * z_scale, as Backend::cross_entropy_forward_backward
-// forms it.
-Tensor z_dlse(const Tensor& lse, const Tensor& dl, double z_scale) {
-  Tensor d = empty(lse.shape(), lse.dtype(), lse.device());
-  backend_for(lse).binary(BinaryOp::Mul, lse, dl, d);
-  backend_for(d).affine(d, z_scale, 0.0, d);
-  return d;
-}
-
 // The mean loss over the rows not ignored of logits (N, V) — contiguous, or
 // rows padded further apart — against targets (N), into *loss, and (when
 // z_loss is not null) the mean of their squared log-sum-exp into *z_loss.
@@ -784,7 +774,7 @@ void cross_entropy_backward(const Tensor& lc, const CrossEntropyParts& ce, int64
   }
   const Tensor dl = row_grads(g[0], N, ce.count, sd);
   // (The backend gives ignored rows no gradient: dlse needs no mask.)
-  const Tensor dlse = ce.z_scale != 0.0                ? z_dlse(ce.lse, dl, ce.z_scale)
+  const Tensor dlse = ce.z_scale != 0.0                ? joined_z_loss_dlse(ce.lse, dl, ce.z_scale)
                       : g.size() > 1 && g[1].defined() ? z_loss_dlse(ce.lse, g[1], {}, mean)
                                                        : Tensor();
   backend_for(lc).cross_entropy_backward(lc, ce.targets, ce.lse, dl, dlse, ignore_index, dlogits,
@@ -846,6 +836,13 @@ Tensor z_loss_of(const Tensor& lse, const Tensor& row_weight, double mean) {
   Tensor total = empty({}, lse.dtype(), lse.device());
   backend_for(lse).reduce(ReduceOp::Sum, squares, 1, lse.numel(), 1, total, nullptr);
   return (row_weight.defined() ? total : scale(total, mean)).detach();
+}
+
+Tensor joined_z_loss_dlse(const Tensor& lse, const Tensor& dloss, double z_scale) {
+  Tensor d = empty(lse.shape(), lse.dtype(), lse.device());
+  backend_for(lse).binary(BinaryOp::Mul, lse, dloss, d);
+  backend_for(d).affine(d, z_scale, 0.0, d);
+  return d;
 }
 
 Tensor z_loss_dlse(const Tensor& lse, const Tensor& grad_z, const Tensor& row_weight, double mean) {

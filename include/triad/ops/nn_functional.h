@@ -258,5 +258,10 @@ Tensor z_loss_of(const Tensor& lse, const Tensor& row_weight, double mean);
 // Its gradient with respect to lse (N) given its own (grad_z, a scalar on
 // lse's device): grad_z * 2 * w_i * lse_i.
 Tensor z_loss_dlse(const Tensor& lse, const Tensor& grad_z, const Tensor& row_weight, double mean);
+// Its gradient when it joins the loss's (z_loss_coef): each row's (lse_i *
+// dloss_i) * z_scale, z_scale twice the coefficient and dloss (N) the
+// rows' loss gradients (their weights in them), each product rounded as
+// Backend::cross_entropy_forward_backward rounds it.
+Tensor joined_z_loss_dlse(const Tensor& lse, const Tensor& dloss, double z_scale);
 
 }  // namespace triad

@@ -184,7 +184,7 @@ struct VocabCrossEntropy {
       backend_for(dl).affine(dl, mean, 0.0, dl);
     }
     // The z-loss's: its rows weigh as the loss's (ignored rows 0).
-    const Tensor dlse = z_scale != 0.0                   ? scale(mul(lse, dl), z_scale)
+    const Tensor dlse = z_scale != 0.0                   ? joined_z_loss_dlse(lse, dl, z_scale)
                         : g.size() > 1 && g[1].defined() ? z_loss_dlse(lse, g[1], row_weight, mean)
                                                          : Tensor();
     backend_for(logits).vocab_ce_backward(logits, targets, vocab_start, valid, gmax, sumexp, dl,
