@@ -1118,21 +1118,16 @@ Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
 Tensor TensorParallelGpt::head_objective(const Tensor& hidden, const Tensor& ids,
                                          const Tensor& targets,
                                          const nn::ForwardContext& ctx) const {
+  require(plan_.head, "the output head");
+  fence(ln_f_.get());
+  // A training step's loss gets ctx.loss_grad as its gradient, written with
+  // the loss where the vocabulary is whole on this rank; the z-loss joins
+  // that gradient inside the head's op, and only its value is recorded.
   const bool z = cfg_.z_loss_coef > 0 && ctx.training;
-  Tensor loss;
-  if (z) {
-    require(plan_.head, "the output head");
-    fence(ln_f_.get());
-    Tensor z_loss;  // (joining the loss's gradient in the head's op)
-    loss = head_loss_after(*ln_f_, hidden, targets, &z_loss, ctx.loss_grad);
-    if (ctx.z_loss_stats) ctx.z_loss_stats->record({z_loss});
-  } else {
-    // (A training step's loss gets ctx.loss_grad in backward: written with
-    // the loss where the vocabulary is whole on this rank.)
-    require(plan_.head, "the output head");
-    fence(ln_f_.get());
-    loss = head_loss_after(*ln_f_, hidden, targets, nullptr, ctx.training ? ctx.loss_grad : 0.0);
-  }
+  Tensor z_loss;
+  const Tensor loss = head_loss_after(*ln_f_, hidden, targets, z ? &z_loss : nullptr,
+                                      ctx.training ? ctx.loss_grad : 0.0);
+  if (z && ctx.z_loss_stats) ctx.z_loss_stats->record({z_loss});
   if (mtp_.empty() || !ctx.training) return loss;
   return nn::with_mtp_losses(cfg_, loss, mtp_losses(hidden, ids, targets, ctx), ctx);
 }
