@@ -20,7 +20,7 @@ uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
+void replace_every(std::string& s, const std::string& from, const std::string& to) {
   if (from.empty()) return;
   std::string out;
   size_t at = 0;
@@ -153,7 +153,7 @@ std::vector<std::string> MetaspaceBpeTokenizer::words(const std::string& piece, 
         if (!s.empty()) s = step.to + s;
         break;
       case NormalizeStep::Kind::Replace:
-        replace_all(s, step.from, step.to);
+        replace_every(s, step.from, step.to);
         break;
       case NormalizeStep::Kind::Nfc:
         s = nfc(s);
@@ -163,7 +163,7 @@ std::vector<std::string> MetaspaceBpeTokenizer::words(const std::string& piece, 
   if (settings_.split_behavior != Settings::SplitBehavior::None) return split_words(s);
   if (!settings_.metaspace) return {s};
   const std::string& rep = settings_.replacement;
-  replace_all(s, " ", rep);
+  replace_every(s, " ", rep);
   const bool starts = s.compare(0, rep.size(), rep) == 0;
   const bool prepend =
       !s.empty() && !starts &&
@@ -373,7 +373,7 @@ std::string MetaspaceBpeTokenizer::decode(const std::vector<int32_t>& ids) const
   for (const DecodeStep& step : settings_.decoder) {
     switch (step.kind) {
       case DecodeStep::Kind::Replace:
-        for (std::string& t : tokens) replace_all(t, step.from, step.to);
+        for (std::string& t : tokens) replace_every(t, step.from, step.to);
         break;
       case DecodeStep::Kind::ByteFallback: {
         // Runs of byte tokens become their text when it is UTF-8, else one
@@ -436,7 +436,7 @@ std::string MetaspaceBpeTokenizer::decode(const std::vector<int32_t>& ids) const
         // The replacement is a space, except in the first token, where it
         // is dropped unless nothing was prepended (prepend_scheme never).
         for (size_t i = 0; i < tokens.size(); ++i) {
-          replace_all(tokens[i], step.from, i == 0 && step.prepend != Prepend::Never ? "" : " ");
+          replace_every(tokens[i], step.from, i == 0 && step.prepend != Prepend::Never ? "" : " ");
         }
         break;
     }

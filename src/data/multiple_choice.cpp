@@ -301,7 +301,7 @@ std::string harness_clean(const std::string& raw) {
 
 // Python's str.capitalize on ASCII: the first letter upper case, the rest
 // lower case.
-std::string capitalize(std::string s) {
+std::string capitalize_first(std::string s) {
   for (size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) s[i] = static_cast<char>(i == 0 ? std::toupper(c) : std::tolower(c));
@@ -320,7 +320,7 @@ ChoiceQuestion harness_hellaswag_question(const nlohmann::json& j, const std::st
     }
     return it->get<std::string>();
   };
-  const std::string ctx = part("ctx_a") + " " + capitalize(part("ctx_b"));
+  const std::string ctx = part("ctx_a") + " " + capitalize_first(part("ctx_b"));
   q.context = harness_clean(text_field(j, "activity_label", at, "HellaSwag's") + ": " + ctx);
   const nlohmann::json* endings = field(j, {"endings"});
   if (!endings || !endings->is_array()) throw ValueError(at + " has no list \"endings\"");

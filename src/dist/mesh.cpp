@@ -35,7 +35,7 @@ std::vector<MeshDim> parse_order(const std::string& order) {
   return dims;
 }
 
-int index_of(MeshDim d) {
+int mesh_index_of(MeshDim d) {
   return d == MeshDim::TP ? 0 : d == MeshDim::DP ? 1 : 2;
 }
 
@@ -85,7 +85,7 @@ int MeshShape::stride(MeshDim d) const {
 std::array<int, 3> MeshShape::coords(int rank) const {
   std::array<int, 3> c{};
   for (MeshDim d : {MeshDim::TP, MeshDim::DP, MeshDim::PP})
-    c[index_of(d)] = (rank / stride(d)) % size(d);
+    c[mesh_index_of(d)] = (rank / stride(d)) % size(d);
   return c;
 }
 
@@ -102,7 +102,7 @@ std::vector<std::vector<int>> MeshShape::groups(MeshDim d) const {
     auto c = coords(r);
     std::vector<int> g;
     for (int i = 0; i < size(d); ++i) {
-      c[index_of(d)] = i;
+      c[mesh_index_of(d)] = i;
       const int q = rank_of(c[0], c[1], c[2]);
       g.push_back(q);
       seen[q] = true;

@@ -104,9 +104,9 @@ std::map<std::string, ZipEntry> zip_entries(const std::byte* d, uint64_t size,
 
 // ---- the pickle: just what a state dict is written with ----
 
-struct Value;
-using ValuePtr = std::shared_ptr<Value>;
-struct Value {
+struct PickleValue;
+using ValuePtr = std::shared_ptr<PickleValue>;
+struct PickleValue {
   enum class Kind { None, Int, Float, String, Tuple, List, Dict, Global, Storage, Tensor, Mark };
   Kind kind = Kind::None;
   int64_t i = 0;                // Int (and booleans)
@@ -120,8 +120,8 @@ struct Value {
   Shape size, stride;           // Tensor
 };
 
-ValuePtr make(Value::Kind k) {
-  auto v = std::make_shared<Value>();
+ValuePtr make(PickleValue::Kind k) {
+  auto v = std::make_shared<PickleValue>();
   v->kind = k;
   return v;
 }
@@ -160,13 +160,13 @@ class Unpickler {
           bytes(8);
           break;
         case '}':  // EMPTY_DICT
-          push(make(Value::Kind::Dict));
+          push(make(PickleValue::Kind::Dict));
           break;
         case ']':  // EMPTY_LIST
-          push(make(Value::Kind::List));
+          push(make(PickleValue::Kind::List));
           break;
         case ')':  // EMPTY_TUPLE
-          push(make(Value::Kind::Tuple));
+          push(make(PickleValue::Kind::Tuple));
           break;
         case '(':  // MARK
           marks_.push_back(stack_.size());
@@ -203,7 +203,7 @@ class Unpickler {
         }
         case 0x93: {  // STACK_GLOBAL
           const ValuePtr name = pop(), module = pop();
-          if (name->kind != Value::Kind::String || module->kind != Value::Kind::String)
+          if (name->kind != PickleValue::Kind::String || module->kind != PickleValue::Kind::String)
             throw bad("STACK_GLOBAL takes two strings");
           push(global(module->s + "." + name->s));
           break;
@@ -233,7 +233,7 @@ class Unpickler {
           const std::byte* p = bytes(8);
           uint64_t bits = 0;
           for (int k = 0; k < 8; ++k) bits = (bits << 8) | std::to_integer<uint8_t>(p[k]);
-          ValuePtr v = make(Value::Kind::Float);
+          ValuePtr v = make(PickleValue::Kind::Float);
           std::memcpy(&v->f, &bits, 8);
           push(v);
           break;
@@ -243,7 +243,7 @@ class Unpickler {
           push(integer(op == 0x88 ? 1 : 0));
           break;
         case 'N':  // NONE
-          push(make(Value::Kind::None));
+          push(make(PickleValue::Kind::None));
           break;
         case 't':  // TUPLE
           push(tuple(pop_mark()));
@@ -258,24 +258,24 @@ class Unpickler {
         }
         case 's': {  // SETITEM
           const ValuePtr v = pop(), k = pop();
-          add_items(top(), {k, v}, Value::Kind::Dict);
+          add_items(top(), {k, v}, PickleValue::Kind::Dict);
           break;
         }
         case 'u':  // SETITEMS
         {
           std::vector<ValuePtr> kv = pop_mark();
-          add_items(top(), kv, Value::Kind::Dict);
+          add_items(top(), kv, PickleValue::Kind::Dict);
           break;
         }
         case 'a': {  // APPEND
           const ValuePtr v = pop();
-          add_items(top(), {v}, Value::Kind::List);
+          add_items(top(), {v}, PickleValue::Kind::List);
           break;
         }
         case 'e':  // APPENDS
         {
           std::vector<ValuePtr> vs = pop_mark();
-          add_items(top(), vs, Value::Kind::List);
+          add_items(top(), vs, PickleValue::Kind::List);
           break;
         }
         case 'b':  // BUILD: an object's state (an OrderedDict's _metadata); nothing to keep
@@ -326,22 +326,22 @@ class Unpickler {
     }
   }
   ValuePtr string(uint64_t len) {
-    ValuePtr v = make(Value::Kind::String);
+    ValuePtr v = make(PickleValue::Kind::String);
     v->s.assign(reinterpret_cast<const char*>(bytes(len)), len);
     return v;
   }
   static ValuePtr integer(int64_t i) {
-    ValuePtr v = make(Value::Kind::Int);
+    ValuePtr v = make(PickleValue::Kind::Int);
     v->i = i;
     return v;
   }
   static ValuePtr global(std::string name) {
-    ValuePtr v = make(Value::Kind::Global);
+    ValuePtr v = make(PickleValue::Kind::Global);
     v->s = std::move(name);
     return v;
   }
   static ValuePtr tuple(std::vector<ValuePtr> items) {
-    ValuePtr v = make(Value::Kind::Tuple);
+    ValuePtr v = make(PickleValue::Kind::Tuple);
     v->items = std::move(items);
     return v;
   }
@@ -371,29 +371,33 @@ class Unpickler {
       throw bad("the pickle recalls memo " + std::to_string(key) + ", never stored");
     return it->second;
   }
-  void add_items(const ValuePtr& to, const std::vector<ValuePtr>& items, Value::Kind kind) const {
+  void add_items(const ValuePtr& to, const std::vector<ValuePtr>& items,
+                 PickleValue::Kind kind) const {
     if (to->kind != kind)
-      throw bad(kind == Value::Kind::Dict ? "SETITEMS on something not a dictionary"
-                                          : "APPENDS on something not a list");
-    if (kind == Value::Kind::Dict && items.size() % 2 != 0) throw bad("SETITEMS with a key alone");
+      throw bad(kind == PickleValue::Kind::Dict ? "SETITEMS on something not a dictionary"
+                                                : "APPENDS on something not a list");
+    if (kind == PickleValue::Kind::Dict && items.size() % 2 != 0)
+      throw bad("SETITEMS with a key alone");
     to->items.insert(to->items.end(), items.begin(), items.end());
   }
   static std::vector<int64_t> ints(const ValuePtr& v, const char* what, const IoError& err) {
-    if (v->kind != Value::Kind::Tuple) throw err;
+    if (v->kind != PickleValue::Kind::Tuple) throw err;
     std::vector<int64_t> out;
     for (const ValuePtr& x : v->items) {
-      if (x->kind != Value::Kind::Int) throw IoError(std::string(err.what()) + " (" + what + ")");
+      if (x->kind != PickleValue::Kind::Int)
+        throw IoError(std::string(err.what()) + " (" + what + ")");
       out.push_back(x->i);
     }
     return out;
   }
   ValuePtr storage(const ValuePtr& pid) const {
     const auto& p = pid->items;
-    if (pid->kind != Value::Kind::Tuple || p.size() != 5 || p[0]->kind != Value::Kind::String ||
-        p[0]->s != "storage" || p[1]->kind != Value::Kind::Global ||
-        p[2]->kind != Value::Kind::String || p[4]->kind != Value::Kind::Int)
+    if (pid->kind != PickleValue::Kind::Tuple || p.size() != 5 ||
+        p[0]->kind != PickleValue::Kind::String || p[0]->s != "storage" ||
+        p[1]->kind != PickleValue::Kind::Global || p[2]->kind != PickleValue::Kind::String ||
+        p[4]->kind != PickleValue::Kind::Int)
       throw bad("a persistent id that is not torch.save's ('storage', type, key, location, numel)");
-    ValuePtr v = make(Value::Kind::Storage);
+    ValuePtr v = make(PickleValue::Kind::Storage);
     if (!storage_dtype(p[1]->s, &v->dtype, &v->narrow)) {
       throw bad("storage type '" + p[1]->s +
                 "' is not supported (float, double, half, bfloat16 and integer storages)");
@@ -405,19 +409,20 @@ class Unpickler {
   // The callables a state dict is rebuilt with; anything else is refused
   // before it could do anything.
   ValuePtr call(const ValuePtr& callable, const ValuePtr& args) const {
-    if (callable->kind != Value::Kind::Global || args->kind != Value::Kind::Tuple)
+    if (callable->kind != PickleValue::Kind::Global || args->kind != PickleValue::Kind::Tuple)
       throw bad("the pickle calls something that is not a named function");
     const std::string& f = callable->s;
     const auto& a = args->items;
     if (f == "collections.OrderedDict") {
       if (!a.empty()) throw bad("collections.OrderedDict with arguments");
-      return make(Value::Kind::Dict);
+      return make(PickleValue::Kind::Dict);
     }
     if (f == "torch._utils._rebuild_tensor_v2" || f == "torch._utils._rebuild_tensor") {
-      if (a.size() < 4 || a[0]->kind != Value::Kind::Storage || a[1]->kind != Value::Kind::Int)
+      if (a.size() < 4 || a[0]->kind != PickleValue::Kind::Storage ||
+          a[1]->kind != PickleValue::Kind::Int)
         throw bad(f + " without (storage, offset, size, stride)");
       const IoError err = bad(f + "'s size and stride must be tuples of integers");
-      ValuePtr t = make(Value::Kind::Tensor);
+      ValuePtr t = make(PickleValue::Kind::Tensor);
       t->s = a[0]->s;
       t->dtype = a[0]->dtype;
       t->narrow = a[0]->narrow;
@@ -430,7 +435,8 @@ class Unpickler {
     }
     if (f == "torch._utils._rebuild_parameter" ||
         f == "torch._utils._rebuild_parameter_with_state") {
-      if (a.empty() || a[0]->kind != Value::Kind::Tensor) throw bad(f + " without its tensor");
+      if (a.empty() || a[0]->kind != PickleValue::Kind::Tensor)
+        throw bad(f + " without its tensor");
       return a[0];
     }
     throw bad("the pickle calls '" + f +
@@ -470,8 +476,8 @@ void gather(const std::byte* src, const Shape& size, const Shape& stride, size_t
 struct TorchCheckpointFile::State {
   std::unique_ptr<data::MappedFile> file;
   std::map<std::string, ZipEntry> entries;
-  std::string prefix;                    // "<archive>/"
-  std::map<std::string, Value> tensors;  // the state dict's, by name
+  std::string prefix;                          // "<archive>/"
+  std::map<std::string, PickleValue> tensors;  // the state dict's, by name
   std::map<std::string, Shape> shapes;
 };
 
@@ -503,14 +509,14 @@ TorchCheckpointFile::TorchCheckpointFile(const std::string& path)
                     "' (only little-endian files are read)");
   }
   const ValuePtr root = Unpickler(d + pickle->second.offset, pickle->second.size, path).run();
-  if (root->kind != Value::Kind::Dict)
+  if (root->kind != PickleValue::Kind::Dict)
     throw IoError("PyTorch checkpoint '" + path + "' holds no dictionary of tensors");
   for (size_t k = 0; k + 1 < root->items.size(); k += 2) {
     const ValuePtr& key = root->items[k];
     const ValuePtr& value = root->items[k + 1];
-    if (key->kind != Value::Kind::String)
+    if (key->kind != PickleValue::Kind::String)
       throw IoError("PyTorch checkpoint '" + path + "': a key that is not a string");
-    if (value->kind != Value::Kind::Tensor)
+    if (value->kind != PickleValue::Kind::Tensor)
       throw IoError("PyTorch checkpoint '" + path + "': '" + key->s +
                     "' is not a tensor (a state dict of tensors is expected)");
     state_->tensors[key->s] = *value;

@@ -8,7 +8,7 @@
 namespace triad::nn {
 
 namespace {
-bool is_digit(char c) {
+bool is_ascii_digit(char c) {
   return std::isdigit(static_cast<unsigned char>(c)) != 0;
 }
 
@@ -18,7 +18,7 @@ int64_t whole_number(const std::string& s) {
   if (s.empty() || s.size() > 18) return -1;
   int64_t v = 0;
   for (char c : s) {
-    if (!is_digit(c)) return -1;
+    if (!is_ascii_digit(c)) return -1;
     v = v * 10 + (c - '0');
   }
   return v;
@@ -83,7 +83,7 @@ bool ParameterPattern::match_from(size_t piece, const std::string& name, size_t 
       // The whole run of digits is the number: "[1-2]" does not match the
       // "1" of "10".
       size_t end = at;
-      while (end < name.size() && is_digit(name[end])) ++end;
+      while (end < name.size() && is_ascii_digit(name[end])) ++end;
       const int64_t v = whole_number(name.substr(at, end - at));
       return v >= p.lo && v <= p.hi && match_from(piece + 1, name, end);
     }

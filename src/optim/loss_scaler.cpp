@@ -12,7 +12,7 @@
 namespace triad::optim {
 namespace {
 
-std::string num(double v) {
+std::string scaler_num(double v) {
   std::string s = std::to_string(v);
   s.erase(s.find_last_not_of('0') + 1);
   if (!s.empty() && s.back() == '.') s.pop_back();
@@ -24,9 +24,10 @@ std::string num(double v) {
 DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& o)
     : options_(o), scale_(o.init_scale), hysteresis_left_(o.hysteresis) {
   if (!(o.growth_factor > 1.0))
-    throw ConfigError("loss scaler growth_factor (" + num(o.growth_factor) + ") must be > 1");
+    throw ConfigError("loss scaler growth_factor (" + scaler_num(o.growth_factor) +
+                      ") must be > 1");
   if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0))
-    throw ConfigError("loss scaler backoff_factor (" + num(o.backoff_factor) +
+    throw ConfigError("loss scaler backoff_factor (" + scaler_num(o.backoff_factor) +
                       ") must be in (0, 1)");
   if (o.growth_interval < 1)
     throw ConfigError("loss scaler growth_interval (" + std::to_string(o.growth_interval) +
@@ -35,9 +36,9 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& o)
     throw ConfigError("loss scaler hysteresis (" + std::to_string(o.hysteresis) + ") must be >= 1");
   if (!(o.min_scale > 0.0 && o.min_scale <= o.init_scale && o.init_scale <= o.max_scale &&
         std::isfinite(o.max_scale)))
-    throw ConfigError("loss scaler scales must satisfy 0 < min_scale (" + num(o.min_scale) +
-                      ") <= init_scale (" + num(o.init_scale) + ") <= max_scale (" +
-                      num(o.max_scale) + ") < inf");
+    throw ConfigError("loss scaler scales must satisfy 0 < min_scale (" + scaler_num(o.min_scale) +
+                      ") <= init_scale (" + scaler_num(o.init_scale) + ") <= max_scale (" +
+                      scaler_num(o.max_scale) + ") < inf");
 }
 
 bool DynamicLossScaler::update(bool found_non_finite) {
@@ -82,8 +83,8 @@ void DynamicLossScaler::load_state(const nlohmann::json& s) {
   const int64_t skipped =
       io::json_int<IoError>(field("skipped_steps"), "loss scaler state: skipped_steps");
   if (!(scale >= options_.min_scale && scale <= options_.max_scale))
-    throw IoError("loss scaler state: scale " + num(scale) + " is outside [" +
-                  num(options_.min_scale) + ", " + num(options_.max_scale) + "]");
+    throw IoError("loss scaler state: scale " + scaler_num(scale) + " is outside [" +
+                  scaler_num(options_.min_scale) + ", " + scaler_num(options_.max_scale) + "]");
   if (streak < 0 || streak >= options_.growth_interval || skipped < 0)
     throw IoError("loss scaler state: clean_streak " + std::to_string(streak) + " must be in [0, " +
                   std::to_string(options_.growth_interval) + ") and skipped_steps " +

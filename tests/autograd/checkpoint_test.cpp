@@ -14,7 +14,7 @@
 namespace triad {
 namespace {
 
-nn::GptConfig tiny(nn::Recompute r, int64_t recompute_layers = 0) {
+nn::GptConfig ckpt_tiny(nn::Recompute r, int64_t recompute_layers = 0) {
   // Dropout on: recomputation must reproduce the masks.
   return {.n_layer = 3,
           .n_head = 2,
@@ -37,8 +37,8 @@ void compare_recomputed(DType dtype, int64_t stride,
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * stride) % 40);
   Tensor x = from_vector(ids, {4, 16});
   const nn::ForwardContext ctx{true, 5, 2};
-  nn::Gpt plain(tiny(nn::Recompute::None), 3, dtype),
-      again(tiny(nn::Recompute::Full, recompute_layers), 3, dtype);
+  nn::Gpt plain(ckpt_tiny(nn::Recompute::None), 3, dtype),
+      again(ckpt_tiny(nn::Recompute::Full, recompute_layers), 3, dtype);
   Tensor a = plain.loss(x, x, ctx), b = again.loss(x, x, ctx);
   EXPECT_EQ(item(a), item(b));
   autograd::backward({a});
@@ -86,7 +86,7 @@ TEST(Recompute, RecomputedBlocksDeferTheirWeightGradients) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 5) % 40);
   Tensor x = from_vector(ids, {2, 16});
   const nn::ForwardContext ctx{true, 9, 0};
-  nn::Gpt plain(tiny(nn::Recompute::None), 4), again(tiny(nn::Recompute::Full), 4);
+  nn::Gpt plain(ckpt_tiny(nn::Recompute::None), 4), again(ckpt_tiny(nn::Recompute::Full), 4);
   autograd::backward({plain.loss(x, x, ctx)});
   autograd::WeightGradStore store;
   autograd::BackwardOptions options;
@@ -115,7 +115,7 @@ int64_t graph_bytes(nn::Recompute r, int64_t recompute_layers = 0) {
   std::vector<int64_t> ids(8 * 16);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 3) % 40);
   Tensor x = from_vector(ids, {8, 16});
-  nn::Gpt m(tiny(r, recompute_layers), 3);
+  nn::Gpt m(ckpt_tiny(r, recompute_layers), 3);
   Allocator& alloc = cpu_allocator();
   const int64_t before = alloc.stats().allocated;
   Tensor loss = m.loss(x, x, {true, 5, 2});
@@ -147,7 +147,7 @@ TEST(Recompute, RecomputingTheFirstBlocksAloneLeavesEveryGradientUnchanged) {
 }
 
 TEST(Recompute, RecomputeLayersGoWithFullRecomputation) {
-  nn::GptConfig c = tiny(nn::Recompute::Selective, 2);
+  nn::GptConfig c = ckpt_tiny(nn::Recompute::Selective, 2);
   try {
     c.validate();
     FAIL() << "no error";
@@ -157,12 +157,12 @@ TEST(Recompute, RecomputeLayersGoWithFullRecomputation) {
               std::string::npos)
         << e.what();
   }
-  c = tiny(nn::Recompute::Full, -1);
+  c = ckpt_tiny(nn::Recompute::Full, -1);
   EXPECT_THROW(c.validate(), ConfigError);
-  EXPECT_TRUE(tiny(nn::Recompute::Full, 2).recomputes(1));
-  EXPECT_FALSE(tiny(nn::Recompute::Full, 2).recomputes(2));
-  EXPECT_TRUE(tiny(nn::Recompute::Full).recomputes(9));
-  EXPECT_FALSE(tiny(nn::Recompute::None).recomputes(0));
+  EXPECT_TRUE(ckpt_tiny(nn::Recompute::Full, 2).recomputes(1));
+  EXPECT_FALSE(ckpt_tiny(nn::Recompute::Full, 2).recomputes(2));
+  EXPECT_TRUE(ckpt_tiny(nn::Recompute::Full).recomputes(9));
+  EXPECT_FALSE(ckpt_tiny(nn::Recompute::None).recomputes(0));
 }
 
 TEST(Recompute, NamesAreValidated) {

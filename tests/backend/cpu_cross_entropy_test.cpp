@@ -17,19 +17,19 @@
 namespace triad {
 namespace {
 
-constexpr int64_t kN = 7, kV = 67, kLd = 128, kIgnore = -100;
+constexpr int64_t kCeRows = 7, kV = 67, kLd = 128, kIgnore = -100;
 
-// Logits (kN, kV) whose rows lie kLd apart in their buffer, the padding
+// Logits (kCeRows, kV) whose rows lie kLd apart in their buffer, the padding
 // holding a value the calls must neither read nor write (exact in bf16).
 Tensor padded_logits(DType dtype) {
-  std::vector<double> v(static_cast<size_t>(kN * kLd), 1280.0);
-  for (int64_t i = 0; i < kN; ++i) {
+  std::vector<double> v(static_cast<size_t>(kCeRows * kLd), 1280.0);
+  for (int64_t i = 0; i < kCeRows; ++i) {
     for (int64_t j = 0; j < kV; ++j) {
       v[static_cast<size_t>(i * kLd + j)] = 3.0 * std::sin(0.37 * static_cast<double>(i * kV + j));
     }
   }
-  const Tensor rows = from_vector(v, {kN, kLd}, dtype);
-  return make_view(rows, {kN, kV}, {kLd, 1}, 0);
+  const Tensor rows = from_vector(v, {kCeRows, kLd}, dtype);
+  return make_view(rows, {kCeRows, kV}, {kLd, 1}, 0);
 }
 
 std::vector<double> values(const Tensor& t) {
@@ -38,7 +38,7 @@ std::vector<double> values(const Tensor& t) {
 
 // All of the buffer under a row-strided view, padding included.
 std::vector<double> buffer(const Tensor& view) {
-  return values(make_view(view, {kN, kLd}, {kLd, 1}, view.offset()));
+  return values(make_view(view, {kCeRows, kLd}, {kLd, 1}, view.offset()));
 }
 
 // The loss and the logits' gradient in one call (fused) or in two (with
@@ -66,14 +66,15 @@ struct Result {
   std::vector<double> losses, lse, dlogits, logits_after;
 };
 
-Result run(DType dtype, double softcap, bool fused, bool in_place, double z_scale = 0.0) {
+Result run_ce(DType dtype, double softcap, bool fused, bool in_place, double z_scale = 0.0) {
   const DType sd = dtype == DType::F64 ? DType::F64 : DType::F32;
   Tensor logits = padded_logits(dtype);
   const Tensor targets =
-      from_vector(std::vector<int64_t>{3, kIgnore, 66, 0, 41, kIgnore, 12}, {kN}, DType::I64);
-  Tensor losses = empty({kN}, sd, logits.device()), lse = empty({kN}, sd, logits.device());
+      from_vector(std::vector<int64_t>{3, kIgnore, 66, 0, 41, kIgnore, 12}, {kCeRows}, DType::I64);
+  Tensor losses = empty({kCeRows}, sd, logits.device()),
+         lse = empty({kCeRows}, sd, logits.device());
   const Tensor dlosses =
-      from_vector(std::vector<double>{0.5, 0.25, -0.75, 1.5, 0.125, 2.0, -0.375}, {kN}, sd);
+      from_vector(std::vector<double>{0.5, 0.25, -0.75, 1.5, 0.125, 2.0, -0.375}, {kCeRows}, sd);
   Tensor dlogits = in_place ? logits : padded_logits(dtype);
   loss_and_gradient(fused, logits, targets, losses, lse, dlosses, dlogits, softcap, z_scale);
   return {values(losses), values(lse), buffer(dlogits), buffer(logits)};
@@ -85,8 +86,8 @@ TEST(CpuCrossEntropy, WrittenWithItsGradientItIsTheTwoCallsBits) {
       for (bool in_place : {true, false}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " cap " + std::to_string(softcap) +
                      (in_place ? " in place" : " into another buffer"));
-        const Result two = run(dtype, softcap, false, in_place);
-        const Result one = run(dtype, softcap, true, in_place);
+        const Result two = run_ce(dtype, softcap, false, in_place);
+        const Result one = run_ce(dtype, softcap, true, in_place);
         EXPECT_EQ(one.losses, two.losses);
         EXPECT_EQ(one.lse, two.lse);
         EXPECT_EQ(one.dlogits, two.dlogits);
@@ -94,7 +95,7 @@ TEST(CpuCrossEntropy, WrittenWithItsGradientItIsTheTwoCallsBits) {
         // Ignored rows: no loss and no gradient; the padding untouched.
         EXPECT_EQ(one.losses[1], 0.0);
         for (int64_t j = 0; j < kV; ++j) EXPECT_EQ(one.dlogits[kLd + j], 0.0) << j;
-        for (int64_t i = 0; i < kN; ++i) EXPECT_EQ(one.dlogits[i * kLd + kV], 1280.0) << i;
+        for (int64_t i = 0; i < kCeRows; ++i) EXPECT_EQ(one.dlogits[i * kLd + kV], 1280.0) << i;
         // A row's gradient: its softmax less the target's one, times its
         // loss's gradient (uncapped: the gradient sums to zero over the row).
         if (softcap == 0.0) {
@@ -108,8 +109,8 @@ TEST(CpuCrossEntropy, WrittenWithItsGradientItIsTheTwoCallsBits) {
         }
         // With a z-loss's part: the two calls' bits still, a gradient that
         // differs from the one without it, and none for ignored rows.
-        const Result two_z = run(dtype, softcap, false, in_place, 0.3);
-        const Result one_z = run(dtype, softcap, true, in_place, 0.3);
+        const Result two_z = run_ce(dtype, softcap, false, in_place, 0.3);
+        const Result one_z = run_ce(dtype, softcap, true, in_place, 0.3);
         EXPECT_EQ(one_z.losses, two_z.losses);
         EXPECT_EQ(one_z.dlogits, two_z.dlogits);
         EXPECT_NE(one_z.dlogits, one.dlogits);
@@ -181,9 +182,9 @@ TEST(CpuCrossEntropy, ATargetOutsideTheClassesIsRefusedBeforeAnythingIsWritten) 
     Tensor logits = padded_logits(dtype);
     const std::vector<double> before = buffer(logits);
     const Tensor targets =
-        from_vector(std::vector<int64_t>{3, 1, 67, 0, 41, 2, 12}, {kN}, DType::I64);
-    Tensor losses = zeros({kN}, DType::F32), lse = zeros({kN}, DType::F32);
-    const Tensor dlosses = full({kN}, 1.0, DType::F32);
+        from_vector(std::vector<int64_t>{3, 1, 67, 0, 41, 2, 12}, {kCeRows}, DType::I64);
+    Tensor losses = zeros({kCeRows}, DType::F32), lse = zeros({kCeRows}, DType::F32);
+    const Tensor dlosses = full({kCeRows}, 1.0, DType::F32);
     try {
       backend_for(logits).cross_entropy_forward_backward(logits, targets, kIgnore, losses, lse,
                                                          dlosses, logits, 0.0);
@@ -192,7 +193,7 @@ TEST(CpuCrossEntropy, ATargetOutsideTheClassesIsRefusedBeforeAnythingIsWritten) 
       EXPECT_NE(std::string(e.what()).find("target 67 at row 2"), std::string::npos) << e.what();
     }
     EXPECT_EQ(buffer(logits), before);
-    EXPECT_EQ(values(losses), std::vector<double>(kN, 0.0));
+    EXPECT_EQ(values(losses), std::vector<double>(kCeRows, 0.0));
   }
 }
 

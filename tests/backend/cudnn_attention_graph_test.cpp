@@ -192,21 +192,21 @@ Tensor random_tensor(const Shape& shape, uint32_t seed) {
   return t;
 }
 
-void expect_close(const Tensor& want, const float* got, const char* what) {
+void expect_graph_close(const Tensor& want, const float* got, const char* what) {
   const float* w = want.data<float>();
   for (int64_t i = 0; i < want.numel(); ++i) {
     ASSERT_NEAR(got[i], w[i], 2e-5f * (1.f + std::fabs(w[i]))) << what << " element " << i;
   }
 }
 
-struct Case {
+struct GraphCase {
   int64_t B, T, C, NH;
 };
 
-class CudnnAttentionGraph : public ::testing::TestWithParam<Case> {};
+class CudnnAttentionGraph : public ::testing::TestWithParam<GraphCase> {};
 
 TEST_P(CudnnAttentionGraph, ForwardMatchesTriadAttention) {
-  const Case c = GetParam();
+  const GraphCase c = GetParam();
   Backend& cpu = backend_for(DeviceType::CPU);
   Tensor qkv = random_tensor({c.B, c.T, 3 * c.C}, 1);
   Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
@@ -227,14 +227,14 @@ TEST_P(CudnnAttentionGraph, ForwardMatchesTriadAttention) {
     run.bind(kO, o.data());
     run.bind(kStats, stats.data());
     run.run();
-    expect_close(out, o.data(), "out");
-    expect_close(lse, stats.data(), "lse");
+    expect_graph_close(out, o.data(), "out");
+    expect_graph_close(lse, stats.data(), "lse");
     EXPECT_TRUE(workspace_tensors(g).empty());
   }
 }
 
 TEST_P(CudnnAttentionGraph, BackwardMatchesTriadAttentionBothWays) {
-  const Case c = GetParam();
+  const GraphCase c = GetParam();
   Backend& cpu = backend_for(DeviceType::CPU);
   Tensor qkv = random_tensor({c.B, c.T, 3 * c.C}, 2);
   Tensor dout = random_tensor({c.B, c.T, c.C}, 3);
@@ -268,14 +268,14 @@ TEST_P(CudnnAttentionGraph, BackwardMatchesTriadAttentionBothWays) {
         run.bind(w.uid, scratch.back().data());
       }
       run.run();
-      expect_close(dqkv, d.data(), "dqkv");
+      expect_graph_close(dqkv, d.data(), "dqkv");
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionGraph,
-                         ::testing::Values(Case{1, 5, 16, 2}, Case{2, 7, 24, 3},
-                                           Case{2, 16, 32, 1}));
+                         ::testing::Values(GraphCase{1, 5, 16, 2}, GraphCase{2, 7, 24, 3},
+                                           GraphCase{2, 16, 32, 1}));
 
 TEST(CudnnAttentionGraphChecks, RefusesWhatCudnnCannotRun) {
   EXPECT_NE(cudnn_attention_unsupported({2, 8, 64, 4, DataType::F32}), "");

@@ -32,7 +32,7 @@ std::vector<double> tied_scores(int64_t N, int64_t E, uint64_t seed) {
   return v;
 }
 
-struct Case {
+struct ChoiceCase {
   int64_t N, E, k, groups, top_groups, group_best;
   bool biased;
 };
@@ -40,7 +40,8 @@ struct Case {
 // The CPU backend's choice; `chosen`, when not null, receives each
 // choice's score beside it.
 std::vector<int64_t> cpu_choice(const std::vector<double>& scores, const std::vector<double>& bias,
-                                const Case& c, DType dtype, std::vector<double>* chosen = nullptr) {
+                                const ChoiceCase& c, DType dtype,
+                                std::vector<double>* chosen = nullptr) {
   const Tensor s = from_vector(scores, {c.N, c.E}, dtype);
   const Tensor b = bias.empty() ? Tensor() : from_vector(bias, {c.E}, DType::F32);
   Tensor choice = empty({c.N, c.k}, DType::I64);
@@ -52,10 +53,10 @@ std::vector<int64_t> cpu_choice(const std::vector<double>& scores, const std::ve
 }
 
 TEST(ExpertChoice, TheBackendsChoiceIsRouteTopKs) {
-  const Case cases[] = {{37, 8, 2, 1, 1, 2, false},  {50, 16, 4, 4, 2, 2, true},
-                        {20, 12, 3, 3, 1, 1, true},  {9, 6, 6, 1, 1, 2, true},
-                        {64, 32, 8, 8, 4, 2, false}, {5, 4, 1, 2, 1, 3, false}};
-  for (const Case& c : cases) {
+  const ChoiceCase cases[] = {{37, 8, 2, 1, 1, 2, false},  {50, 16, 4, 4, 2, 2, true},
+                              {20, 12, 3, 3, 1, 1, true},  {9, 6, 6, 1, 1, 2, true},
+                              {64, 32, 8, 8, 4, 2, false}, {5, 4, 1, 2, 1, 3, false}};
+  for (const ChoiceCase& c : cases) {
     for (DType dtype : {DType::F32, DType::F64}) {
       SCOPED_TRACE("E " + std::to_string(c.E) + " k " + std::to_string(c.k) + " groups " +
                    std::to_string(c.groups) + " " + dtype_name(dtype));
@@ -130,7 +131,7 @@ TEST(ExpertChoice, RouteChosenUnderACapacityNeedsTheChosenScores) {
 }
 
 TEST(ExpertChoice, ATokenWithAScoreNotFiniteChoosesNothing) {
-  const Case c{3, 4, 2, 1, 1, 2, false};
+  const ChoiceCase c{3, 4, 2, 1, 1, 2, false};
   std::vector<double> scores = tied_scores(3, 4, 5);
   scores[6] = NAN;  // token 1
   const std::vector<int64_t> got = cpu_choice(scores, {}, c, DType::F32);

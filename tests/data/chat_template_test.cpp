@@ -169,7 +169,7 @@ const char* kChatMl =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
-const char* kLlama3 =
+const char* kLlama3Template =
     "{% set loop_messages = messages %}{% for message in loop_messages %}"
     "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ "
     "message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
@@ -202,7 +202,7 @@ TEST(ModelChatTemplate, WritesWhatTheBuiltInTemplatesWriteForTheirPrograms) {
   expect_same(chatml.render(as_json(chat)), render_chat(ChatTemplate::ChatML, chat));
   expect_same(chatml.render_prompt(as_json({chat[0], chat[1]})),
               render_chat_prompt(ChatTemplate::ChatML, {chat[0], chat[1]}));
-  const ModelChatTemplate llama(kLlama3, {{"bos_token", "<|begin_of_text|>"}}, markers());
+  const ModelChatTemplate llama(kLlama3Template, {{"bos_token", "<|begin_of_text|>"}}, markers());
   expect_same(llama.render(as_json(chat)), render_chat(ChatTemplate::Llama3, chat));
   expect_same(llama.render_prompt(as_json({chat[1]})),
               render_chat_prompt(ChatTemplate::Llama3, {chat[1]}));

@@ -52,7 +52,7 @@ Bytes index_bytes(uint8_t code, const std::vector<int32_t>& lengths,
   return x;
 }
 
-std::vector<char> file_bytes(const std::string& path) {
+std::vector<char> dataset_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
@@ -81,10 +81,11 @@ TEST(IndexedDataset, ReadsTheMegatronLayout) {
 TEST(IndexedDataset, TheWriterProducesMegatronsBytes) {
   TempDir dir;
   write_indexed_dataset(dir.file("w"), {{7, -3}, {}, {1 << 20}}, IndexedDType::I32);
-  EXPECT_EQ(file_bytes(dir.file("w.idx")), index_bytes(4, {2, 0, 1}, {0, 8, 8}, {0, 1, 2, 3}).b);
+  EXPECT_EQ(dataset_file_bytes(dir.file("w.idx")),
+            index_bytes(4, {2, 0, 1}, {0, 8, 8}, {0, 1, 2, 3}).b);
   Bytes bin;
   bin.put<int32_t>(7).put<int32_t>(-3).put<int32_t>(1 << 20);
-  EXPECT_EQ(file_bytes(dir.file("w.bin")), bin.b);
+  EXPECT_EQ(dataset_file_bytes(dir.file("w.bin")), bin.b);
   EXPECT_EQ(indexed_dtype_for_vocab(50257), IndexedDType::U16);
   EXPECT_EQ(indexed_dtype_for_vocab(128256), IndexedDType::I32);
 }
@@ -103,7 +104,8 @@ TEST(IndexedDataset, TheStreamingWriterAddsDocumentsAsTheyCome) {
     w.finish();
     EXPECT_THROW(w.add({1}), ValueError);
   }
-  EXPECT_EQ(file_bytes(dir.file("s.idx")), index_bytes(4, {2, 0, 1}, {0, 8, 8}, {0, 1, 2, 3}).b);
+  EXPECT_EQ(dataset_file_bytes(dir.file("s.idx")),
+            index_bytes(4, {2, 0, 1}, {0, 8, 8}, {0, 1, 2, 3}).b);
   {
     IndexedDatasetWriter w(dir.file("dropped"), IndexedDType::U16);
     w.add({1, 2});

@@ -24,7 +24,7 @@ namespace {
 using triad::testing::expect_error;
 using triad::testing::TempDir;
 
-std::vector<uint8_t> file_bytes(const std::string& path) {
+std::vector<uint8_t> mask_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
@@ -56,7 +56,7 @@ TEST(LossMask, TheWriterLaysOutTheFormatAndTheReaderCountsTheScoredTokens) {
     w.finish();
     EXPECT_EQ(w.tokens(), 7);
   }
-  EXPECT_EQ(file_bytes(path), mask_bytes("TRIADLM", 1, 7, {0, 0, 1, 1, 1, 0, 1}));
+  EXPECT_EQ(mask_file_bytes(path), mask_bytes("TRIADLM", 1, 7, {0, 0, 1, 1, 1, 0, 1}));
   LossMask m(path, 7);
   EXPECT_EQ(m.size(), 7);
   EXPECT_EQ(m.kept(), 4);

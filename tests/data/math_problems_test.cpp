@@ -11,40 +11,41 @@ namespace {
 
 using testing::expect_error;
 
-std::vector<MathProblem> read(const std::string& text, int64_t limit = 0) {
+std::vector<MathProblem> read_problems(const std::string& text, int64_t limit = 0) {
   std::istringstream in(text);
   return read_math_problems(in, "g.jsonl", limit);
 }
 
 TEST(MathProblems, AreReadAsGsm8kWritesThem) {
-  const auto p = read(R"({"question": "Tom has 3 apples and buys 4. How many?", )"
-                      R"("answer": "3 + 4 = <<3+4=7>>7\n#### 7"})"
-                      "\n\n"
-                      R"({"answer": "#### 1,200", "question": "Q2", "id": 9})"
-                      "\n"
-                      R"({"question": "past the limit", "answer": "#### 1"})"
-                      "\n",
-                      2);
+  const auto p = read_problems(R"({"question": "Tom has 3 apples and buys 4. How many?", )"
+                               R"("answer": "3 + 4 = <<3+4=7>>7\n#### 7"})"
+                               "\n\n"
+                               R"({"answer": "#### 1,200", "question": "Q2", "id": 9})"
+                               "\n"
+                               R"({"question": "past the limit", "answer": "#### 1"})"
+                               "\n",
+                               2);
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(p[0].question, "Tom has 3 apples and buys 4. How many?");
   EXPECT_EQ(p[0].answer, "3 + 4 = <<3+4=7>>7\n#### 7");
   EXPECT_EQ(p[1].answer, "#### 1,200");
-  EXPECT_EQ(read(R"({"question": "q", "answer": "#### 2"})").size(), 1u);
+  EXPECT_EQ(read_problems(R"({"question": "q", "answer": "#### 2"})").size(), 1u);
 }
 
 TEST(MathProblems, BadLinesAreNamed) {
-  expect_error([] { read(R"({"question": "q"})"); }, {"g.jsonl line 1 has no string \"answer\""});
+  expect_error([] { read_problems(R"({"question": "q"})"); },
+               {"g.jsonl line 1 has no string \"answer\""});
   expect_error(
       [] {
-        read(
+        read_problems(
             "\n"
             R"({"question": 3, "answer": "#### 3"})");
       },
       {"g.jsonl line 2 has no string \"question\""});
-  expect_error([] { read(R"({"question": "q", "answer": "it is 4"})"); },
+  expect_error([] { read_problems(R"({"question": "q", "answer": "it is 4"})"); },
                {"g.jsonl line 1: the answer has no final answer after \"#### \""});
-  expect_error([] { read("{not json"); }, {"g.jsonl line 1 does not parse"});
-  expect_error([] { read("\n\n"); }, {"g.jsonl holds no problems"});
+  expect_error([] { read_problems("{not json"); }, {"g.jsonl line 1 does not parse"});
+  expect_error([] { read_problems("\n\n"); }, {"g.jsonl holds no problems"});
   expect_error([] { read_math_problems("/no/such.jsonl"); },
                {"cannot open math problems '/no/such.jsonl'"});
 }

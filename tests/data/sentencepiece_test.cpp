@@ -60,14 +60,14 @@ std::string bpe_model(const std::string& pieces, const std::string& trainer_extr
          bytes_field(3, bytes_field(1, "identity") + varint_field(3, 0));
 }
 
-std::string write(const TempDir& dir, const std::string& name, const std::string& data) {
+std::string write_text(const TempDir& dir, const std::string& name, const std::string& data) {
   const std::string path = dir.file(name);
   triad::testing::write_text(path, data);
   return path;
 }
 
 template <class E>
-std::string error_of(const std::function<void()>& f) {
+std::string sp_error_of(const std::function<void()>& f) {
   try {
     f();
   } catch (const E& e) {
@@ -157,11 +157,11 @@ TEST(SentencePiece, LoadTokenizerTellsFilesApartByContent) {
   std::filesystem::remove(dir.file("tokenizer.model"));
   EXPECT_THROW(load_tokenizer(dir.path().string()), NotSupportedError);
   TempDir empty;
-  EXPECT_NE(error_of<IoError>([&] {
+  EXPECT_NE(sp_error_of<IoError>([&] {
               load_tokenizer(empty.path().string());
             }).find("holds neither tokenizer.json nor tokenizer.model"),
             std::string::npos);
-  EXPECT_NE(error_of<IoError>([&] {
+  EXPECT_NE(sp_error_of<IoError>([&] {
               load_tokenizer(empty.file("missing.model"));
             }).find("cannot open tokenizer"),
             std::string::npos);
@@ -174,17 +174,17 @@ TEST(SentencePiece, BpeMergesHighestScoreFirstAndUndoesUnusedPieces) {
   const std::string pieces = piece("<unk>", 0, Type::Unknown) + piece("a", -5) + piece("b", -5) +
                              piece("c", -5) + piece("ab", -1, Type::Unused) + piece("bc", -2) +
                              piece("abc", -3);
-  const auto sp = load_sentencepiece(write(dir, "m.model", bpe_model(pieces)));
+  const auto sp = load_sentencepiece(write_text(dir, "m.model", bpe_model(pieces)));
   EXPECT_EQ(sp->encode("ab"), (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(sp->encode("abc"), (std::vector<int32_t>{6}));
   // Without "ab" or "abc", only b+c merges: a, bc.
   const std::string no_ab = piece("<unk>", 0, Type::Unknown) + piece("a", -5) + piece("b", -5) +
                             piece("c", -5) + piece("bc", -2);
-  const auto sp2 = load_sentencepiece(write(dir, "m2.model", bpe_model(no_ab)));
+  const auto sp2 = load_sentencepiece(write_text(dir, "m2.model", bpe_model(no_ab)));
   EXPECT_EQ(sp2->encode("abc"), (std::vector<int32_t>{1, 4}));
   // Equal scores: the leftmost pair first. "aa" then "a" from "aaa".
   const std::string tie = piece("<unk>", 0, Type::Unknown) + piece("a", -5) + piece("aa", -1);
-  const auto sp3 = load_sentencepiece(write(dir, "m3.model", bpe_model(tie)));
+  const auto sp3 = load_sentencepiece(write_text(dir, "m3.model", bpe_model(tie)));
   EXPECT_EQ(sp3->encode("aaa"), (std::vector<int32_t>{2, 1}));
   // A run of unknown characters is one unknown piece.
   EXPECT_EQ(sp3->encode("xyaz"), (std::vector<int32_t>{0, 1, 0}));
@@ -197,7 +197,7 @@ TEST(SentencePiece, UnigramTakesTheMostProbableSegmentation) {
                              piece("ab", -3) + piece("abab", -2.5f);
   const std::string model =
       pieces + bytes_field(2, varint_field(3, 1)) + bytes_field(3, varint_field(3, 0));
-  const auto sp = load_sentencepiece(write(dir, "u.model", model));
+  const auto sp = load_sentencepiece(write_text(dir, "u.model", model));
   EXPECT_EQ(sp->settings().algorithm, SentencePieceTokenizer::Algorithm::Unigram);
   EXPECT_EQ(sp->encode("ab"), (std::vector<int32_t>{1, 2}));  // -2 beats -3
   EXPECT_EQ(sp->encode("abab"), (std::vector<int32_t>{4}));   // -2.5 beats -4
@@ -212,7 +212,8 @@ TEST(SentencePiece, ByteFallbackSpellsUnknownCharactersAsUtf8) {
     pieces += piece(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">", 0, Type::Byte);
   }
   pieces += piece("a", -1);
-  const auto sp = load_sentencepiece(write(dir, "b.model", bpe_model(pieces, varint_field(35, 1))));
+  const auto sp =
+      load_sentencepiece(write_text(dir, "b.model", bpe_model(pieces, varint_field(35, 1))));
   // "é" (C3 A9) is not a piece: bytes 0xC3 and 0xA9 are ids 1 + 0xC3, 1 + 0xA9.
   EXPECT_EQ(sp->encode("a\xc3\xa9"), (std::vector<int32_t>{257, 1 + 0xC3, 1 + 0xA9}));
   EXPECT_EQ(sp->decode({257, 1 + 0xC3, 1 + 0xA9}), "a\xc3\xa9");
@@ -222,8 +223,8 @@ TEST(SentencePiece, ByteFallbackSpellsUnknownCharactersAsUtf8) {
             "a");
   // Without all 256 byte pieces, byte fallback is refused.
   const std::string few = piece("<unk>", 0, Type::Unknown) + piece("<0x00>", 0, Type::Byte);
-  EXPECT_NE(error_of<IoError>([&] {
-              load_sentencepiece(write(dir, "few.model", bpe_model(few, varint_field(35, 1))));
+  EXPECT_NE(sp_error_of<IoError>([&] {
+              load_sentencepiece(write_text(dir, "few.model", bpe_model(few, varint_field(35, 1))));
             }).find("byte_fallback without the piece <0x01>"),
             std::string::npos);
 }
@@ -233,7 +234,7 @@ TEST(SentencePiece, WhitespaceRulesOfTheNormaliser) {
   const std::string pieces = piece("<unk>", 0, Type::Unknown) + piece("a", -1);
   // Defaults: dummy prefix, extra spaces removed, spaces escaped.
   const auto sp = load_sentencepiece(
-      write(dir, "w.model", pieces + bytes_field(2, varint_field(3, 2)) + bytes_field(3, "")));
+      write_text(dir, "w.model", pieces + bytes_field(2, varint_field(3, 2)) + bytes_field(3, "")));
   EXPECT_EQ(sp->normalize("  a   b  "),
             "\xe2\x96\x81"
             "a\xe2\x96\x81"
@@ -245,9 +246,9 @@ TEST(SentencePiece, WhitespaceRulesOfTheNormaliser) {
             "a\xef\xbf\xbd");
   // All three off.
   const auto raw = load_sentencepiece(
-      write(dir, "raw.model",
-            pieces + bytes_field(2, varint_field(3, 2)) +
-                bytes_field(3, varint_field(3, 0) + varint_field(4, 0) + varint_field(5, 0))));
+      write_text(dir, "raw.model",
+                 pieces + bytes_field(2, varint_field(3, 2)) +
+                     bytes_field(3, varint_field(3, 0) + varint_field(4, 0) + varint_field(5, 0))));
   EXPECT_EQ(raw->normalize("  a  "), "  a  ");
 }
 
@@ -255,10 +256,11 @@ TEST(SentencePiece, MalformedAndUnsupportedFilesAreRefusedByName) {
   TempDir dir;
   const std::string unk = piece("<unk>", 0, Type::Unknown);
   auto io = [&](const std::string& data) {
-    return error_of<IoError>([&] { load_sentencepiece(write(dir, "bad.model", data)); });
+    return sp_error_of<IoError>([&] { load_sentencepiece(write_text(dir, "bad.model", data)); });
   };
   auto unsupported = [&](const std::string& data) {
-    return error_of<NotSupportedError>([&] { load_sentencepiece(write(dir, "bad.model", data)); });
+    return sp_error_of<NotSupportedError>(
+        [&] { load_sentencepiece(write_text(dir, "bad.model", data)); });
   };
   const std::string good = bpe_model(unk + piece("a", -1));
   EXPECT_NE(io(good.substr(0, good.size() - 3)).find("not a protocol buffer message at byte"),
@@ -285,8 +287,8 @@ TEST(SentencePiece, MalformedAndUnsupportedFilesAreRefusedByName) {
                 .find("names a trie of 64 bytes"),
             std::string::npos);
   // Decoding an id outside the vocabulary.
-  const auto sp = load_sentencepiece(write(dir, "ok.model", good));
-  EXPECT_NE(error_of<ValueError>([&] {
+  const auto sp = load_sentencepiece(write_text(dir, "ok.model", good));
+  EXPECT_NE(sp_error_of<ValueError>([&] {
               sp->decode({0, 7});
             }).find("id 7 is outside the vocabulary of 2"),
             std::string::npos);

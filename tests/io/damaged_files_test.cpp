@@ -34,7 +34,7 @@ namespace {
 
 using triad::testing::TempDir;
 
-std::vector<uint8_t> file_bytes(const std::string& path) {
+std::vector<uint8_t> damaged_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
@@ -83,7 +83,7 @@ TEST(DamagedFiles, SafetensorsLoadOrRaiseForEveryHeaderByteAndLength) {
                         {"b", cast(from_vector(std::vector<double>{7, 8}, {2}), DType::BF16)},
                         {"c", from_vector(std::vector<double>{9}, {1}, DType::I64)}},
                        {{"step", "12"}});
-  const std::vector<uint8_t> good = file_bytes(path);
+  const std::vector<uint8_t> good = damaged_bytes(path);
   uint64_t header = 0;
   std::memcpy(&header, good.data(), 8);
   ASSERT_LT(8 + header, good.size());
@@ -118,7 +118,7 @@ TEST(DamagedFiles, SafetensorsLoadOrRaiseForEveryHeaderByteAndLength) {
 }
 
 // Reads every sequence of a dataset the way the trainer does.
-void read_all(const std::string& source, int64_t seq_len, int64_t vocab) {
+void read_whole(const std::string& source, int64_t seq_len, int64_t vocab) {
   data::TokenDataset ds({source}, seq_len, vocab);
   std::vector<int64_t> tokens(static_cast<size_t>(seq_len + 1));
   for (int64_t g = 0; g < ds.num_sequences(); ++g) {
@@ -135,11 +135,11 @@ TEST(DamagedFiles, TokenShardsLoadOrRaiseForEveryHeaderByteAndLength) {
   for (int i = 0; i < 300; ++i) tokens.push_back(static_cast<uint16_t>((i * 37) % 50));
   const std::string path = dir.file("s.bin");
   data::write_token_shard(path, tokens);
-  const std::vector<uint8_t> good = file_bytes(path);
+  const std::vector<uint8_t> good = damaged_bytes(path);
   ASSERT_EQ(good.size(), 1024 + 2 * tokens.size());
   auto check = [&](const std::vector<uint8_t>& bytes, size_t n, const std::string& what) {
     write_bytes(path, bytes, n);
-    const std::string how = outcome([&] { read_all(path, 16, 50); });
+    const std::string how = outcome([&] { read_whole(path, 16, 50); });
     EXPECT_TRUE(how == "ok" || how == "error") << what << ": " << how;
   };
   // The header's magic, version and token count, and the first tokens.
@@ -169,13 +169,13 @@ TEST(DamagedFiles, IndexedDatasetsLoadOrRaiseForEveryIndexByteAndLength) {
     docs.push_back(doc);
   }
   data::write_indexed_dataset(prefix, docs, data::IndexedDType::U16);
-  const std::vector<uint8_t> idx = file_bytes(prefix + ".idx");
-  const std::vector<uint8_t> bin = file_bytes(prefix + ".bin");
-  ASSERT_NO_THROW(read_all(prefix, 16, 60));
+  const std::vector<uint8_t> idx = damaged_bytes(prefix + ".idx");
+  const std::vector<uint8_t> bin = damaged_bytes(prefix + ".bin");
+  ASSERT_NO_THROW(read_whole(prefix, 16, 60));
   auto check = [&](const std::string& file, const std::vector<uint8_t>& bytes, size_t n,
                    const std::string& what) {
     write_bytes(file, bytes, n);
-    const std::string how = outcome([&] { read_all(prefix, 16, 60); });
+    const std::string how = outcome([&] { read_whole(prefix, 16, 60); });
     EXPECT_TRUE(how == "ok" || how == "error") << what << ": " << how;
   };
   // The whole index: header, lengths, pointers and document indices.

@@ -110,7 +110,7 @@ std::string str(const std::string& s) {
 std::string int1(int v) {
   return std::string("K") + static_cast<char>(v);
 }
-std::string ints(const std::vector<int>& v) {
+std::string ckpt_ints(const std::vector<int>& v) {
   std::string out = "(";
   for (int x : v) out += int1(x);
   return out + "t";
@@ -123,7 +123,7 @@ std::string tensor_dict(const std::string& type, int numel, int offset,
                         const std::string& key = "0") {
   return std::string("\x80\x02}(") + str("w") + "ctorch._utils\n_rebuild_tensor_v2\n((" +
          str("storage") + "ctorch\n" + type + "\n" + str(key) + str("cpu") + int1(numel) + "tQ" +
-         int1(offset) + ints(size) + ints(stride) +
+         int1(offset) + ckpt_ints(size) + ckpt_ints(stride) +
          "\x89"
          "ccollections\nOrderedDict\n)RtRu.";
 }
@@ -137,13 +137,14 @@ std::string floats(int n) {
   return out;
 }
 
-std::string write(testing::TempDir& dir, const std::string& name, const std::string& bytes) {
+std::string write_ckpt_file(testing::TempDir& dir, const std::string& name,
+                            const std::string& bytes) {
   const std::string path = dir.file(name);
   std::ofstream(path, std::ios::binary) << bytes;
   return path;
 }
 
-std::string error_of(const std::string& path) {
+std::string checkpoint_error_of(const std::string& path) {
   try {
     TorchCheckpointFile f(path);
     f.read();
@@ -161,12 +162,12 @@ TEST(TorchCheckpoint, GathersTheViewItsPickleDescribes) {
     SCOPED_TRACE(zip64 ? "zip64" : "zip");
     // Storage 0..7; the view: 2 x 3 from element 1 with strides (1, 2), the
     // transpose of a 3 x 2 matrix: [[1, 3, 5], [2, 4, 6]].
-    const std::string path =
-        write(dir, zip64 ? "t64.bin" : "t.bin",
-              zip({{"archive/data.pkl", tensor_dict("FloatStorage", 8, 1, {2, 3}, {1, 2})},
-                   {"archive/data/0", floats(8)},
-                   {"archive/version", "3\n"}},
-                  0, zip64));
+    const std::string path = write_ckpt_file(
+        dir, zip64 ? "t64.bin" : "t.bin",
+        zip({{"archive/data.pkl", tensor_dict("FloatStorage", 8, 1, {2, 3}, {1, 2})},
+             {"archive/data/0", floats(8)},
+             {"archive/version", "3\n"}},
+            0, zip64));
     EXPECT_TRUE(is_torch_checkpoint(path));
     const TorchCheckpointFile f(path);
     EXPECT_EQ(f.shapes().at("w"), (Shape{2, 3}));
@@ -180,7 +181,8 @@ TEST(TorchCheckpoint, GathersTheViewItsPickleDescribes) {
 TEST(TorchCheckpoint, WhatIsNoStateDictOfTensorsIsRefusedWithTheReason) {
   testing::TempDir dir;
   auto with_pickle = [&](const std::string& name, const std::string& pickle) {
-    return write(dir, name, zip({{"archive/data.pkl", pickle}, {"archive/data/0", floats(8)}}));
+    return write_ckpt_file(dir, name,
+                           zip({{"archive/data.pkl", pickle}, {"archive/data/0", floats(8)}}));
   };
   const std::pair<std::string, std::string> cases[] = {
       {with_pickle("code.bin", std::string("\x80\x02") + "cos\nsystem\n(" + str("echo hi") + "tR."),
@@ -197,15 +199,15 @@ TEST(TorchCheckpoint, WhatIsNoStateDictOfTensorsIsRefusedWithTheReason) {
        "'w' is not a tensor"},
       {with_pickle("list.bin", "\x80\x02]."), "holds no dictionary of tensors"},
       {with_pickle("short.bin", "\x80\x02}("), "the pickle ends early"},
-      {write(dir, "deflated.bin",
-             zip({{"archive/data.pkl", tensor_dict("FloatStorage", 8, 0, {8}, {1})}}, 8)),
+      {write_ckpt_file(dir, "deflated.bin",
+                       zip({{"archive/data.pkl", tensor_dict("FloatStorage", 8, 0, {8}, {1})}}, 8)),
        "entry 'archive/data.pkl' is compressed (method 8)"},
-      {write(dir, "plain.bin", "not a zip archive, but long enough to look for one"),
+      {write_ckpt_file(dir, "plain.bin", "not a zip archive, but long enough to look for one"),
        "no zip directory: not a torch.save file"},
   };
   for (const auto& [path, why] : cases) {
     SCOPED_TRACE(path);
-    const std::string m = error_of(path);
+    const std::string m = checkpoint_error_of(path);
     EXPECT_NE(m.find(why), std::string::npos) << m;
     EXPECT_NE(m.find(path), std::string::npos) << m;
   }

@@ -17,7 +17,7 @@ namespace {
 
 using testing::expect_error;
 
-GptConfig tiny() {
+GptConfig eval_tiny() {
   GptConfig c;
   c.n_layer = 2;
   c.n_head = 2;
@@ -74,8 +74,8 @@ std::vector<ContinuationRequest> some_requests(int64_t vocab) {
 }
 
 TEST(ScoreContinuations, AreTheLogSoftmaxOfTheModelsLogitsWhateverTheBatch) {
-  const Gpt model(tiny(), 5);
-  const auto requests = some_requests(tiny().vocab_size);
+  const Gpt model(eval_tiny(), 5);
+  const auto requests = some_requests(eval_tiny().vocab_size);
   const auto one = score_continuations(model, requests, 1);
   const auto three = score_continuations(model, requests, 3);
   const auto all = score_continuations(model, requests, 100);
@@ -109,16 +109,16 @@ TEST(ScoreContinuations, AreTheLogSoftmaxOfTheModelsLogitsWhateverTheBatch) {
 // size, single-token continuations, and a question too long for the window
 // (scored row by row, its context cut).
 TEST(ScoreContinuations, ShareAContextAmongItsContinuations) {
-  GptConfig rotary = tiny();
+  GptConfig rotary = eval_tiny();
   rotary.position_embedding = PositionEmbedding::Rotary;
   rotary.n_kv_head = 1;
   rotary.sliding_window = 5;
-  GptConfig latent = tiny();
+  GptConfig latent = eval_tiny();
   latent.position_embedding = PositionEmbedding::Rotary;
   latent.normalization = Normalization::RmsNorm;
   latent.mla = testing::tiny_latent_attention();
   latent.validate();
-  for (const GptConfig& cfg : {tiny(), rotary, latent}) {
+  for (const GptConfig& cfg : {eval_tiny(), rotary, latent}) {
     const Gpt model(cfg, 7);
     std::vector<ContinuationRequest> requests;
     uint64_t seed = 40;
@@ -152,7 +152,7 @@ TEST(ScoreContinuations, ShareAContextAmongItsContinuations) {
 // of no family and a request alone. Fewer positions run than the contexts
 // hold.
 TEST(ScoreContinuations, ReadAFewShotBeginningOnceForAllItsQuestions) {
-  GptConfig learned = tiny();
+  GptConfig learned = eval_tiny();
   learned.seq_len = 64;
   GptConfig rotary = learned;
   rotary.position_embedding = PositionEmbedding::Rotary;
@@ -209,7 +209,7 @@ TEST(ScoreContinuations, ReadAFewShotBeginningOnceForAllItsQuestions) {
 // beside the heading, not into one family sharing the heading alone. Scores
 // stay the model's.
 TEST(ScoreContinuations, CutAFamilyWhereItsQuestionsShareTheMostExamples) {
-  GptConfig cfg = tiny();
+  GptConfig cfg = eval_tiny();
   cfg.seq_len = 96;
   const Gpt model(cfg, 12);
   const int64_t V = cfg.vocab_size;
@@ -248,7 +248,7 @@ TEST(ScoreContinuations, CutAFamilyWhereItsQuestionsShareTheMostExamples) {
 // same with one token changed is not — whether its context is shared
 // (decoded over the key/value cache) or its own (a row), in any batch.
 TEST(ScoreContinuations, SayWhetherGreedyDecodingWritesTheContinuation) {
-  const Gpt model(tiny(), 9);
+  const Gpt model(eval_tiny(), 9);
   std::vector<ContinuationRequest> requests;
   std::vector<bool> want;
   SamplingOptions greedy;
@@ -256,7 +256,7 @@ TEST(ScoreContinuations, SayWhetherGreedyDecodingWritesTheContinuation) {
   uint64_t seed = 70;
   for (const auto& [c, n, shared] : std::vector<std::tuple<int64_t, int64_t, bool>>{
            {3, 4, true}, {5, 1, true}, {2, 3, false}, {4, 1, false}, {11, 3, false}}) {
-    const std::vector<int64_t> context = random_tokens(c, seed++, tiny().vocab_size);
+    const std::vector<int64_t> context = random_tokens(c, seed++, eval_tiny().vocab_size);
     greedy.max_new_tokens = n;
     const std::vector<int64_t> own = generate(model, context, greedy);
     ASSERT_EQ(static_cast<int64_t>(own.size()), n);
@@ -265,14 +265,14 @@ TEST(ScoreContinuations, SayWhetherGreedyDecodingWritesTheContinuation) {
     if (shared) {
       // The same context with the greedy text's last token changed.
       std::vector<int64_t> other = own;
-      other.back() = (other.back() + 1) % tiny().vocab_size;
+      other.back() = (other.back() + 1) % eval_tiny().vocab_size;
       requests.push_back({context, other});
       want.push_back(false);
     }
   }
   // A context of its own whose continuation is not greedy.
   std::vector<int64_t> wrong = generate(model, {7, 8}, greedy);
-  wrong.front() = (wrong.front() + 3) % tiny().vocab_size;
+  wrong.front() = (wrong.front() + 3) % eval_tiny().vocab_size;
   requests.push_back({{7, 8}, wrong});
   want.push_back(false);
   for (int64_t batch : {1, 2, 100}) {
@@ -289,10 +289,10 @@ TEST(ScoreContinuations, SayWhetherGreedyDecodingWritesTheContinuation) {
 // Each request is one document, whatever resets the model was trained
 // with: an end-of-document token in a context does not hide what is before it.
 TEST(ScoreContinuations, ReadEachRequestAsOneDocument) {
-  GptConfig resets = tiny();
+  GptConfig resets = eval_tiny();
   resets.eod_token = 4;
   resets.reset_attention_mask = resets.reset_position_ids = true;
-  const Gpt with(resets, 9), without(tiny(), 9);
+  const Gpt with(resets, 9), without(eval_tiny(), 9);
   ContinuationRequest q{{7, 8, 4, 9, 10}, {11, 12, 13}};
   const double a = score_continuations(with, {q})[0].nll;
   const double b = score_continuations(without, {q})[0].nll;
@@ -311,7 +311,7 @@ TEST(ScoreContinuations, ReadEachRequestAsOneDocument) {
 }
 
 TEST(ScoreContinuations, NameABadRequest) {
-  const Gpt model(tiny(), 5);
+  const Gpt model(eval_tiny(), 5);
   expect_error(
       [&] {
         score_continuations(model, {{{1}, {2}}, {{}, {2}}});
@@ -438,8 +438,8 @@ TEST(RollingRequests, ScoreEveryTokenButTheFirstOnceWithAllTheContextTheWindowHo
 // rolling scores over k * seq_len + 1 tokens is the model's loss on the k
 // rows they make.
 TEST(RollingRequests, WithoutOverlapGiveTheTrainingLoss) {
-  const Gpt model(tiny(), 5);
-  const int64_t k = 4, T = tiny().seq_len;
+  const Gpt model(eval_tiny(), 5);
+  const int64_t k = 4, T = eval_tiny().seq_len;
   const std::vector<int64_t> tokens = random_tokens(k * T + 1, 21, 37);
   double nll = 0;
   int64_t count = 0;

@@ -16,7 +16,7 @@
 namespace triad::nn {
 namespace {
 
-GptConfig tiny() {
+GptConfig generate_tiny() {
   GptConfig c;
   c.n_layer = 2;
   c.n_head = 2;
@@ -141,7 +141,7 @@ void make_opinionated(Gpt& model) {
 }
 
 // Greedy tokens by hand: each the argmax of the last position's logits of a
-// full forward pass over the last 8 tokens (tiny()'s window), after
+// full forward pass over the last 8 tokens (generate_tiny()'s window), after
 // `adjust` (given the row and the output so far).
 std::vector<int64_t> greedy_by_hand(
     const Gpt& model, const std::vector<int64_t>& prompt, int steps,
@@ -161,7 +161,7 @@ std::vector<int64_t> greedy_by_hand(
 }
 
 TEST(Generate, GreedyMatchesArgmaxOfTheFullForwardOverASlidingWindow) {
-  Gpt model(tiny(), 3);
+  Gpt model(generate_tiny(), 3);
   make_opinionated(model);
   const std::vector<int64_t> prompt{4, 9, 1};
   SamplingOptions o;
@@ -177,7 +177,7 @@ TEST(Generate, GreedyMatchesArgmaxOfTheFullForwardOverASlidingWindow) {
 // logits of a full forward pass, with the cache and without it; a presence
 // penalty past any logit makes every token new; stop_when ends the text.
 TEST(Generate, GreedyWithPenaltiesMatchesTheRuleAndStopWhenEndsIt) {
-  Gpt model(tiny(), 3);
+  Gpt model(generate_tiny(), 3);
   make_opinionated(model);
   const std::vector<int64_t> prompt{4, 9, 1, 4};
   SamplingOptions o;
@@ -224,7 +224,7 @@ TEST(Generate, GreedyWithPenaltiesMatchesTheRuleAndStopWhenEndsIt) {
 }
 
 TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {
-  Gpt model(tiny(), 5);
+  Gpt model(generate_tiny(), 5);
   SamplingOptions o;
   o.max_new_tokens = 20;
   o.temperature = 1.5;
@@ -289,7 +289,7 @@ TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {
 // suppress_tokens (a tokenizer's holes) are never produced, greedy or
 // sampled, alone or in a batch; the options naming a bad id are refused.
 TEST(Generate, SuppressedTokensAreNeverProduced) {
-  Gpt model(tiny(), 5);
+  Gpt model(generate_tiny(), 5);
   SamplingOptions o;
   o.max_new_tokens = 30;
   o.temperature = 0;
@@ -329,9 +329,9 @@ struct Decoding {
   // With mla: queries straight from x, no nope part, values wider than
   // the queries (these padded) and yarn's scaling with DeepSeek's mscale.
   bool mla_wide = false;
-  // tiny() with these, over 12 positions.
+  // generate_tiny() with these, over 12 positions.
   GptConfig config() const {
-    GptConfig cfg = tiny();
+    GptConfig cfg = generate_tiny();
     cfg.seq_len = 12;
     cfg.position_embedding = positions;
     cfg.n_head = n_head;
@@ -536,9 +536,10 @@ TEST(KvCache, LatentDecodingMergesTheUpProjectionsAdapters) {
 }
 
 TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {
-  Gpt model(tiny(), 8);
+  Gpt model(generate_tiny(), 8);
   const Tensor ids = from_vector(std::vector<int64_t>{5, 6, 7, 8}, {1, 4});
-  KvCache a(tiny(), 1, DType::F32, Device::cpu()), b(tiny(), 1, DType::F32, Device::cpu());
+  KvCache a(generate_tiny(), 1, DType::F32, Device::cpu()),
+      b(generate_tiny(), 1, DType::F32, Device::cpu());
   const Tensor full = model.decode(ids, a), last = model.decode(ids, b, /*last_only=*/true);
   ASSERT_EQ(last.shape(), (Shape{1, 1, 40}));
   // The head's product over one row against four: BLAS may take another
@@ -553,11 +554,11 @@ TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {
 }
 
 TEST(Generate, ABatchGivesEachPromptWhatItGetsAlone) {
-  // Prompts of 1 to 8 tokens (tiny()'s whole context), greedy and sampled,
+  // Prompts of 1 to 8 tokens (generate_tiny()'s whole context), greedy and sampled,
   // with penalties: a batch's rows stop at different steps (the stop
   // token, a per-prompt stop), and the longer runs outgrow the context in
   // the batch and go on over a sliding window.
-  GptConfig cfg = tiny();
+  GptConfig cfg = generate_tiny();
   cfg.position_embedding = PositionEmbedding::Rotary;
   cfg.n_head = 4;
   cfg.n_kv_head = 2;
@@ -611,7 +612,7 @@ TEST(Generate, ABatchGivesEachPromptWhatItGetsAlone) {
     o.temperature = 0;
     EXPECT_NE(generate_batch(model, prompts, o)[0], generate_batch(model, prompts, o)[1]);
   }
-  Gpt model(tiny(), 3);
+  Gpt model(generate_tiny(), 3);
   SamplingOptions o;
   EXPECT_TRUE(generate_batch(model, {}, o).empty());
   try {
@@ -635,7 +636,7 @@ TEST(KvCache, APromptIsAttendedWithoutItsScoresInMemory) {
   // A 512-token prompt into an empty cache runs the fused attention, as
   // forward() does: its (512, 512) scores per head (4 MiB of f32 over 4
   // heads) are never held; decoding it takes less than a quarter of that.
-  GptConfig cfg = tiny();
+  GptConfig cfg = generate_tiny();
   cfg.seq_len = 512;
   cfg.n_head = 4;
   Gpt model(cfg, 2);
@@ -660,7 +661,7 @@ TEST(Generate, ASessionDecodesOnlyWhatFollowsTheTokensItHolds) {
   // A conversation: each turn's prompt is the last prompt, its reply and a
   // new question. With a session the cache keeps the text between calls
   // and only the new part is decoded; the tokens are those without it.
-  GptConfig cfg = tiny();
+  GptConfig cfg = generate_tiny();
   cfg.seq_len = 24;
   Gpt model(cfg, 5);
   make_opinionated(model);
@@ -704,7 +705,7 @@ TEST(Generate, ASessionDecodesOnlyWhatFollowsTheTokensItHolds) {
 TEST(KvCache, GenerationWithAndWithoutTheCacheAgrees) {
   // Greedy and sampled, short (everything cached) and past seq_len (the
   // window slides after 8 tokens and the rest is recomputed).
-  Gpt model(tiny(), 3);
+  Gpt model(generate_tiny(), 3);
   make_opinionated(model);
   for (double temperature : {0.0, 1.0}) {
     for (int64_t n : {4, 12}) {

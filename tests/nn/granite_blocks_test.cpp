@@ -52,7 +52,7 @@ struct Outputs {
 };
 
 // `c`'s logits, loss and gradients from the weights of seed 5.
-Outputs run(const GptConfig& c) {
+Outputs run_granite(const GptConfig& c) {
   Gpt m(c, 5);
   Outputs r{m.forward(kIds, {false, 0, 0}), m.loss(kIds, kTargets), {}};
   autograd::backward({r.loss});
@@ -69,7 +69,7 @@ TEST(GraniteScalars, AStreamScaledThroughoutIsNormalisedBackToThePlainModel) {
   const GptConfig plain = granite_config();
   GptConfig scaled = plain;
   scaled.embedding_multiplier = scaled.residual_multiplier = 6.0;
-  const Outputs a = run(plain), b = run(scaled);
+  const Outputs a = run_granite(plain), b = run_granite(scaled);
   EXPECT_LT(relative_difference(b.logits, a.logits), 1e-5);
   EXPECT_NEAR(item(b.loss), item(a.loss), 1e-6);
   for (const auto& [name, g] : a.grads) {
@@ -78,12 +78,13 @@ TEST(GraniteScalars, AStreamScaledThroughoutIsNormalisedBackToThePlainModel) {
   }
   GptConfig residual_only = plain;
   residual_only.residual_multiplier = 6.0;
-  EXPECT_GT(relative_difference(run(residual_only).logits, a.logits), 1e-2);
+  EXPECT_GT(relative_difference(run_granite(residual_only).logits, a.logits), 1e-2);
   // Sequential blocks and GPT-NeoX's parallel ones alike.
   GptConfig parallel = plain, parallel_scaled = plain;
   parallel.parallel_residual = parallel_scaled.parallel_residual = true;
   parallel_scaled.embedding_multiplier = parallel_scaled.residual_multiplier = 0.25;
-  EXPECT_LT(relative_difference(run(parallel_scaled).logits, run(parallel).logits), 1e-5);
+  EXPECT_LT(relative_difference(run_granite(parallel_scaled).logits, run_granite(parallel).logits),
+            1e-5);
 }
 
 // The logits are the plain model's times logit_scale, and the loss is the
@@ -92,7 +93,7 @@ TEST(GraniteScalars, LogitScaleMultipliesTheLogitsTheLossReads) {
   const GptConfig plain = granite_config();
   GptConfig scaled = plain;
   scaled.logit_scale = 0.125;
-  const Outputs a = run(plain), b = run(scaled);
+  const Outputs a = run_granite(plain), b = run_granite(scaled);
   const std::vector<double> x = to_double_vector(a.logits), y = to_double_vector(b.logits);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], 0.125 * x[i], 1e-6 * std::abs(x[i]));
   const int64_t V = plain.vocab_size;

@@ -23,7 +23,7 @@ namespace {
 
 using triad::testing::expect_error;
 
-GptConfig tiny(std::vector<std::string> targets = GptConfig::lora_layers()) {
+GptConfig lora_tiny(std::vector<std::string> targets = GptConfig::lora_layers()) {
   GptConfig c{.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 23, .seq_len = 8};
   c.lora = {.rank = 3, .alpha = 6, .targets = std::move(targets)};
   return c;
@@ -34,7 +34,7 @@ Tensor tokens(int64_t salt) {
   for (int64_t i = 0; i < 16; ++i) v.push_back((i * 7 + salt * 5 + i / 3) % 23);
   return from_vector(v, {2, 8}, DType::I64);
 }
-Tensor ids() {
+Tensor lora_ids() {
   return tokens(1);
 }
 Tensor targets() {
@@ -81,7 +81,7 @@ void expect_adapter_gradients(const StateDict& sd, const StateDict& msd, double 
 }
 
 TEST(Lora, AdaptersAreNamedAfterTheirLayersAndShapedByThem) {
-  const GptConfig c = tiny({"attn.c_attn", "mlp.c_proj"});
+  const GptConfig c = lora_tiny({"attn.c_attn", "mlp.c_proj"});
   const auto shapes = gpt_parameter_shapes(c);
   EXPECT_EQ(shapes.at("h.1.attn.c_attn.lora_a"), (Shape{3, 16}));
   EXPECT_EQ(shapes.at("h.1.attn.c_attn.lora_b"), (Shape{48, 3}));
@@ -103,7 +103,7 @@ TEST(Lora, AdaptersAreNamedAfterTheirLayersAndShapedByThem) {
 
 TEST(Lora, AModelWithAdaptersStartsAsTheModelWithout) {
   for (bool swiglu : {false, true}) {
-    GptConfig c = tiny();
+    GptConfig c = lora_tiny();
     if (swiglu) c.activation = Activation::SwiGlu;
     Gpt with(c, 3), without(c.without_lora(), 3);
     const auto sw = with.state_dict();
@@ -117,7 +117,7 @@ TEST(Lora, AModelWithAdaptersStartsAsTheModelWithout) {
     double sq = 0;
     for (double v : a) sq += v * v;
     EXPECT_NEAR(std::sqrt(sq / static_cast<double>(a.size())), 0.25, 0.08);
-    EXPECT_EQ(item(with.loss(ids(), targets())), item(without.loss(ids(), targets())));
+    EXPECT_EQ(item(with.loss(lora_ids(), targets())), item(without.loss(lora_ids(), targets())));
   }
 }
 
@@ -126,7 +126,7 @@ TEST(Lora, AModelWithAdaptersStartsAsTheModelWithout) {
 // on SwiGLU's.
 TEST(Lora, AdaptersAddTheScaledLowRankProduct) {
   for (bool swiglu : {false, true}) {
-    GptConfig c = tiny();
+    GptConfig c = lora_tiny();
     if (swiglu) c.activation = Activation::SwiGlu;
     Gpt with(c, 4);
     StateDict sd = with.state_dict();
@@ -138,11 +138,12 @@ TEST(Lora, AdaptersAddTheScaledLowRankProduct) {
     Gpt merged(c.without_lora(), 4);
     StateDict msd = merged.state_dict();
     merge_into(msd, sd, c.lora_scale());
-    const double a = item(with.loss(ids(), targets())), b = item(merged.loss(ids(), targets()));
+    const double a = item(with.loss(lora_ids(), targets())),
+                 b = item(merged.loss(lora_ids(), targets()));
     EXPECT_NEAR(a, b, 1e-5 * std::abs(b)) << (swiglu ? "swiglu" : "gelu");
     // (And the adapters do change the model.)
     Gpt base(c.without_lora(), 4);
-    EXPECT_GT(std::abs(item(base.loss(ids(), targets())) - b), 1e-4);
+    EXPECT_GT(std::abs(item(base.loss(lora_ids(), targets())) - b), 1e-4);
   }
 }
 
@@ -152,7 +153,7 @@ TEST(Lora, AdaptersAddTheScaledLowRankProduct) {
 // not zero too.
 TEST(Lora, AdapterGradientsFollowFromTheMergedWeightsGradient) {
   for (bool swiglu : {false, true}) {
-    GptConfig c = tiny();
+    GptConfig c = lora_tiny();
     if (swiglu) c.activation = Activation::SwiGlu;
     const double s = c.lora_scale();
     Gpt with(c, 5);
@@ -163,8 +164,8 @@ TEST(Lora, AdapterGradientsFollowFromTheMergedWeightsGradient) {
     Gpt merged(c.without_lora(), 5);
     StateDict msd = merged.state_dict();
     merge_into(msd, sd, s);
-    autograd::backward({with.loss(ids(), targets())}, {});
-    autograd::backward({merged.loss(ids(), targets())}, {});
+    autograd::backward({with.loss(lora_ids(), targets())}, {});
+    autograd::backward({merged.loss(lora_ids(), targets())}, {});
     std::vector<std::string> checked;
     expect_adapter_gradients(sd, msd, s, true, checked);
     EXPECT_EQ(checked.size(), 8u) << (swiglu ? "swiglu" : "gelu");
@@ -232,7 +233,7 @@ TEST(Lora, AdapterDropoutMasksTheAdaptersInputAlone) {
     }
   }
   // The layers tensor parallelism splits by input features draw by feature.
-  const GptConfig c = tiny();
+  const GptConfig c = lora_tiny();
   EXPECT_TRUE(c.lora_dropout(1, "mlp.c_proj").by_feature);
   EXPECT_TRUE(c.lora_dropout(1, "attn.c_proj").by_feature);
   EXPECT_FALSE(c.lora_dropout(1, "attn.c_attn").by_feature);
@@ -314,7 +315,7 @@ TEST(Lora, AContextParallelChunkDrawsItsRowsOfTheWholeMask) {
 // model equals the one whose expert weights have them merged in, with the
 // adapters' gradients following from the merged weights'.
 GptConfig tiny_mixture() {
-  GptConfig c = tiny({"attn.c_proj", "mlp.c_fc", "mlp.c_proj"});
+  GptConfig c = lora_tiny({"attn.c_proj", "mlp.c_fc", "mlp.c_proj"});
   c.activation = Activation::SwiGlu;
   c.normalization = Normalization::RmsNorm;
   c.linear_bias = false;
@@ -380,10 +381,11 @@ TEST(Lora, ExpertAdaptersAddTheirProductAndTakeTheMergedWeightsGradient) {
   StateDict msd = merged.state_dict();
   merge_into(msd, sd, s);
   const ForwardContext ctx{true, 5, 1};
-  const Tensor lw = with.loss(ids(), targets(), ctx), lm = merged.loss(ids(), targets(), ctx);
+  const Tensor lw = with.loss(lora_ids(), targets(), ctx),
+               lm = merged.loss(lora_ids(), targets(), ctx);
   EXPECT_NEAR(item(lw), item(lm), 1e-5 * std::abs(item(lm)));
   Gpt base(c.without_lora(), 4);
-  EXPECT_GT(std::abs(item(base.loss(ids(), targets(), ctx)) - item(lm)), 1e-4);
+  EXPECT_GT(std::abs(item(base.loss(lora_ids(), targets(), ctx)) - item(lm)), 1e-4);
   autograd::backward({lw}, {});
   autograd::backward({lm}, {});
   std::vector<std::string> checked;
@@ -406,10 +408,10 @@ TEST(Lora, ExpertAdapterDropoutDrawsPerCall) {
     if (name.ends_with(".lora_b") && name.find(".experts.") != std::string::npos)
       copy_(t, randn(t.shape(), 6, stream++, 0.5));
   }
-  const double a = item(m.loss(ids(), targets(), ForwardContext{true, 7, 2}));
-  EXPECT_EQ(item(m.loss(ids(), targets(), ForwardContext{true, 7, 2})), a);
-  EXPECT_GT(std::abs(item(m.loss(ids(), targets(), ForwardContext{true, 7, 3})) - a), 1e-6);
-  EXPECT_GT(std::abs(item(m.loss(ids(), targets(), ForwardContext{false, 7, 2})) - a), 1e-6);
+  const double a = item(m.loss(lora_ids(), targets(), ForwardContext{true, 7, 2}));
+  EXPECT_EQ(item(m.loss(lora_ids(), targets(), ForwardContext{true, 7, 2})), a);
+  EXPECT_GT(std::abs(item(m.loss(lora_ids(), targets(), ForwardContext{true, 7, 3})) - a), 1e-6);
+  EXPECT_GT(std::abs(item(m.loss(lora_ids(), targets(), ForwardContext{false, 7, 2})) - a), 1e-6);
 }
 
 // An expert's row draws its assignment's mask (token b * T + t's j-th
@@ -448,14 +450,14 @@ TEST(Lora, AnExpertsRowsDrawTheirAssignmentsMasks) {
 }
 
 TEST(Lora, BadSettingsAndShapesAreNamed) {
-  GptConfig c = tiny({"attn.c_attn", "mlp.fc"});
+  GptConfig c = lora_tiny({"attn.c_attn", "mlp.fc"});
   expect_error([&] { c.validate(); },
                {"model.lora.targets[1] 'mlp.fc' is not a layer LoRA adapts", "mlp.c_fc"});
   c.lora.targets = {"mlp.c_fc", "mlp.c_fc"};
   expect_error([&] { c.validate(); }, {"model.lora.targets[1] 'mlp.c_fc' is given twice"});
   c.lora.targets = {};
   expect_error([&] { c.validate(); }, {"model.lora.targets must name at least one layer"});
-  c = tiny();
+  c = lora_tiny();
   c.lora.dropout = 1.0;
   expect_error([&] { c.validate(); }, {"model.lora.dropout (1.0", "must be in [0, 1)"});
   expect_error([] { Linear(4, 4).enable_lora(2, 1.0, {-0.1}); }, {"enable_lora: dropout -0.1"});

@@ -21,7 +21,7 @@
 namespace triad::nn {
 namespace {
 
-std::vector<int64_t> values(const Tensor& t) {
+std::vector<int64_t> mtp_values(const Tensor& t) {
   const Tensor h = contiguous(cast(t, DType::I64));
   return std::vector<int64_t>(h.data<int64_t>(), h.data<int64_t>() + h.numel());
 }
@@ -49,20 +49,20 @@ GptConfig small(int64_t depths) {
 
 TEST(MultiTokenPrediction, InputsLookAheadWithinARowAndADocument) {
   const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {2, 5});
-  EXPECT_EQ(values(mtp_ahead(ids, 1)), (std::vector<int64_t>{2, 3, 4, 5, 0, 7, 8, 9, 10, 0}));
-  EXPECT_EQ(values(mtp_ahead(cast(ids, DType::I32), 2)),
+  EXPECT_EQ(mtp_values(mtp_ahead(ids, 1)), (std::vector<int64_t>{2, 3, 4, 5, 0, 7, 8, 9, 10, 0}));
+  EXPECT_EQ(mtp_values(mtp_ahead(cast(ids, DType::I32), 2)),
             (std::vector<int64_t>{3, 4, 5, 0, 0, 8, 9, 10, 0, 0}));
   // Targets k ahead; an ignored one stays ignored; nothing past the row.
   const Tensor targets =
       from_vector(std::vector<int64_t>{2, 3, -100, 5, 6, 7, 8, 9, 10, 11}, {2, 5});
-  EXPECT_EQ(values(mtp_targets(targets, Tensor(), 1)),
+  EXPECT_EQ(mtp_values(mtp_targets(targets, Tensor(), 1)),
             (std::vector<int64_t>{3, -100, 5, 6, -100, 8, 9, 10, 11, -100}));
   // Row 0 holds documents [0, 2) and [2, 5): no prediction crosses the end.
   const Tensor starts =
       from_vector(std::vector<int64_t>{0, 0, 2, 2, 2, 0, 0, 0, 0, 0}, {2, 5}, DType::I32);
-  EXPECT_EQ(values(mtp_targets(targets, starts, 1)),
+  EXPECT_EQ(mtp_values(mtp_targets(targets, starts, 1)),
             (std::vector<int64_t>{3, -100, 5, 6, -100, 8, 9, 10, 11, -100}));
-  EXPECT_EQ(values(mtp_targets(targets, starts, 2)),
+  EXPECT_EQ(mtp_values(mtp_targets(targets, starts, 2)),
             (std::vector<int64_t>{-100, -100, 6, -100, -100, 9, 10, 11, -100, -100}));
   EXPECT_THROW(mtp_ahead(from_vector(std::vector<int64_t>{1, 2}, {2}), 1), ShapeError);
   EXPECT_THROW(mtp_targets(targets, from_vector(std::vector<int64_t>{0, 0}, {1, 2}, DType::I32), 1),
@@ -184,7 +184,7 @@ TEST(MultiTokenPrediction, ParametersAreNamedAndCounted) {
   EXPECT_GT(two.training_flops(1), none.training_flops(1));
 }
 
-void expect_error(const std::vector<std::string>& overrides, const std::string& fragment) {
+void expect_mtp_error(const std::vector<std::string>& overrides, const std::string& fragment) {
   const char* yaml = R"(
 model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32}
 train: {steps: 5, global_batch_size: 8, micro_batch_size: 4}
@@ -199,10 +199,10 @@ data: {train: data/x.bin}
 }
 
 TEST(MultiTokenPrediction, SettingsOutOfRangeAreNamed) {
-  expect_error({"model.mtp_layers=-1"}, "model.mtp_layers (-1)");
-  expect_error({"model.mtp_layers=32"}, "below model.seq_len (32)");
-  expect_error({"model.mtp_layers=1", "model.mtp_loss_weight=-0.5"}, "model.mtp_loss_weight");
-  expect_error({"model.mtp_layers=1", "model.lora={rank: 4}"}, "model.lora");
+  expect_mtp_error({"model.mtp_layers=-1"}, "model.mtp_layers (-1)");
+  expect_mtp_error({"model.mtp_layers=32"}, "below model.seq_len (32)");
+  expect_mtp_error({"model.mtp_layers=1", "model.mtp_loss_weight=-0.5"}, "model.mtp_loss_weight");
+  expect_mtp_error({"model.mtp_layers=1", "model.lora={rank: 4}"}, "model.lora");
   // (The config writes them back.)
   const train::Config c = train::parse_config(R"(
 model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32, mtp_layers: 2, mtp_loss_weight: 0.25}

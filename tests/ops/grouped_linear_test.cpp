@@ -16,7 +16,7 @@
 namespace triad {
 namespace {
 
-struct Outcome {
+struct GroupedOutcome {
   std::vector<double> y;
   std::vector<std::vector<double>> grads;  // x's, then each weight's (none: empty)
 };
@@ -24,8 +24,9 @@ struct Outcome {
 // x (9, 6) and three weights (7, 6) of `dtype`, leaves that require grad;
 // forward(x, weights), backward from a random seed (the weights' gradients
 // deferred, then flushed, when `defer`), and every leaf's gradient.
-Outcome run(DType dtype, bool defer,
-            const std::function<Tensor(const Tensor&, const std::vector<Tensor>&)>& forward) {
+GroupedOutcome run_grouped(
+    DType dtype, bool defer,
+    const std::function<Tensor(const Tensor&, const std::vector<Tensor>&)>& forward) {
   Tensor x = randn({9, 6}, 3, 1, 1.0, dtype);
   std::vector<Tensor> w;
   for (uint64_t e = 0; e < 3; ++e) w.push_back(randn({7, 6}, 3, 10 + e, 0.5, dtype));
@@ -42,7 +43,7 @@ Outcome run(DType dtype, bool defer,
     EXPECT_FALSE(store.empty());
     store.flush();
   }
-  Outcome r{to_double_vector(y), {to_double_vector(x.grad())}};
+  GroupedOutcome r{to_double_vector(y), {to_double_vector(x.grad())}};
   for (const Tensor& t : w)
     r.grads.push_back(t.grad().defined() ? to_double_vector(t.grad()) : std::vector<double>{});
   return r;
@@ -61,7 +62,8 @@ TEST(GroupedLinear, EqualsSplitLinearsAndConcatBitForBit) {
   for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
     for (bool defer : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + (defer ? " deferred" : ""));
-      const Outcome want = run(dtype, false, plain), got = run(dtype, defer, grouped);
+      const GroupedOutcome want = run_grouped(dtype, false, plain),
+                           got = run_grouped(dtype, defer, grouped);
       EXPECT_EQ(got.y, want.y);
       ASSERT_EQ(got.grads.size(), want.grads.size());
       for (size_t i = 0; i < got.grads.size(); ++i)
@@ -76,10 +78,11 @@ TEST(GroupedLinear, EqualsSplitLinearsAndConcatBitForBit) {
 TEST(GroupedLinear, AGroupOfNoRowsGivesItsWeightAZeroGradient) {
   for (bool defer : {false, true}) {
     SCOPED_TRACE(defer ? "deferred" : "now");
-    const Outcome with_empty = run(DType::F64, defer, [](const Tensor& x, const auto& w) {
-      return grouped_linear(x, w, {4, 0, 5});
-    });
-    const Outcome two = run(DType::F64, false, [](const Tensor& x, const auto& w) {
+    const GroupedOutcome with_empty =
+        run_grouped(DType::F64, defer, [](const Tensor& x, const auto& w) {
+          return grouped_linear(x, w, {4, 0, 5});
+        });
+    const GroupedOutcome two = run_grouped(DType::F64, false, [](const Tensor& x, const auto& w) {
       return grouped_linear(x, {w[0], w[2]}, {4, 5});
     });
     EXPECT_EQ(with_empty.y, two.y);

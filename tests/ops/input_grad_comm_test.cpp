@@ -15,7 +15,7 @@
 namespace triad {
 namespace {
 
-struct Outcome {
+struct CommOutcome {
   std::vector<std::string> log;
   std::vector<double> y, dsource, dw, db;
 };
@@ -23,8 +23,8 @@ struct Outcome {
 // forward(x, w, b, comm) on x = [source; source], seeded with a random
 // gradient; `split` defers the weight half and flushes it after.
 template <class Forward>
-Outcome run_with_comm(bool split, const Forward& forward) {
-  Outcome r;
+CommOutcome run_with_comm(bool split, const Forward& forward) {
+  CommOutcome r;
   Tensor source = randn({2, 3}, 8, 1), w = randn({5, 3}, 8, 2), b = randn({5}, 8, 3);
   for (Tensor* t : {&source, &w, &b}) t->set_requires_grad(true);
   w.register_post_accumulate_hook([&r](Tensor&) { r.log.push_back("weight gradient"); });
@@ -53,8 +53,8 @@ Outcome run_with_comm(bool split, const Forward& forward) {
 }
 
 template <class Forward>
-Outcome run_composed(const Forward& forward) {
-  Outcome r;
+CommOutcome run_composed(const Forward& forward) {
+  CommOutcome r;
   Tensor source = randn({2, 3}, 8, 1), w = randn({5, 3}, 8, 2), b = randn({5}, 8, 3);
   for (Tensor* t : {&source, &w, &b}) t->set_requires_grad(true);
   Tensor y = forward(concat({source, source}, 0), w, b);
@@ -66,7 +66,7 @@ Outcome run_composed(const Forward& forward) {
   return r;
 }
 
-void expect_same_values(const Outcome& got, const Outcome& want) {
+void expect_same_values(const CommOutcome& got, const CommOutcome& want) {
   EXPECT_EQ(got.y, want.y);
   EXPECT_EQ(got.dsource, want.dsource);
   EXPECT_EQ(got.dw, want.dw);
@@ -80,12 +80,12 @@ TEST(InputGradComm, LinearOverlapsItsCollectiveWithTheWeightGradient) {
   auto fwd = [](const Tensor& x, const Tensor& w, const Tensor& b, const InputGradComm& c) {
     return linear(x, w, b, c);
   };
-  const Outcome want = run_composed(
+  const CommOutcome want = run_composed(
       [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); });
-  const Outcome whole = run_with_comm(false, fwd);
+  const CommOutcome whole = run_with_comm(false, fwd);
   EXPECT_EQ(whole.log, kOverlapped);
   expect_same_values(whole, want);
-  const Outcome split = run_with_comm(true, fwd);
+  const CommOutcome split = run_with_comm(true, fwd);
   EXPECT_EQ(split.log, kSplit);
   expect_same_values(split, want);
 }
@@ -94,9 +94,9 @@ TEST(InputGradComm, LinearGeluPartsDoesTheSame) {
   auto fwd = [](const Tensor& x, const Tensor& w, const Tensor& b, const InputGradComm& c) {
     return linear_gelu_parts(x, w, b, c).act;
   };
-  const Outcome want = run_composed(
+  const CommOutcome want = run_composed(
       [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear_gelu(x, w, b); });
-  const Outcome whole = run_with_comm(false, fwd);
+  const CommOutcome whole = run_with_comm(false, fwd);
   EXPECT_EQ(whole.log, kOverlapped);
   expect_same_values(whole, want);
   EXPECT_EQ(run_with_comm(true, fwd).log, kSplit);

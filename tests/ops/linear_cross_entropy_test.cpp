@@ -23,7 +23,7 @@
 namespace triad {
 namespace {
 
-struct Outcome {
+struct HeadOutcome {
   double loss = 0;
   std::vector<double> dx, dw, db;
 };
@@ -31,8 +31,8 @@ struct Outcome {
 // with_bias: a biased head (model.head_bias), soft-capped at `softcap`.
 // expected: linear_cross_entropy's expected_grad; seed, nonzero: the
 // gradient the loss gets in backward (else 1).
-Outcome run(DType dtype, int64_t V, bool fused, bool defer, bool with_bias = false,
-            double softcap = 0.0, double expected = 0.0, double seed = 0.0) {
+HeadOutcome run(DType dtype, int64_t V, bool fused, bool defer, bool with_bias = false,
+                double softcap = 0.0, double expected = 0.0, double seed = 0.0) {
   Tensor x = randn({2, 5, 12}, 3, 1, 1.0, dtype);
   Tensor w = randn({V, 12}, 3, 2, 0.3, dtype);
   Tensor b = with_bias ? randn({V}, 3, 3, 1.0, dtype) : Tensor();
@@ -91,7 +91,7 @@ TEST(LinearCrossEntropy, EqualsCrossEntropyOfLinear) {
       for (bool defer : {false, true}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " V " + std::to_string(V) +
                      (defer ? " deferred" : ""));
-        const Outcome fused = run(dtype, V, true, defer), plain = run(dtype, V, false, false);
+        const HeadOutcome fused = run(dtype, V, true, defer), plain = run(dtype, V, false, false);
         EXPECT_NEAR(fused.loss, plain.loss, tol * plain.loss);
         expect_close(fused.dx, plain.dx, tol, "dx");
         expect_close(fused.dw, plain.dw, tol, "dw");
@@ -108,8 +108,8 @@ TEST(LinearCrossEntropy, ABiasedHeadEqualsCrossEntropyOfLinearWithItsBias) {
         for (bool defer : {false, true}) {
           SCOPED_TRACE(std::string(dtype_name(dtype)) + " V " + std::to_string(V) + " cap " +
                        std::to_string(softcap) + (defer ? " deferred" : ""));
-          const Outcome fused = run(dtype, V, true, defer, true, softcap),
-                        plain = run(dtype, V, false, false, true, softcap);
+          const HeadOutcome fused = run(dtype, V, true, defer, true, softcap),
+                            plain = run(dtype, V, false, false, true, softcap);
           EXPECT_NEAR(fused.loss, plain.loss, tol * plain.loss);
           expect_close(fused.dx, plain.dx, tol, "dx");
           expect_close(fused.dw, plain.dw, tol, "dw");
@@ -145,13 +145,13 @@ TEST(LinearCrossEntropy, AGradientWrittenAheadIsTheGradientItself) {
         for (bool defer : {false, true}) {
           SCOPED_TRACE(std::string(dtype_name(dtype)) + " V " + std::to_string(V) +
                        (bias ? " biased, capped" : "") + (defer ? " deferred" : ""));
-          const Outcome plain = run(dtype, V, true, defer, bias, cap, 0.0, 0.37);
-          const Outcome ahead = run(dtype, V, true, defer, bias, cap, 0.37, 0.37);
+          const HeadOutcome plain = run(dtype, V, true, defer, bias, cap, 0.0, 0.37);
+          const HeadOutcome ahead = run(dtype, V, true, defer, bias, cap, 0.37, 0.37);
           EXPECT_EQ(ahead.loss, plain.loss);
           EXPECT_EQ(ahead.dx, plain.dx);
           EXPECT_EQ(ahead.dw, plain.dw);
           EXPECT_EQ(ahead.db, plain.db);
-          const Outcome other = run(dtype, V, true, defer, bias, cap, 0.5, 0.37);
+          const HeadOutcome other = run(dtype, V, true, defer, bias, cap, 0.5, 0.37);
           EXPECT_EQ(other.loss, plain.loss);
           expect_close(other.dx, plain.dx, tol, "dx");
           expect_close(other.dw, plain.dw, tol, "dw");

@@ -15,7 +15,7 @@
 namespace triad {
 namespace {
 
-struct Outcome {
+struct LinearGeluOutcome {
   std::vector<double> y;
   std::vector<std::vector<double>> grads;
 };
@@ -23,8 +23,8 @@ struct Outcome {
 // Runs forward() on leaves that require grad, backward with a random seed
 // gradient (weight gradients deferred and then flushed when asked), and
 // collects the output and every leaf's gradient.
-Outcome run_graph(std::vector<Tensor> leaves, DType dtype, bool defer,
-                  const std::function<Tensor(const std::vector<Tensor>&)>& forward) {
+LinearGeluOutcome run_graph(std::vector<Tensor> leaves, DType dtype, bool defer,
+                            const std::function<Tensor(const std::vector<Tensor>&)>& forward) {
   for (Tensor& t : leaves) t.set_requires_grad(true);
   Tensor y = forward(leaves);
   autograd::WeightGradStore store;
@@ -36,12 +36,12 @@ Outcome run_graph(std::vector<Tensor> leaves, DType dtype, bool defer,
     EXPECT_FALSE(leaves[1].grad().defined());
     store.flush();
   }
-  Outcome r{to_double_vector(y), {}};
+  LinearGeluOutcome r{to_double_vector(y), {}};
   for (Tensor& t : leaves) r.grads.push_back(to_double_vector(t.grad()));
   return r;
 }
 
-void expect_same(const Outcome& fused, const Outcome& plain) {
+void expect_same_gelu(const LinearGeluOutcome& fused, const LinearGeluOutcome& plain) {
   EXPECT_EQ(fused.y, plain.y);
   ASSERT_EQ(fused.grads.size(), plain.grads.size());
   for (size_t i = 0; i < fused.grads.size(); ++i)
@@ -59,13 +59,13 @@ TEST(LinearGelu, EqualsGeluOfLinearBitForBit) {
         return l;
       };
       auto bias = [](const std::vector<Tensor>& p) { return p.size() > 2 ? p[2] : Tensor(); };
-      const Outcome fused = run_graph(leaves(), dtype, false, [&](const std::vector<Tensor>& p) {
-        return linear_gelu(p[0], p[1], bias(p));
-      });
-      const Outcome plain = run_graph(leaves(), dtype, false, [&](const std::vector<Tensor>& p) {
-        return gelu(linear(p[0], p[1], bias(p)));
-      });
-      expect_same(fused, plain);
+      const LinearGeluOutcome fused =
+          run_graph(leaves(), dtype, false,
+                    [&](const std::vector<Tensor>& p) { return linear_gelu(p[0], p[1], bias(p)); });
+      const LinearGeluOutcome plain = run_graph(
+          leaves(), dtype, false,
+          [&](const std::vector<Tensor>& p) { return gelu(linear(p[0], p[1], bias(p))); });
+      expect_same_gelu(fused, plain);
     }
   }
 }
@@ -81,13 +81,15 @@ TEST(LinearAfterGelu, AnMlpFusedOnBothSidesEqualsTheComposedOneBitForBit) {
                                    randn({16, 8}, 7, 2, 0.5, dtype), randn({16}, 7, 3, 0.5, dtype),
                                    randn({8}, 7, 5, 0.5, dtype)};
       };
-      const Outcome fused = run_graph(leaves(), dtype, defer, [](const std::vector<Tensor>& p) {
-        return linear_after_gelu(linear_gelu_parts(p[0], p[2], p[3]), p[1], p[4]);
-      });
-      const Outcome plain = run_graph(leaves(), dtype, defer, [](const std::vector<Tensor>& p) {
-        return linear(gelu(linear(p[0], p[2], p[3])), p[1], p[4]);
-      });
-      expect_same(fused, plain);
+      const LinearGeluOutcome fused =
+          run_graph(leaves(), dtype, defer, [](const std::vector<Tensor>& p) {
+            return linear_after_gelu(linear_gelu_parts(p[0], p[2], p[3]), p[1], p[4]);
+          });
+      const LinearGeluOutcome plain =
+          run_graph(leaves(), dtype, defer, [](const std::vector<Tensor>& p) {
+            return linear(gelu(linear(p[0], p[2], p[3])), p[1], p[4]);
+          });
+      expect_same_gelu(fused, plain);
     }
   }
 }

@@ -11,7 +11,7 @@ namespace {
 
 using testing::expect_error;
 
-WeightDecaySchedule schedule(WeightDecayShape shape, double start, double end, int64_t steps) {
+WeightDecaySchedule wd_schedule(WeightDecayShape shape, double start, double end, int64_t steps) {
   WeightDecayScheduleOptions o;
   o.shape = shape;
   o.start = start;
@@ -31,7 +31,7 @@ double megatron_wd(const std::string& style, double start, double end, double st
 
 TEST(WeightDecaySchedule, LinearAndCosineMoveFromStartToEndAsMegatronLmDoes) {
   for (const char* style : {"linear", "cosine"}) {
-    const auto s = schedule(weight_decay_shape_from_string(style), 0.01, 0.1, 100);
+    const auto s = wd_schedule(weight_decay_shape_from_string(style), 0.01, 0.1, 100);
     EXPECT_TRUE(s.changes());
     EXPECT_NEAR(s.at(0), 0.01, 1e-15) << style;
     EXPECT_NEAR(s.at(50), 0.055, 1e-15) << style;  // half way either way
@@ -43,19 +43,19 @@ TEST(WeightDecaySchedule, LinearAndCosineMoveFromStartToEndAsMegatronLmDoes) {
     }
     for (int k = 1; k <= 100; ++k) EXPECT_GT(s.at(k), s.at(k - 1)) << style << " step " << k;
   }
-  const auto linear = schedule(WeightDecayShape::Linear, 0.01, 0.1, 100);
-  const auto cosine = schedule(WeightDecayShape::Cosine, 0.01, 0.1, 100);
+  const auto linear = wd_schedule(WeightDecayShape::Linear, 0.01, 0.1, 100);
+  const auto cosine = wd_schedule(WeightDecayShape::Cosine, 0.01, 0.1, 100);
   EXPECT_NEAR(linear.at(25), 0.0325, 1e-15);
   EXPECT_NEAR(cosine.at(25), 0.01 + 0.09 * (1 - std::cos(M_PI / 4)) / 2, 1e-15);
   EXPECT_LT(cosine.at(25), linear.at(25));  // the cosine starts slowly
   // Downwards too.
-  const auto falling = schedule(WeightDecayShape::Linear, 0.2, 0.0, 10);
+  const auto falling = wd_schedule(WeightDecayShape::Linear, 0.2, 0.0, 10);
   EXPECT_NEAR(falling.at(4), 0.12, 1e-15);
   EXPECT_EQ(falling.at(10), 0.0);
 }
 
 TEST(WeightDecaySchedule, ConstantIsTheEndValueThroughout) {
-  const auto s = schedule(WeightDecayShape::Constant, 0.5, 0.1, 0);
+  const auto s = wd_schedule(WeightDecayShape::Constant, 0.5, 0.1, 0);
   EXPECT_FALSE(s.changes());
   for (double step : {0.0, 3.5, 1e6}) EXPECT_EQ(s.at(step), 0.1);
 }
@@ -69,11 +69,11 @@ TEST(WeightDecaySchedule, ShapesByName) {
 }
 
 TEST(WeightDecaySchedule, RejectsBadOptions) {
-  expect_error<ValueError>([] { schedule(WeightDecayShape::Linear, -0.1, 0.1, 10); },
+  expect_error<ValueError>([] { wd_schedule(WeightDecayShape::Linear, -0.1, 0.1, 10); },
                            {"start", "-0.1", ">= 0"});
-  expect_error<ValueError>([] { schedule(WeightDecayShape::Constant, 0, NAN, 10); },
+  expect_error<ValueError>([] { wd_schedule(WeightDecayShape::Constant, 0, NAN, 10); },
                            {"end", "nan", "finite"});
-  expect_error<ValueError>([] { schedule(WeightDecayShape::Cosine, 0, 0.1, 0); },
+  expect_error<ValueError>([] { wd_schedule(WeightDecayShape::Cosine, 0, 0.1, 0); },
                            {"cosine", "steps >= 1", "got 0"});
 }
 

@@ -43,8 +43,9 @@ ParallelConfig layout(int tp, int pp, int dp, int mb, Recompute rc = Recompute::
 }
 
 // check_config refuses `p` with a ConfigError whose message holds `fragment`.
-void expect_config_error(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
-                         const ParallelConfig& p, const std::string& fragment) {
+void expect_plan_config_error(const nn::GptConfig& m, const ClusterSpec& c, int gpus,
+                              int global_batch, const ParallelConfig& p,
+                              const std::string& fragment) {
   try {
     check_config(m, c, gpus, global_batch, p);
     ADD_FAILURE() << "expected ConfigError with '" << fragment << "'";
@@ -835,7 +836,7 @@ TEST(CostModel, RecomputingTheFirstLayersOfEachStageFallsBetweenNoneAndFull) {
   EXPECT_NE(eight.json().find("\"recompute_layers\":8"), std::string::npos) << eight.json();
   ParallelConfig bad = layout(4, 2, 4, 2, Recompute::Selective);
   bad.recompute_layers = 2;
-  expect_config_error(m, c, 32, 256, bad, "recompute_layers (2) goes with recompute full");
+  expect_plan_config_error(m, c, 32, 256, bad, "recompute_layers (2) goes with recompute full");
 }
 
 // With overlap_tp and backward in one piece, the QKV and MLP-up layers'
@@ -1241,7 +1242,8 @@ TEST(CostModel, AllToAllsInsideANodeAndARingAcrossMoveLessBetweenNodes) {
   EXPECT_NE(both.json().find("\"cp_a2a\":4"), std::string::npos) << both.json();
   // cp_a2a must divide cp, between 1 and cp.
   p.cp_a2a = 3;
-  expect_config_error(m, c, 16, 16, p, "parallel.cp_a2a (3) must be a divisor of parallel.cp (8)");
+  expect_plan_config_error(m, c, 16, 16, p,
+                           "parallel.cp_a2a (3) must be a divisor of parallel.cp (8)");
   // cp_comm auto chooses these all-to-alls by itself (the context group
   // spans the two nodes of 8 GPUs), priced and named alike.
   p.cp_exchange = cp::Exchange::Auto;
@@ -1326,7 +1328,7 @@ TEST(CostModel, InvalidLayoutsAreErrorsNamingTheNumbers) {
   const ClusterSpec c = selene();
   const nn::GptConfig m = gpt(24, 24, 2304);
   auto expect_error = [&](const ParallelConfig& p, int gpus, int gb, const std::string& fragment) {
-    expect_config_error(m, c, gpus, gb, p, fragment);
+    expect_plan_config_error(m, c, gpus, gb, p, fragment);
   };
   expect_error(layout(2, 2, 2, 1), 16, 64, "GPUs (16) must equal tp*pp*dp = 2*2*2 = 8");
   expect_error(layout(16, 1, 1, 1), 16, 64, "n_head (24) must be divisible by tp (16)");

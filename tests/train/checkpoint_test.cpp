@@ -28,7 +28,7 @@ namespace {
 using triad::testing::expect_error;
 using triad::testing::TempDir;
 
-Config config(const TempDir& dir, int64_t steps, int64_t interval, const std::string& resume) {
+Config ckpt_config(const TempDir& dir, int64_t steps, int64_t interval, const std::string& resume) {
   std::vector<uint16_t> tokens;
   for (int i = 0; i < 4000; ++i) tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
   data::write_token_shard(dir.file("train.bin"), tokens);
@@ -63,7 +63,7 @@ TEST(Checkpoint, ResumingWithoutTheOptimizerStartsItAfresh) {
     TempDir dir;
     std::vector<StepMetrics> whole;
     {
-      Trainer t(config(dir, 6, 3, "never"));
+      Trainer t(ckpt_config(dir, 6, 3, "never"));
       whole = t.run();
     }
     // The reference checkpoint: step 3's, its moments zeroed.
@@ -77,7 +77,7 @@ TEST(Checkpoint, ResumingWithoutTheOptimizerStartsItAfresh) {
     io::write_rank_state(io::checkpoint_staging_dir(fresh, 3), 0, st.tensors, st.metadata);
     io::commit_checkpoint(fresh, 3, 1, info.layout, info.config, 5);
     const auto resumed = [&](const std::string& from, bool optimizer) {
-      Config c = config(dir, 6, 0, from);
+      Config c = ckpt_config(dir, 6, 0, from);
       c.checkpoint.dir = dir.file("elsewhere");
       c.checkpoint.load_optimizer = optimizer;
       c.train.moment_precision = moments;
@@ -97,10 +97,10 @@ TEST(Checkpoint, ResumingWithoutTheOptimizerStartsItAfresh) {
     EXPECT_TRUE(differs);
   }
   TempDir dir;
-  EXPECT_NE(
-      to_yaml(parse_config(to_yaml(config(dir, 6, 3, "auto")), {"checkpoint.load_optimizer=false"}))
-          .find("load_optimizer: false"),
-      std::string::npos);
+  EXPECT_NE(to_yaml(parse_config(to_yaml(ckpt_config(dir, 6, 3, "auto")),
+                                 {"checkpoint.load_optimizer=false"}))
+                .find("load_optimizer: false"),
+            std::string::npos);
 }
 
 // checkpoint.save_optimizer false: the checkpoints hold the weights but no
@@ -109,10 +109,10 @@ TEST(Checkpoint, ResumingWithoutTheOptimizerStartsItAfresh) {
 TEST(Checkpoint, ACheckpointWithoutTheOptimizerResumesWithAFreshOne) {
   TempDir dir;
   {
-    Trainer t(config(dir, 6, 3, "never"));
+    Trainer t(ckpt_config(dir, 6, 3, "never"));
     t.run();
   }
-  Config lean = config(dir, 3, 3, "never");
+  Config lean = ckpt_config(dir, 3, 3, "never");
   lean.checkpoint.dir = dir.file("lean");
   lean.checkpoint.save_optimizer = false;
   {
@@ -130,7 +130,7 @@ TEST(Checkpoint, ACheckpointWithoutTheOptimizerResumesWithAFreshOne) {
   }
   EXPECT_EQ(slim.metadata.at("optimizer_state"), "none");
   const auto resumed = [&](const std::string& from, bool load) {
-    Config c = config(dir, 6, 0, from);
+    Config c = ckpt_config(dir, 6, 0, from);
     c.checkpoint.dir = dir.file("elsewhere");
     c.checkpoint.load_optimizer = load;
     Trainer t(parse_config(to_yaml(c)));
@@ -147,14 +147,14 @@ TEST(Checkpoint, ResumedRunReproducesTheUninterruptedLossesBitwise) {
   TempDir dir;
   std::vector<StepMetrics> whole;
   {
-    Trainer t(config(dir, 8, 3, "never"));  // checkpoints at steps 3, 6, 8
+    Trainer t(ckpt_config(dir, 8, 3, "never"));  // checkpoints at steps 3, 6, 8
     whole = t.run();
   }
   ASSERT_TRUE(std::filesystem::exists(dir.file("ckpt/step_3/manifest.json")));
   ASSERT_TRUE(std::filesystem::exists(dir.file("ckpt/step_6/rank_0.safetensors")));
   // As if the job had died after step 3: resume from there.
   point_latest_to(dir, 3);
-  Trainer again(config(dir, 8, 0, "auto"));
+  Trainer again(ckpt_config(dir, 8, 0, "auto"));
   auto rest = again.run();
   ASSERT_EQ(rest.size(), 5u);
   for (size_t i = 0; i < rest.size(); ++i) {
@@ -202,7 +202,7 @@ TEST(Checkpoint, AWeightDecayScheduleIsEachStepsConstantDecay) {
   nn::StateDict scheduled_weights;
   {
     TempDir dir;
-    Config c = config(dir, 4, 0, "never");
+    Config c = ckpt_config(dir, 4, 0, "never");
     c.train.weight_decay_schedule = "linear";
     c.train.weight_decay_start = 1.0;
     c.train.weight_decay = 0.0;
@@ -219,16 +219,16 @@ TEST(Checkpoint, AWeightDecayScheduleIsEachStepsConstantDecay) {
   TempDir dir;
   std::vector<StepMetrics> pieces;
   {
-    Trainer t(with_decay(config(dir, 4, 1, "never"), 1.0));
+    Trainer t(with_decay(ckpt_config(dir, 4, 1, "never"), 1.0));
     pieces.push_back(t.run().at(1));  // (step 2: after the first update, under 1)
   }
   point_latest_to(dir, 1);
   {
-    Trainer t(with_decay(config(dir, 4, 1, "auto"), 0.5));
+    Trainer t(with_decay(ckpt_config(dir, 4, 1, "auto"), 0.5));
     pieces.push_back(t.run().at(1));  // step 3: after the second, under 0.5
   }
   point_latest_to(dir, 2);
-  Trainer last(with_decay(config(dir, 4, 1, "auto"), 0.0));
+  Trainer last(with_decay(ckpt_config(dir, 4, 1, "auto"), 0.0));
   pieces.push_back(last.run().at(1));  // step 4
   for (size_t i = 0; i < pieces.size(); ++i) {
     EXPECT_EQ(pieces[i].step, scheduled[i + 1].step);
@@ -241,7 +241,7 @@ TEST(Checkpoint, AWeightDecayScheduleIsEachStepsConstantDecay) {
     EXPECT_EQ(to_double_vector(w), to_double_vector(scheduled_weights.at(name))) << name;
   // (And the decay matters: under a constant 0.5 the losses differ.)
   TempDir other;
-  Trainer constant(with_decay(config(other, 4, 0, "never"), 0.5));
+  Trainer constant(with_decay(ckpt_config(other, 4, 0, "never"), 0.5));
   EXPECT_NE(constant.run().at(3).loss, scheduled[3].loss);
 }
 
@@ -254,11 +254,11 @@ struct Resumed {
 Resumed resume_plain_run_changed(const TempDir& dir, const std::function<void(Config&)>& change) {
   Resumed r;
   {
-    Trainer t(config(dir, 4, 2, "never"));
+    Trainer t(ckpt_config(dir, 4, 2, "never"));
     r.whole = t.run();
   }
   point_latest_to(dir, 2);
-  Config c = config(dir, 4, 0, "auto");
+  Config c = ckpt_config(dir, 4, 0, "auto");
   change(c);
   Trainer t(c);
   r.rest = t.run();
@@ -272,7 +272,7 @@ TEST(Checkpoint, AFrozenRunResumesBitwiseAndCanBeUnfrozen) {
   TempDir dir;
   const std::vector<std::string> freeze{"wte.weight", "h.[0-0].*"};
   auto frozen_config = [&](int64_t steps, int64_t interval, const std::string& resume) {
-    Config c = config(dir, steps, interval, resume);
+    Config c = ckpt_config(dir, steps, interval, resume);
     c.train.freeze = freeze;
     return c;
   };
@@ -285,7 +285,7 @@ TEST(Checkpoint, AFrozenRunResumesBitwiseAndCanBeUnfrozen) {
   }
   expect_resumes_from_step_2_bitwise(dir, frozen_config(4, 0, "auto"), whole);
   point_latest_to(dir, 2);
-  Trainer unfrozen(config(dir, 4, 0, "auto"));
+  Trainer unfrozen(ckpt_config(dir, 4, 0, "auto"));
   const auto rest = unfrozen.run();
   ASSERT_EQ(rest.size(), 2u);
   EXPECT_EQ(rest[0].loss, whole[2].loss);            // the checkpoint's weights
@@ -306,7 +306,7 @@ TEST(Checkpoint, AMuonRunResumesBitwiseAndCanChangeOptimizer) {
     SCOPED_TRACE(precision);
     TempDir dir;
     auto with = [&](const std::string& optimizer, int64_t interval, const std::string& resume) {
-      Config c = config(dir, 4, interval, resume);
+      Config c = ckpt_config(dir, 4, interval, resume);
       c.train.optimizer = optimizer;
       c.train.precision = precision;
       return c;
@@ -343,7 +343,7 @@ TEST(Checkpoint, Bf16MomentsResumeBitwiseAndCarryOverToF32Moments) {
       SCOPED_TRACE(optimizer + " " + precision);
       TempDir dir;
       auto with = [&](const std::string& moments, int64_t interval, const std::string& resume) {
-        Config c = config(dir, 5, interval, resume);
+        Config c = ckpt_config(dir, 5, interval, resume);
         c.train.optimizer = optimizer;
         c.train.precision = precision;
         c.train.moment_precision = moments;
@@ -412,7 +412,7 @@ TEST(Checkpoint, Bf16MomentsResumeBitwiseAndCarryOverToF32Moments) {
 TEST(Checkpoint, ALoraRunResumesBitwiseAndItsCheckpointLoadsMerged) {
   TempDir dir;
   auto lora_config = [&](int64_t steps, int64_t interval, const std::string& resume) {
-    Config c = config(dir, steps, interval, resume);
+    Config c = ckpt_config(dir, steps, interval, resume);
     c.model.lora = {.rank = 2, .alpha = 3, .targets = {"attn.c_attn", "attn.c_proj"}};
     c.train.lr = 3e-2;
     return c;
@@ -435,7 +435,7 @@ TEST(Checkpoint, ALoraRunResumesBitwiseAndItsCheckpointLoadsMerged) {
   // adapters learnt: refused, naming both and the way out.
   point_latest_to(dir, 2);
   try {
-    Trainer(config(dir, 4, 0, "auto")).run();
+    Trainer(ckpt_config(dir, 4, 0, "auto")).run();
     FAIL() << "expected an IoError";
   } catch (const IoError& e) {
     const std::string msg = e.what();
@@ -444,7 +444,7 @@ TEST(Checkpoint, ALoraRunResumesBitwiseAndItsCheckpointLoadsMerged) {
     EXPECT_NE(msg.find("this run has none"), std::string::npos) << msg;
     EXPECT_NE(msg.find("init.from"), std::string::npos) << msg;
   }
-  Config plain = config(dir, 1, 0, "never");
+  Config plain = ckpt_config(dir, 1, 0, "never");
   plain.init_from = dir.file("ckpt/step_2");
   plain.checkpoint.dir.clear();
   Trainer from(plain);
@@ -472,7 +472,7 @@ TEST(Checkpoint, ExpertBiasesMoveStayF32AndResumeBitwise) {
   TempDir dir;
   const double rate = 0.125;  // (a binary fraction: its sums are exact in f32)
   auto biased = [&](int64_t steps, int64_t interval, const std::string& resume, double r) {
-    Config c = config(dir, steps, interval, resume);
+    Config c = ckpt_config(dir, steps, interval, resume);
     auto& m = c.model.moe;
     m.experts = 4;
     m.top_k = 2;
@@ -525,7 +525,7 @@ TEST(Checkpoint, ExpertBiasesMoveStayF32AndResumeBitwise) {
 // history. (A limit of a microsecond: the first step is past it.)
 TEST(Checkpoint, ARunPastItsTimeLimitCheckpointsAndEnds) {
   TempDir dir;
-  Config c = config(dir, 4, 0, "auto");
+  Config c = ckpt_config(dir, 4, 0, "auto");
   c.train.exit_after_minutes = 1e-8;
   const std::vector<StepMetrics> first = Trainer(c).run();
   ASSERT_EQ(first.size(), 1u);
@@ -535,7 +535,7 @@ TEST(Checkpoint, ARunPastItsTimeLimitCheckpointsAndEnds) {
   const std::vector<StepMetrics> rest = Trainer(c).run();
   ASSERT_EQ(rest.size(), 3u);
   EXPECT_EQ(rest.front().step, 2);
-  const std::vector<StepMetrics> whole = Trainer(config(dir, 4, 0, "never")).run();
+  const std::vector<StepMetrics> whole = Trainer(ckpt_config(dir, 4, 0, "never")).run();
   EXPECT_EQ(rest.back().loss, whole.back().loss);  // bitwise the uninterrupted run's
 }
 
@@ -543,7 +543,7 @@ TEST(Checkpoint, ARunPastItsTimeLimitCheckpointsAndEnds) {
 // multiples stay for good (milestones to evaluate or branch from later).
 TEST(Checkpoint, RotationKeepsTheNewestAndEveryMilestone) {
   TempDir dir;
-  Config c = config(dir, 8, 1, "never");
+  Config c = ckpt_config(dir, 8, 1, "never");
   c.checkpoint.keep = 2;
   c.checkpoint.keep_every = 3;
   Trainer(c).run();
@@ -562,7 +562,7 @@ TEST(Checkpoint, RotationKeepsTheNewestAndEveryMilestone) {
 // up to that step is named with the steps it does hold.
 TEST(Checkpoint, AveragedCheckpointsAreTheMeanOfTheirWeights) {
   TempDir dir;
-  const Config c = config(dir, 6, 1, "never");
+  const Config c = ckpt_config(dir, 6, 1, "never");
   Trainer(c).run();  // step_2 .. step_6 kept (keep 5)
   const std::vector<io::CheckpointInfo> infos = io::recent_checkpoints(dir.file("ckpt/step_5"), 3);
   ASSERT_EQ(infos.size(), 3u);
@@ -609,7 +609,7 @@ TEST(Checkpoint, AveragedCheckpointsAreTheMeanOfTheirWeights) {
 TEST(Checkpoint, IncompleteWritesAreNeverPickedAndCorruptionIsNamed) {
   TempDir dir;
   {
-    Trainer t(config(dir, 4, 2, "never"));
+    Trainer t(ckpt_config(dir, 4, 2, "never"));
     t.run();
   }
   // A write that died before its rename, and a directory the marker never
@@ -632,7 +632,7 @@ TEST(Checkpoint, IncompleteWritesAreNeverPickedAndCorruptionIsNamed) {
     c = static_cast<char>(c ^ 0x5a);
     f.write(&c, 1);
   }
-  Trainer t(config(dir, 6, 0, "auto"));
+  Trainer t(ckpt_config(dir, 6, 0, "auto"));
   try {
     t.run();
     FAIL() << "expected a checksum error";
@@ -650,7 +650,7 @@ TEST(Checkpoint, IncompleteWritesAreNeverPickedAndCorruptionIsNamed) {
 TEST(Checkpoint, WhatTriadDidNotWriteIsNamed) {
   TempDir dir;
   {
-    Trainer t(config(dir, 4, 2, "never"));
+    Trainer t(ckpt_config(dir, 4, 2, "never"));
     t.run();
   }
   const std::string ckpt = dir.file("ckpt");
@@ -683,7 +683,7 @@ TEST(Checkpoint, WhatTriadDidNotWriteIsNamed) {
   m["checksums"]["rank_0.safetensors"] =
       std::to_string(io::file_checksum(file, m.value("checksum", io::kChecksumFnv1a64)));
   std::ofstream(manifest4, std::ios::trunc) << m.dump();
-  Trainer t(config(dir, 6, 0, "auto"));
+  Trainer t(ckpt_config(dir, 6, 0, "auto"));
   expect_error<IoError>([&] { t.run(); }, {"metadata 'next_step' is '4x', expected an integer"});
 }
 
@@ -836,10 +836,10 @@ TEST(Checkpoint, RanksHashTheirOwnFilesAndOldManifestsStillVerify) {
 TEST(Checkpoint, ALayoutMismatchNamesTheDimension) {
   TempDir dir;
   {
-    Trainer t(config(dir, 2, 2, "never"));
+    Trainer t(ckpt_config(dir, 2, 2, "never"));
     t.run();
   }
-  Config other = config(dir, 4, 0, "auto");
+  Config other = ckpt_config(dir, 4, 0, "auto");
   other.model.n_layer = 3;
   Trainer t(other);
   try {
@@ -858,7 +858,7 @@ TEST(Checkpoint, ALayoutMismatchNamesTheDimension) {
 TEST(Checkpoint, UnwritableDirectoriesFailBeforeTheFirstStep) {
   TempDir dir;
   std::ofstream(dir.file("plain")) << "not a directory";
-  Config c = config(dir, 4, 2, "never");
+  Config c = ckpt_config(dir, 4, 2, "never");
   c.checkpoint.dir = dir.file("plain/ckpt");
   try {
     Trainer t(c);
@@ -872,7 +872,7 @@ TEST(Checkpoint, UnwritableDirectoriesFailBeforeTheFirstStep) {
   // it starts (an earlier run's file would be left as it was).
   EXPECT_FALSE(std::filesystem::exists(dir.file("out/metrics.jsonl")));
 
-  Config o = config(dir, 4, 2, "never");
+  Config o = ckpt_config(dir, 4, 2, "never");
   o.output_dir = dir.file("plain/out");
   try {
     Trainer t(o);
@@ -890,7 +890,7 @@ TEST(Checkpoint, UnwritableDirectoriesFailBeforeTheFirstStep) {
 TEST(Checkpoint, AMalformedManifestIsNamed) {
   TempDir dir;
   {
-    Trainer t(config(dir, 2, 2, "never"));
+    Trainer t(ckpt_config(dir, 2, 2, "never"));
     t.run();
   }
   const std::string path = dir.file("ckpt/step_2/manifest.json");
@@ -932,11 +932,11 @@ TEST(Checkpoint, AResumeWithAnotherGlobalBatchSizeContinuesTheData) {
   TempDir dir;
   std::vector<StepMetrics> first;
   {
-    Trainer t(config(dir, 2, 2, "never"));  // G 4: steps 1-2 read sequences 0-7
+    Trainer t(ckpt_config(dir, 2, 2, "never"));  // G 4: steps 1-2 read sequences 0-7
     first = t.run();
   }
   ASSERT_EQ(first.back().consumed_sequences, 8);
-  Config bigger = config(dir, 4, 0, "auto");
+  Config bigger = ckpt_config(dir, 4, 0, "auto");
   bigger.train.global_batch_size = 8;  // 4 micro-batches of 2
   Trainer t(bigger);
   const auto rest = t.run();
@@ -949,7 +949,7 @@ TEST(Checkpoint, AResumeWithAnotherGlobalBatchSizeContinuesTheData) {
   nn::Gpt model(bigger.model, 0);
   {
     // The weights after step 2: a fresh G-4 run from the same seed, two steps.
-    Trainer again(config(dir, 2, 0, "never"));
+    Trainer again(ckpt_config(dir, 2, 0, "never"));
     for (int64_t k = 0; k < 2; ++k) again.step(k);
     model.load_state_dict(again.full_state_dict());
   }
@@ -984,7 +984,7 @@ TEST(Checkpoint, ARampedBatchEqualsASmallBatchRunResumedWithTheLargeOne) {
     // [2, 2, 8] up to G 4: 8 sequences at 2 a step, then 4.
     std::vector<std::string> o = constant;
     o.push_back("train.rampup_batch_size=[2, 2, 8]");
-    Trainer t(with(config(dir, 6, 0, "never"), o));
+    Trainer t(with(ckpt_config(dir, 6, 0, "never"), o));
     ramped = t.run();
   }
   ASSERT_EQ(ramped.size(), 6u);
@@ -1000,10 +1000,10 @@ TEST(Checkpoint, ARampedBatchEqualsASmallBatchRunResumedWithTheLargeOne) {
   small.push_back("train.global_batch_size=2");
   std::vector<StepMetrics> pieced;
   {
-    Trainer t(with(config(dir, 4, 4, "never"), small));
+    Trainer t(with(ckpt_config(dir, 4, 4, "never"), small));
     pieced = t.run();
   }
-  Trainer t(with(config(dir, 6, 0, "auto"), constant));
+  Trainer t(with(ckpt_config(dir, 6, 0, "auto"), constant));
   for (const auto& m : t.run()) pieced.push_back(m);
   ASSERT_EQ(pieced.size(), 6u);
   for (size_t k = 0; k < 6; ++k) {
@@ -1017,7 +1017,7 @@ TEST(Checkpoint, ARampedBatchEqualsASmallBatchRunResumedWithTheLargeOne) {
 // 0.5, 1, 1.5 and 2 target steps: lr/4, lr/2, 3lr/4, lr.
 TEST(Checkpoint, ARampMovesTheScheduleBySequences) {
   TempDir dir;
-  const Config c = parse_config(to_yaml(config(dir, 5, 0, "never")),
+  const Config c = parse_config(to_yaml(ckpt_config(dir, 5, 0, "never")),
                                 {"train.lr_decay=constant", "train.rampup_batch_size=[2, 2, 8]"});
   Trainer t(c);
   const auto m = t.run();
@@ -1049,10 +1049,10 @@ std::string file_bytes(const std::string& path) {
 TEST(Checkpoint, AsyncCheckpointsAreTheSynchronousFilesWhileTrainingGoesOn) {
   TempDir sync_dir, async_dir;
   {
-    Trainer t(config(sync_dir, 6, 2, "never"));
+    Trainer t(ckpt_config(sync_dir, 6, 2, "never"));
     t.run();
   }
-  Config c = config(async_dir, 6, 2, "never");
+  Config c = ckpt_config(async_dir, 6, 2, "never");
   c.checkpoint.async = true;
   Trainer t(c);
   int writes = 0;
@@ -1075,7 +1075,7 @@ TEST(Checkpoint, AsyncCheckpointsAreTheSynchronousFilesWhileTrainingGoesOn) {
 // A write that fails stops the run with its error, and nothing is committed.
 TEST(Checkpoint, AFailedAsyncWriteStopsTheRunWithItsError) {
   TempDir dir;
-  Config c = config(dir, 4, 2, "never");
+  Config c = ckpt_config(dir, 4, 2, "never");
   c.checkpoint.async = true;
   Trainer t(c);
   t.before_checkpoint_write([] { throw IoError("disk full (test)"); });

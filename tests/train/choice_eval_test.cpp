@@ -16,7 +16,7 @@ namespace {
 using testing::expect_error;
 using testing::TempDir;
 
-std::vector<int64_t> ints(const Tensor& t) {
+std::vector<int64_t> choice_ints(const Tensor& t) {
   std::vector<int64_t> out;
   for (const double v : to_double_vector(t)) out.push_back(static_cast<int64_t>(v));
   return out;
@@ -36,13 +36,14 @@ TEST(ChoiceBatches, RowsHoldTheRequestCutToTheWindowLongestFirstAndScoreTheConti
   EXPECT_EQ(rows.order, (std::vector<size_t>{1, 0, 3, 2}));
   ASSERT_EQ(rows.batches.size(), 2u);
   EXPECT_EQ(rows.batches[0].inputs.shape(), (Shape{2, 6}));
-  EXPECT_EQ(ints(rows.batches[0].inputs),
+  EXPECT_EQ(choice_ints(rows.batches[0].inputs),
             (std::vector<int64_t>{14, 15, 16, 17, 18, 19, 1, 2, 3, 4, 99, 99}));
-  EXPECT_EQ(ints(rows.batches[0].targets),
+  EXPECT_EQ(choice_ints(rows.batches[0].targets),
             (std::vector<int64_t>{-100, -100, -100, -100, 19, 20, -100, -100, 4, 5, -100, -100}));
   EXPECT_EQ(rows.batches[1].inputs.shape(), (Shape{2, 4}));
-  EXPECT_EQ(ints(rows.batches[1].inputs), (std::vector<int64_t>{6, 6, 99, 99, 7, 99, 99, 99}));
-  EXPECT_EQ(ints(rows.batches[1].targets),
+  EXPECT_EQ(choice_ints(rows.batches[1].inputs),
+            (std::vector<int64_t>{6, 6, 99, 99, 7, 99, 99, 99}));
+  EXPECT_EQ(choice_ints(rows.batches[1].targets),
             (std::vector<int64_t>{-100, 5, -100, -100, 8, -100, -100, -100}));
   // Three rows a batch: the last batch is filled with a row that scores
   // nothing; width multiples past seq_len stop at it.
@@ -50,7 +51,7 @@ TEST(ChoiceBatches, RowsHoldTheRequestCutToTheWindowLongestFirstAndScoreTheConti
   ASSERT_EQ(three.batches.size(), 2u);
   EXPECT_EQ(three.batches[0].inputs.shape(), (Shape{3, 6}));
   EXPECT_EQ(three.batches[1].inputs.shape(), (Shape{3, 5}));
-  EXPECT_EQ(ints(three.batches[1].targets),
+  EXPECT_EQ(choice_ints(three.batches[1].targets),
             (std::vector<int64_t>{8, -100, -100, -100, -100, -100, -100, -100, -100, -100, -100,
                                   -100, -100, -100, -100}));
   expect_error([&] { choice_batches({q}, 6, 0, 0); }, {"request_batches: rows (0) must be >= 1"});
@@ -75,7 +76,7 @@ TEST(ChoiceBatches, RowsWithinTheOriginalContextAreBatchedApart) {
   ASSERT_EQ(rows.batches.size(), 2u);
   EXPECT_EQ(rows.batches[0].inputs.shape(), (Shape{3, 4}));
   EXPECT_EQ(rows.batches[1].inputs.shape(), (Shape{3, 2}));  // not 4: the original context is 3
-  EXPECT_EQ(ints(rows.batches[1].inputs), (std::vector<int64_t>{1, 2, 5, 5, 0, 0}));
+  EXPECT_EQ(choice_ints(rows.batches[1].inputs), (std::vector<int64_t>{1, 2, 5, 5, 0, 0}));
   // Sequence parallelism over 3 ranks: the short batch widened to 3, no further.
   EXPECT_EQ(choice_batches({q}, 8, 3, 0, 4, 3, 3).batches[1].inputs.shape(), (Shape{3, 3}));
   // Without the limit the four rows share batches by length alone.
@@ -144,8 +145,8 @@ Config with_questions(const TempDir& dir, const std::string& lines, int64_t voca
 }
 
 // The config's first set, part `part` of `parts`.
-std::vector<TokenizedQuestion> load(const Config& c, int part, int parts,
-                                    int64_t* total = nullptr) {
+std::vector<TokenizedQuestion> load_choices(const Config& c, int part, int parts,
+                                            int64_t* total = nullptr) {
   return load_choice_questions(c, c.eval.choices.front(), part, parts, total);
 }
 
@@ -158,8 +159,8 @@ TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
   }
   const Config c = with_questions(dir, lines);
   int64_t total = 0;
-  const auto first = load(c, 0, 2, &total);
-  const auto second = load(c, 1, 2);
+  const auto first = load_choices(c, 0, 2, &total);
+  const auto second = load_choices(c, 1, 2);
   EXPECT_EQ(total, 5);
   ASSERT_EQ(first.size(), 3u);   // questions 0, 2, 4
   ASSERT_EQ(second.size(), 2u);  // 1, 3
@@ -169,12 +170,12 @@ TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
   EXPECT_EQ(second[0].answer, 1);
   Config limited = c;
   limited.eval.choices_limit = 3;
-  EXPECT_EQ(load(limited, 0, 1, &total).size(), 3u);
+  EXPECT_EQ(load_choices(limited, 0, 1, &total).size(), 3u);
   EXPECT_EQ(total, 3);
   // Few-shot: the file's first other questions, solved, before each.
   Config shots = c;
   shots.eval.choices_fewshot = 2;
-  const auto shown = load(shots, 1, 2);  // questions 1 and 3
+  const auto shown = load_choices(shots, 1, 2);  // questions 1 and 3
   const std::string want = "q0 is a\n\nq1 is bc\n\nq3 is";
   EXPECT_EQ(shown[1].choices[0].context, std::vector<int64_t>(want.begin(), want.end()));
   // Drawn as lm-evaluation-harness draws them (random.Random(1234), 3
@@ -183,18 +184,20 @@ TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
   Config drawn = shots;
   drawn.eval.choices_fewshot_seed = 1234;
   for (const auto& [part, parts, index] : {std::tuple{1, 2, 0}, std::tuple{0, 1, 1}}) {
-    const auto d = load(drawn, part, parts);
+    const auto d = load_choices(drawn, part, parts);
     const std::string q1 = "q0 is a\n\nq4 is a\n\nq1 is";
     EXPECT_EQ(d[static_cast<size_t>(index)].choices[0].context,
               std::vector<int64_t>(q1.begin(), q1.end()));
   }
   const std::string q3 = "q1 is bc\n\nq0 is a\n\nq3 is";
-  EXPECT_EQ(load(drawn, 1, 2)[1].choices[0].context, std::vector<int64_t>(q3.begin(), q3.end()));
+  EXPECT_EQ(load_choices(drawn, 1, 2)[1].choices[0].context,
+            std::vector<int64_t>(q3.begin(), q3.end()));
   shots.eval.choices_fewshot = 5;
-  expect_error([&] { load(shots, 0, 1); },
+  expect_error([&] { load_choices(shots, 0, 1); },
                {"eval.choices: '", "question 1 has 4 example(s) to show, 5 asked"});
   drawn.eval.choices_fewshot = 5;
-  expect_error([&] { load(drawn, 0, 1); }, {"eval.choices: '", "question 1 draws 6", "from 5"});
+  expect_error([&] { load_choices(drawn, 0, 1); },
+               {"eval.choices: '", "question 1 draws 6", "from 5"});
 }
 
 // TruthfulQA's lines: mc1's choices as the question's, mc2's after the
@@ -205,7 +208,7 @@ TEST(LoadChoiceQuestions, TruthfulQasMc2SetFollowsTheSameContext) {
       dir, R"({"question": "Q?", "mc1_targets": {"choices": ["No.", "Yes."], "labels": [1, 0]},)"
            R"( "mc2_targets": {"choices": ["No.", "Nope.", "Yes."], "labels": [1, 1, 0]}})"
            "\n");
-  const auto q = load(c, 0, 1);
+  const auto q = load_choices(c, 0, 1);
   ASSERT_EQ(q.size(), 1u);
   ASSERT_EQ(q[0].choices.size(), 2u);
   ASSERT_EQ(q[0].mc2.size(), 3u);
@@ -219,31 +222,34 @@ TEST(LoadChoiceQuestions, ErrorsNameTheKeyAndTheQuestion) {
   TempDir dir;
   const std::string ok = R"({"context": "a", "choices": ["b", "c"], "answer": 0})"
                          "\n";
-  expect_error([&] { load(with_questions(dir, ok, 100), 0, 1); },
+  expect_error([&] { load_choices(with_questions(dir, ok, 100), 0, 1); },
                {"eval.choices: the tokenizer has 256 tokens, more than model.vocab_size 100"});
   expect_error(
       [&] {
-        load(with_questions(dir, ok + R"({"context": "  ", "choices": ["b", "c"], "answer": 0})"),
-             0, 1);
+        load_choices(
+            with_questions(dir, ok + R"({"context": "  ", "choices": ["b", "c"], "answer": 0})"), 0,
+            1);
       },
       {"question 2 has an empty context: set eval.bos_token"});
   expect_error(
       [&] {
-        load(with_questions(dir, R"({"context": "a", "choices": ["12345678", "c"], "answer": 0})"),
-             0, 1);
+        load_choices(
+            with_questions(dir, R"({"context": "a", "choices": ["12345678", "c"], "answer": 0})"),
+            0, 1);
       },
       {"question 1 has a choice of 9 tokens, more than model.seq_len 8"});
-  expect_error([&] { load(with_questions(dir, "{\n"), 0, 1); },
+  expect_error([&] { load_choices(with_questions(dir, "{\n"), 0, 1); },
                {"eval.choices: '", "line 1 does not parse"});
   Config bos = with_questions(dir, ok);
   bos.eval.bos_token = "<s>";
-  expect_error([&] { load(bos, 0, 1); }, {"eval.bos_token '<s>'"});
+  expect_error([&] { load_choices(bos, 0, 1); }, {"eval.bos_token '<s>'"});
   Config named = with_questions(dir, "{\n");
   named.eval.choices.front().name = "hella";
-  expect_error([&] { load(named, 0, 1); }, {"eval.choices.hella: '", "line 1 does not parse"});
+  expect_error([&] { load_choices(named, 0, 1); },
+               {"eval.choices.hella: '", "line 1 does not parse"});
   Config tokenizer = with_questions(dir, ok);
   tokenizer.eval.tokenizer = dir.file("no_such_tokenizer");
-  expect_error([&] { load(tokenizer, 0, 1); }, {"eval.tokenizer: "});
+  expect_error([&] { load_choices(tokenizer, 0, 1); }, {"eval.tokenizer: "});
 }
 
 }  // namespace

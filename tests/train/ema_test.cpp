@@ -30,7 +30,7 @@ std::string write_data(const TempDir& dir) {
 }
 
 // The tiny model; `train` and `rest` add to the train section and the file.
-Config config(const TempDir& dir, const std::string& train, const std::string& rest = "") {
+Config ema_config(const TempDir& dir, const std::string& train, const std::string& rest = "") {
   const std::string data = write_data(dir);
   return parse_config(
       "model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
@@ -51,7 +51,7 @@ std::map<std::string, std::vector<double>> as_doubles(const nn::StateDict& weigh
 TEST(Ema, AveragesTheWeightsOfEveryAppliedStep) {
   TempDir dir;
   const double d = 0.8;
-  Trainer t(config(dir, ", ema_decay: 0.8, max_skipped_steps: 2"));
+  Trainer t(ema_config(dir, ", ema_decay: 0.8, max_skipped_steps: 2"));
   t.inject_nan_at(2);  // the third step is skipped
   auto expected = as_doubles(t.full_state_dict());
   for (int64_t k = 0; k < 6; ++k) {
@@ -89,10 +89,10 @@ TEST(Ema, IsEvaluatedAndWrittenWithoutChangingTheRun) {
   std::vector<StepMetrics> plain, averaged;
   {
     TempDir other;
-    Trainer t(config(other, ""));
+    Trainer t(ema_config(other, ""));
     plain = t.run();
   }
-  Trainer t(config(dir, ", ema_decay: 0.7"));
+  Trainer t(ema_config(dir, ", ema_decay: 0.7"));
   averaged = t.run();
   ASSERT_EQ(plain.size(), averaged.size());
   for (size_t k = 0; k < plain.size(); ++k) {
@@ -108,7 +108,7 @@ TEST(Ema, IsEvaluatedAndWrittenWithoutChangingTheRun) {
   // measures the loss the run reported for them.
   const std::string file = dir.file("out/model_ema.safetensors");
   ASSERT_TRUE(std::filesystem::exists(file));
-  Trainer from(parse_config(to_yaml(config(dir, "")), {"init.from=" + file}));
+  Trainer from(parse_config(to_yaml(ema_config(dir, "")), {"init.from=" + file}));
   const nn::StateDict loaded = from.full_state_dict();
   for (const auto& [name, average] : t.ema_parameters()) {
     SCOPED_TRACE(name);
@@ -134,7 +134,7 @@ TEST(Ema, ScoresChoicesAndLambadaUnderTheAverages) {
       "model.vocab_size=256", "model.seq_len=64",
       "eval.choices=" + fixtures + "short_choice_questions.jsonl",
       "eval.lambada=" + fixtures + "lambada_texts.jsonl"};
-  Trainer t(parse_config(to_yaml(config(dir, ", ema_decay: 0.7")), evals));
+  Trainer t(parse_config(to_yaml(ema_config(dir, ", ema_decay: 0.7")), evals));
   const std::vector<StepMetrics> m = t.run();
   ASSERT_EQ(m.size(), 6u);
   for (size_t k = 0; k < m.size(); ++k) {
@@ -150,7 +150,7 @@ TEST(Ema, ScoresChoicesAndLambadaUnderTheAverages) {
   std::vector<std::string> from_average = evals;
   from_average.push_back("init.from=" + dir.file("out/model_ema.safetensors"));
   from_average.push_back("output.dir=" + dir.file("from_average"));
-  Trainer from(parse_config(to_yaml(config(dir, "")), from_average));
+  Trainer from(parse_config(to_yaml(ema_config(dir, "")), from_average));
   const StepMetrics::ChoiceScores c = from.evaluate_choices();
   EXPECT_EQ(c.questions, last.choices_ema->questions);
   EXPECT_EQ(c.acc, last.choices_ema->acc);
@@ -171,7 +171,7 @@ TEST(Ema, ScoresChoicesAndLambadaUnderTheAverages) {
   EXPECT_DOUBLE_EQ(j.at("lambada_ema").at("loss").get<double>(), last.lambada_ema->loss);
   // Without the averages there is nothing to score.
   TempDir other;
-  Trainer plain(parse_config(to_yaml(config(other, "")), evals));
+  Trainer plain(parse_config(to_yaml(ema_config(other, "")), evals));
   for (const StepMetrics& s : plain.run()) EXPECT_FALSE(s.choices_ema || s.lambada_ema);
 }
 
@@ -182,20 +182,20 @@ TEST(Ema, ResumesFromCheckpointsBitwise) {
   TempDir dir;
   std::vector<std::pair<std::string, Tensor>> whole;
   {
-    Trainer t(config(dir, ", ema_decay: 0.9",
-                     "checkpoint: {dir: " + dir.file("ckpt") + ", interval: 3}\n"));
+    Trainer t(ema_config(dir, ", ema_decay: 0.9",
+                         "checkpoint: {dir: " + dir.file("ckpt") + ", interval: 3}\n"));
     t.run();  // checkpoints at steps 3 and 6
     whole = t.ema_parameters();
   }
   // What triad-export/-generate/-eval --checkpoint --ema read: the averages.
   nn::StateDict read;
-  const Config c = config(dir, "");
+  const Config c = ema_config(dir, "");
   read_checkpoint_weights(io::open_checkpoint(dir.file("ckpt")), c.model,
                           [&](nn::StateDict&& part) { read.merge(part); }, {.ema = true});
   ASSERT_EQ(read.size(), whole.size());
   for (const auto& [name, average] : whole)
     EXPECT_EQ(to_double_vector(read.at(name)), to_double_vector(average)) << name;
-  Trainer resumed(config(
+  Trainer resumed(ema_config(
       dir, ", ema_decay: 0.9",
       "checkpoint: {dir: " + dir.file("ckpt2") + ", resume: " + dir.file("ckpt/step_3") + "}\n"));
   EXPECT_EQ(resumed.run().size(), 3u);  // steps 4-6
@@ -210,11 +210,11 @@ TEST(Ema, ResumesFromCheckpointsBitwise) {
 TEST(Ema, ACheckpointWithoutAveragesStartsThemFromItsWeights) {
   TempDir dir;
   {
-    Trainer t(config(dir, "", "checkpoint: {dir: " + dir.file("ckpt") + "}\n"));
+    Trainer t(ema_config(dir, "", "checkpoint: {dir: " + dir.file("ckpt") + "}\n"));
     t.run();
   }
-  Trainer t(config(dir, ", ema_decay: 0.9",
-                   "checkpoint: {dir: " + dir.file("ckpt") + ", resume: auto}\n"));
+  Trainer t(ema_config(dir, ", ema_decay: 0.9",
+                       "checkpoint: {dir: " + dir.file("ckpt") + ", resume: auto}\n"));
   EXPECT_EQ(t.run().size(), 0u);  // (all 6 steps were done)
   const nn::StateDict weights = t.full_state_dict();
   for (const auto& [name, average] : t.ema_parameters())
@@ -232,16 +232,16 @@ TEST(Ema, ConfigNamesABadDecay) {
   TempDir dir;
   for (const char* bad : {"1", "-0.1", "1.5"}) {
     SCOPED_TRACE(bad);
-    testing::expect_error<ConfigError>([&] { config(dir, std::string(", ema_decay: ") + bad); },
+    testing::expect_error<ConfigError>([&] { ema_config(dir, std::string(", ema_decay: ") + bad); },
                                        {"train.ema_decay", "must be in [0, 1)"});
   }
-  testing::expect_error<ConfigError>([&] { config(dir, ", ema_decay: 0.9, ema_device: gpu"); },
+  testing::expect_error<ConfigError>([&] { ema_config(dir, ", ema_decay: 0.9, ema_device: gpu"); },
                                      {"train.ema_device 'gpu' must be device or cpu"});
-  const Config host = parse_config(to_yaml(config(dir, ", ema_decay: 0.9, ema_device: cpu")));
+  const Config host = parse_config(to_yaml(ema_config(dir, ", ema_decay: 0.9, ema_device: cpu")));
   EXPECT_EQ(host.train.ema_device, "cpu");
-  const Config c = parse_config(to_yaml(config(dir, ", ema_decay: 0.999")));
+  const Config c = parse_config(to_yaml(ema_config(dir, ", ema_decay: 0.999")));
   EXPECT_EQ(c.train.ema_decay, 0.999);
-  EXPECT_EQ(to_yaml(config(dir, "")).find("ema_decay"), std::string::npos);
+  EXPECT_EQ(to_yaml(ema_config(dir, "")).find("ema_decay"), std::string::npos);
 }
 
 }  // namespace

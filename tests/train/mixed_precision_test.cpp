@@ -21,8 +21,8 @@ namespace {
 
 using triad::testing::TempDir;
 
-Config config(const TempDir& dir, const std::string& precision, int64_t steps,
-              const std::string& extra = "") {
+Config mp_config(const TempDir& dir, const std::string& precision, int64_t steps,
+                 const std::string& extra = "") {
   std::vector<uint16_t> tokens;
   for (int i = 0; i < 4000; ++i) tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
   data::write_token_shard(dir.file("train.bin"), tokens);
@@ -48,11 +48,11 @@ std::vector<StepMetrics> run_steps(Trainer& t, int64_t n) {
 
 TEST(MixedPrecision, Bf16AndFp16TrackFp32Over20Steps) {
   TempDir dir;
-  Trainer ref(config(dir, "fp32", 20));
+  Trainer ref(mp_config(dir, "fp32", 20));
   const auto fp32 = run_steps(ref, 20);
   for (const std::string precision : {"bf16", "fp16"}) {
     SCOPED_TRACE(precision);
-    Trainer t(config(dir, precision, 20));
+    Trainer t(mp_config(dir, precision, 20));
     const DType half = precision == "bf16" ? DType::BF16 : DType::F16;
     for (auto& [name, p] : t.full_state_dict()) ASSERT_EQ(p.dtype(), half) << name;
     const auto got = run_steps(t, 20);
@@ -87,11 +87,11 @@ TEST(MixedPrecision, Bf16GradientsTrackF32GradientsInHalfTheirMemory) {
     std::vector<StepMetrics> f32, got;
     int64_t params = 0;
     {  // (one trainer at a time: each one's peak memory its own)
-      Trainer wide(config(dir, "bf16", 20, optimizer));
+      Trainer wide(mp_config(dir, "bf16", 20, optimizer));
       f32 = run_steps(wide, 20);
     }
     {
-      Trainer narrow(config(dir, "bf16", 20, ", grad_precision: bf16" + optimizer));
+      Trainer narrow(mp_config(dir, "bf16", 20, ", grad_precision: bf16" + optimizer));
       got = run_steps(narrow, 20);
       for (auto& [name, p] : narrow.full_state_dict()) params += p.numel();
     }
@@ -113,15 +113,15 @@ TEST(MixedPrecision, Bf16GradientsTrackF32GradientsInHalfTheirMemory) {
          "train.grad_precision 'bf16' needs train.precision 'bf16' (it is 'fp16')"},
         {"bf16", ", grad_precision: fp16", "train.grad_precision 'fp16' must be fp32 or bf16"}}) {
     try {
-      config(dir, precision, 1, extra);
+      mp_config(dir, precision, 1, extra);
       FAIL() << precision << extra;
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
   }
-  const Config c = parse_config(to_yaml(config(dir, "bf16", 1, ", grad_precision: bf16")));
+  const Config c = parse_config(to_yaml(mp_config(dir, "bf16", 1, ", grad_precision: bf16")));
   EXPECT_EQ(c.train.grad_dtype(), DType::BF16);
-  EXPECT_EQ(config(dir, "bf16", 1).train.grad_dtype(), DType::F32);
+  EXPECT_EQ(mp_config(dir, "bf16", 1).train.grad_dtype(), DType::F32);
 }
 
 TEST(MixedPrecision, Fp16OverflowBacksOffAndSkipsWithoutStoppingTheRun) {
@@ -129,7 +129,7 @@ TEST(MixedPrecision, Fp16OverflowBacksOffAndSkipsWithoutStoppingTheRun) {
   // A scale of 2^24 overflows fp16 logits gradients; the scaler halves it
   // each overflowing step until updates go through. max_skipped_steps (1)
   // counts failures, not overflows, so the run continues.
-  Trainer t(config(dir, "fp16", 12, ", loss_scale_init: 16777216, max_skipped_steps: 1"));
+  Trainer t(mp_config(dir, "fp16", 12, ", loss_scale_init: 16777216, max_skipped_steps: 1"));
   const auto m = run_steps(t, 12);
   ASSERT_TRUE(m.front().skipped);
   EXPECT_EQ(m.front().loss_scale, 16777216.0);
@@ -151,7 +151,7 @@ TEST(MixedPrecision, Fp16OverflowBacksOffAndSkipsWithoutStoppingTheRun) {
 // the floor the scale backs off to; overflows there are failures.
 TEST(MixedPrecision, Fp16HysteresisKeepsTheScaleThroughTheFirstOverflows) {
   TempDir dir;
-  Trainer t(config(dir, "fp16", 6, ", loss_scale_init: 16777216, loss_scale_hysteresis: 3"));
+  Trainer t(mp_config(dir, "fp16", 6, ", loss_scale_init: 16777216, loss_scale_hysteresis: 3"));
   const auto m = run_steps(t, 4);
   for (int k = 0; k < 3; ++k) {
     EXPECT_TRUE(m[k].skipped) << "step " << k + 1;
@@ -162,9 +162,9 @@ TEST(MixedPrecision, Fp16HysteresisKeepsTheScaleThroughTheFirstOverflows) {
 
   // At the floor an overflow cannot back off: it counts as a failed step,
   // and more than max_skipped_steps in a row stop the run.
-  Trainer floor(config(dir, "fp16", 12,
-                       ", loss_scale_init: 16777216, loss_scale_min: 8388608, "
-                       "max_skipped_steps: 2"));
+  Trainer floor(mp_config(dir, "fp16", 12,
+                          ", loss_scale_init: 16777216, loss_scale_min: 8388608, "
+                          "max_skipped_steps: 2"));
   std::vector<StepMetrics> f;
   testing::expect_error(
       [&] {
@@ -187,12 +187,12 @@ TEST(MixedPrecision, ResumedFp16AndBf16RunsReproduceTheLossesBitwise) {
     // The scale grows every 2 clean steps, so the resumed run must restore it.
     std::vector<StepMetrics> whole;
     {
-      Trainer t(config(dir, precision, 6, ck));
+      Trainer t(mp_config(dir, precision, 6, ck));
       whole = t.run();
     }
     std::filesystem::remove_all(dir.file("ckpt/step_6"));
     std::ofstream(dir.file("ckpt/latest"), std::ios::trunc) << "step_3\n";
-    Trainer resumed(config(dir, precision, 6, ck));
+    Trainer resumed(mp_config(dir, precision, 6, ck));
     const auto tail = resumed.run();
     ASSERT_EQ(tail.size(), 3u);
     for (size_t k = 0; k < 3; ++k) {
@@ -254,16 +254,16 @@ TEST(MixedPrecision, ACheckpointResumesUnderAnotherPrecisionFromItsF32Weights) {
     SCOPED_TRACE(written + " -> " + resumed);
     TempDir dir;
     {
-      Trainer t(config(dir, written, 3, checkpointing(dir.file("ckpt"))));
+      Trainer t(mp_config(dir, written, 3, checkpointing(dir.file("ckpt"))));
       t.run();
     }
     const auto info = io::find_latest_checkpoint(dir.file("ckpt"));
     ASSERT_TRUE(info.has_value());
     ASSERT_EQ(info->layout.at("precision"), written);
-    write_as(*info, dir.file("same"), config(dir, resumed, 6, checkpointing(dir.file("same"))));
-    Trainer changed(config(dir, resumed, 6, checkpointing(dir.file("ckpt"))));
+    write_as(*info, dir.file("same"), mp_config(dir, resumed, 6, checkpointing(dir.file("same"))));
+    Trainer changed(mp_config(dir, resumed, 6, checkpointing(dir.file("ckpt"))));
     const auto got = changed.run();
-    Trainer same(config(dir, resumed, 6, checkpointing(dir.file("same"))));
+    Trainer same(mp_config(dir, resumed, 6, checkpointing(dir.file("same"))));
     const auto want = same.run();
     ASSERT_EQ(got.size(), 3u);
     ASSERT_EQ(want.size(), 3u);
@@ -275,7 +275,7 @@ TEST(MixedPrecision, ACheckpointResumesUnderAnotherPrecisionFromItsF32Weights) {
       EXPECT_EQ(got[k].loss_scale, want[k].loss_scale) << "step " << got[k].step;
     }
     for (auto& [name, p] : changed.full_state_dict())
-      EXPECT_EQ(p.dtype(), config(dir, resumed, 6).train.param_dtype()) << name;
+      EXPECT_EQ(p.dtype(), mp_config(dir, resumed, 6).train.param_dtype()) << name;
     if (resumed == "fp16") {
       EXPECT_EQ(got.front().loss_scale, 65536.0);
     }
@@ -287,13 +287,13 @@ TEST(MixedPrecision, ACheckpointResumesUnderAnotherPrecisionFromItsF32Weights) {
 TEST(MixedPrecision, AnFp16CheckpointWithoutItsLossScaleIsRefused) {
   TempDir dir;
   {
-    Trainer t(config(dir, "fp16", 3, checkpointing(dir.file("ckpt"))));
+    Trainer t(mp_config(dir, "fp16", 3, checkpointing(dir.file("ckpt"))));
     t.run();
   }
   const auto info = io::find_latest_checkpoint(dir.file("ckpt"));
   ASSERT_TRUE(info.has_value());
-  write_as(*info, dir.file("damaged"), config(dir, "fp16", 6), /*scaler=*/false);
-  Trainer t(config(dir, "fp16", 6, checkpointing(dir.file("damaged"))));
+  write_as(*info, dir.file("damaged"), mp_config(dir, "fp16", 6), /*scaler=*/false);
+  Trainer t(mp_config(dir, "fp16", 6, checkpointing(dir.file("damaged"))));
   try {
     t.run();
     FAIL() << "expected IoError";
@@ -307,25 +307,25 @@ TEST(MixedPrecision, AnFp16CheckpointWithoutItsLossScaleIsRefused) {
 TEST(MixedPrecision, ConfigNamesABadPrecision) {
   TempDir dir;
   try {
-    config(dir, "fp8", 1);
+    mp_config(dir, "fp8", 1);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("train.precision 'fp8' must be one of fp32, bf16, fp16"),
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_init: 0.5"), ConfigError);
-  EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_window: 0"), ConfigError);
-  EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_hysteresis: 0"), ConfigError);
-  EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_min: 0"), ConfigError);
+  EXPECT_THROW(mp_config(dir, "fp16", 1, ", loss_scale_init: 0.5"), ConfigError);
+  EXPECT_THROW(mp_config(dir, "fp16", 1, ", loss_scale_window: 0"), ConfigError);
+  EXPECT_THROW(mp_config(dir, "fp16", 1, ", loss_scale_hysteresis: 0"), ConfigError);
+  EXPECT_THROW(mp_config(dir, "fp16", 1, ", loss_scale_min: 0"), ConfigError);
   testing::expect_error<ConfigError>(
-      [&] { config(dir, "fp16", 1, ", loss_scale_init: 1024, loss_scale_min: 2048"); },
+      [&] { mp_config(dir, "fp16", 1, ", loss_scale_init: 1024, loss_scale_min: 2048"); },
       {"train.loss_scale_min (2048) must not exceed train.loss_scale_init (1024)"});
   const Config h = parse_config(
-      to_yaml(config(dir, "fp16", 1, ", loss_scale_hysteresis: 2, loss_scale_min: 128")));
+      to_yaml(mp_config(dir, "fp16", 1, ", loss_scale_hysteresis: 2, loss_scale_min: 128")));
   EXPECT_EQ(h.train.loss_scale_hysteresis, 2);
   EXPECT_EQ(h.train.loss_scale_min, 128.0);
-  const Config c = config(dir, "bf16", 1);
+  const Config c = mp_config(dir, "bf16", 1);
   EXPECT_EQ(c.train.param_dtype(), DType::BF16);
   EXPECT_NE(to_yaml(c).find("precision: bf16"), std::string::npos);
 }

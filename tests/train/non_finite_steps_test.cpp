@@ -14,7 +14,7 @@ namespace {
 
 using triad::testing::TempDir;
 
-Config config(const TempDir& dir, int64_t max_skipped) {
+Config nonfinite_config(const TempDir& dir, int64_t max_skipped) {
   std::vector<uint16_t> tokens;
   for (int i = 0; i < 4000; ++i) tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
   data::write_token_shard(dir.file("train.bin"), tokens);
@@ -28,14 +28,14 @@ Config config(const TempDir& dir, int64_t max_skipped) {
 
 TEST(NonFiniteSteps, SkippedStepsChangeNothingAndTooManyInARowStop) {
   TempDir dir;
-  Trainer clean(config(dir, 2));
+  Trainer clean(nonfinite_config(dir, 2));
   std::vector<StepMetrics> want;
   for (int64_t k = 0; k < 4; ++k) want.push_back(clean.step(k));
 
   // Steps 1 and 2 poisoned (two in a row, allowed): skipped, and the run
   // continues as if they had not been there: step 3 applies the update that
   // step 1 would have, at the learning rate step 1 would have had.
-  Trainer t(config(dir, 2));
+  Trainer t(nonfinite_config(dir, 2));
   t.inject_nan_at(1, 2);
   const StepMetrics first = t.step(0);
   EXPECT_EQ(first.loss, want[0].loss);
@@ -54,7 +54,7 @@ TEST(NonFiniteSteps, SkippedStepsChangeNothingAndTooManyInARowStop) {
 
   // Three in a row with max_skipped_steps 2: the third stops the run, and
   // the error says why.
-  Trainer stop(config(dir, 2));
+  Trainer stop(nonfinite_config(dir, 2));
   stop.inject_nan_at(0, 3);
   EXPECT_TRUE(stop.step(0).skipped);
   EXPECT_TRUE(stop.step(1).skipped);
@@ -71,7 +71,7 @@ TEST(NonFiniteSteps, SkippedStepsChangeNothingAndTooManyInARowStop) {
 
 TEST(Trainer, ZeroWithOneDataParallelRankIsAConfigError) {
   TempDir dir;
-  Config c = config(dir, 2);
+  Config c = nonfinite_config(dir, 2);
   c.parallel.zero = 1;
   try {
     Trainer t(c);

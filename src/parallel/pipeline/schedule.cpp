@@ -107,7 +107,7 @@ std::vector<Order> zb_h1_orders(int p, int m) {
   return orders;
 }
 
-void check(bool ok, const std::string& message) {
+void check_schedule(bool ok, const std::string& message) {
   if (!ok) throw ValueError(message);
 }
 
@@ -295,18 +295,18 @@ namespace {
 
 void check_numbers(ScheduleKind kind, int p, int m, int v) {
   const std::string name = schedule_name(kind);
-  check(p >= 1, name + ": pipeline ranks p (" + std::to_string(p) + ") must be >= 1");
-  check(m >= 1, name + ": microbatches m (" + std::to_string(m) + ") must be >= 1");
-  check(v >= 1, name + ": chunks per rank v (" + std::to_string(v) + ") must be >= 1");
+  check_schedule(p >= 1, name + ": pipeline ranks p (" + std::to_string(p) + ") must be >= 1");
+  check_schedule(m >= 1, name + ": microbatches m (" + std::to_string(m) + ") must be >= 1");
+  check_schedule(v >= 1, name + ": chunks per rank v (" + std::to_string(v) + ") must be >= 1");
   if (kind == ScheduleKind::Interleaved) {
-    check(v >= 2, "interleaved: chunks per rank v (" + std::to_string(v) +
-                      ") must be >= 2 (use 1f1b for one chunk)");
+    check_schedule(v >= 2, "interleaved: chunks per rank v (" + std::to_string(v) +
+                               ") must be >= 2 (use 1f1b for one chunk)");
   } else if (kind == ScheduleKind::ZbV) {
-    check(v == 2, "zb-v: chunks per rank v (" + std::to_string(v) +
-                      ") must be 2 (the V places two chunks on every rank)");
+    check_schedule(v == 2, "zb-v: chunks per rank v (" + std::to_string(v) +
+                               ") must be 2 (the V places two chunks on every rank)");
   } else {
-    check(v == 1, name + ": chunks per rank v (" + std::to_string(v) +
-                      ") must be 1 (only interleaved and zb-v use v > 1)");
+    check_schedule(v == 1, name + ": chunks per rank v (" + std::to_string(v) +
+                               ") must be 1 (only interleaved and zb-v use v > 1)");
   }
 }
 

@@ -182,7 +182,7 @@ TEST(ZeroBubble, MakeScheduleBuildsItForEqualCosts) {
   }
 }
 
-void expect_error(const std::function<void()>& f, const std::string& needle) {
+void expect_schedule_error(const std::function<void()>& f, const std::string& needle) {
   try {
     f();
     FAIL() << "no error; expected one containing '" << needle << "'";
@@ -193,19 +193,20 @@ void expect_error(const std::function<void()>& f, const std::string& needle) {
 
 TEST(ZeroBubble, BadInputIsNamed) {
   const Costs c = split_costs(1, 1, 1);
-  expect_error([&] { make_zero_bubble_schedule(0, 4, c); }, "p (0) must be >= 1");
-  expect_error([&] { make_zero_bubble_schedule(2, 0, c); }, "m (0) must be >= 1");
-  expect_error([&] { make_zero_bubble_schedule(2, 4, c, {-1}); }, "max_in_flight (-1)");
-  expect_error([&] { make_zero_bubble_schedule(2, 4, split_costs(1, 0, 1)); },
-               "backward_input cost of stage 0 (0.000000) must be a finite number > 0");
+  expect_schedule_error([&] { make_zero_bubble_schedule(0, 4, c); }, "p (0) must be >= 1");
+  expect_schedule_error([&] { make_zero_bubble_schedule(2, 0, c); }, "m (0) must be >= 1");
+  expect_schedule_error([&] { make_zero_bubble_schedule(2, 4, c, {-1}); }, "max_in_flight (-1)");
+  expect_schedule_error([&] { make_zero_bubble_schedule(2, 4, split_costs(1, 0, 1)); },
+                        "backward_input cost of stage 0 (0.000000) must be a finite number > 0");
   Costs three = c;
   three.forward = {1, 1, 1};
-  expect_error([&] { make_zero_bubble_schedule(2, 4, three); },
-               "forward has 3 entries; expected 1 (every stage), v = 1 (one per chunk) or p*v = 2");
+  expect_schedule_error(
+      [&] { make_zero_bubble_schedule(2, 4, three); },
+      "forward has 3 entries; expected 1 (every stage), v = 1 (one per chunk) or p*v = 2");
   Costs per_stage = c;
   per_stage.backward_weight = {1, -2};
-  expect_error([&] { make_zero_bubble_schedule(2, 4, per_stage); },
-               "backward_weight cost of stage 1 (-2.000000)");
+  expect_schedule_error([&] { make_zero_bubble_schedule(2, 4, per_stage); },
+                        "backward_weight cost of stage 1 (-2.000000)");
 }
 
 // ZB-V: two chunks per rank in the V placement.
@@ -333,20 +334,21 @@ TEST(ZeroBubbleV, MakeScheduleBuildsItForEqualCosts) {
 
 TEST(ZeroBubbleV, BadInputIsNamed) {
   const Costs c = split_costs(1, 1, 1);
-  expect_error([] { make_schedule(ScheduleKind::ZbV, 4, 8, 1); },
-               "zb-v: chunks per rank v (1) must be 2");
-  expect_error([] { make_schedule(ScheduleKind::ZbV, 4, 8, 3); },
-               "zb-v: chunks per rank v (3) must be 2");
-  expect_error([&] { make_zero_bubble_v_schedule(0, 4, c); }, "zb-v: pipeline ranks p (0)");
-  expect_error([&] { make_zero_bubble_v_schedule(2, 0, c); }, "zb-v: microbatches m (0)");
-  expect_error([&] { make_zero_bubble_v_schedule(2, 4, c, {-1}); }, "max_in_flight (-1)");
+  expect_schedule_error([] { make_schedule(ScheduleKind::ZbV, 4, 8, 1); },
+                        "zb-v: chunks per rank v (1) must be 2");
+  expect_schedule_error([] { make_schedule(ScheduleKind::ZbV, 4, 8, 3); },
+                        "zb-v: chunks per rank v (3) must be 2");
+  expect_schedule_error([&] { make_zero_bubble_v_schedule(0, 4, c); },
+                        "zb-v: pipeline ranks p (0)");
+  expect_schedule_error([&] { make_zero_bubble_v_schedule(2, 0, c); }, "zb-v: microbatches m (0)");
+  expect_schedule_error([&] { make_zero_bubble_v_schedule(2, 4, c, {-1}); }, "max_in_flight (-1)");
   Costs per_stage = c;
   per_stage.forward = {1, 1, 0, 1};
-  expect_error([&] { make_zero_bubble_v_schedule(2, 4, per_stage); },
-               "zb-v: the forward cost of stage 2 (0.000000) must be a finite number > 0");
+  expect_schedule_error([&] { make_zero_bubble_v_schedule(2, 4, per_stage); },
+                        "zb-v: the forward cost of stage 2 (0.000000) must be a finite number > 0");
   Costs three = c;
   three.backward_weight = {1, 1, 1};
-  expect_error([&] { make_zero_bubble_v_schedule(2, 4, three); }, "p*v = 4");
+  expect_schedule_error([&] { make_zero_bubble_v_schedule(2, 4, three); }, "p*v = 4");
 }
 
 }  // namespace
