@@ -12,6 +12,7 @@
 
 #include "triad/core/error.h"
 #include "triad/core/rng.h"
+#include "triad/train/console.h"
 
 #include "cli_checks.h"
 
@@ -69,6 +70,12 @@ int main(int argc, char** argv) {
       ->check(triad::examples::at_least_one());
   app.add_option("--seed", seed, "generator seed")->check(triad::examples::unsigned_integer());
   CLI11_PARSE(app, argc, argv);
+  try {
+    triad::train::configure_console_colors();
+  } catch (const triad::Error& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
   std::ofstream out(output, std::ios::binary | std::ios::trunc);
   if (!out) {
     spdlog::error("cannot open '{}' for writing", output);

@@ -42,6 +42,7 @@
 #include "triad/plan/model_spec.h"
 #include "triad/plan/planner.h"
 #include "triad/train/config.h"
+#include "triad/train/console.h"
 
 #include "cli_checks.h"
 
@@ -266,6 +267,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   return triad::examples::report_errors([&]() -> int {
+    triad::train::configure_console_colors();
     if (sched->parsed()) {
       const pipeline::ScheduleKind k = pipeline::schedule_from_name(kind);
       for (const auto& [option, values] : {std::pair<const char*, std::vector<double>>{"--tf", tf},

@@ -27,6 +27,7 @@
 #include "triad/data/text_input.h"
 #include "triad/data/token_shard.h"
 #include "triad/data/tokenizer.h"
+#include "triad/train/console.h"
 
 #include "cli_checks.h"
 #include "tokenizer_options.h"
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return triad::examples::report_errors([&]() -> int {
+    triad::train::configure_console_colors();
     if (eod < -1) {
       throw triad::ValueError("--eod (" + std::to_string(eod) +
                               ") must be a token id >= 0, or -1 for none");

@@ -1,15 +1,17 @@
 // triad-train: trains a GPT from a YAML config.
 //   triad-train --config configs/gpt_tiny.yaml [--set train.lr=1e-3 ...]
 //   mpirun -np 4 triad-train --config configs/gpt_tiny.yaml --set parallel.tp=4
-//   triad-train --config ... --set init.from=out/model.safetensors --eval-only   (validation loss,
-//   eval.choices) triad-train --config ... --show-data 3 --tokenizer /models/Qwen3-0.6B   (what it
-//   trains on)
+//   triad-train --config ... --set init.from=out/model.safetensors --eval-only
+//     (validation loss, eval.choices)
+//   triad-train --config ... --show-data 3 --tokenizer /models/Qwen3-0.6B
+//     (what it trains on)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "triad/dist/world.h"
+#include "triad/train/console.h"
 #include "triad/train/trainer.h"
 #include "triad/train/training_data.h"
 
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   triad::dist::ProcessGroupPtr world;
   try {
+    // Plain log lines in files and from a launcher's ranks (console.h).
+    triad::train::configure_console_colors();
     // The whole configuration is validated before MPI starts.
     triad::train::Config config = triad::train::load_config(config_path, overrides);
     if (show_data == 0 && !(tokenizer.empty() && vocab.empty() && merges.empty() &&
