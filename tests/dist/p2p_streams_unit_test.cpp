@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "support/scoped_env.h"
 #include "triad/core/error.h"
 #include "triad/dist/nccl.h"
 
@@ -12,15 +13,13 @@ namespace {
 // TRIAD_NCCL_P2P_STREAMS: per-peer links unless it says one; any other
 // value is named in the error.
 TEST(NcclP2pStreams, TheEnvironmentPicksLinksOrOneStream) {
-  const char* before = std::getenv("TRIAD_NCCL_P2P_STREAMS");
-  const std::string saved = before ? before : "";
-  ::unsetenv("TRIAD_NCCL_P2P_STREAMS");
+  const testing::ScopedEnv streams("TRIAD_NCCL_P2P_STREAMS", nullptr);
   EXPECT_TRUE(nccl_p2p_streams_per_peer());
-  ::setenv("TRIAD_NCCL_P2P_STREAMS", "per-peer", 1);
+  streams.set("per-peer");
   EXPECT_TRUE(nccl_p2p_streams_per_peer());
-  ::setenv("TRIAD_NCCL_P2P_STREAMS", "one", 1);
+  streams.set("one");
   EXPECT_FALSE(nccl_p2p_streams_per_peer());
-  ::setenv("TRIAD_NCCL_P2P_STREAMS", "two", 1);
+  streams.set("two");
   try {
     nccl_p2p_streams_per_peer();
     ADD_FAILURE() << "no error";
@@ -28,11 +27,6 @@ TEST(NcclP2pStreams, TheEnvironmentPicksLinksOrOneStream) {
     EXPECT_NE(std::string(e.what()).find("TRIAD_NCCL_P2P_STREAMS='two': expected per-peer or one"),
               std::string::npos)
         << e.what();
-  }
-  if (before) {
-    ::setenv("TRIAD_NCCL_P2P_STREAMS", saved.c_str(), 1);
-  } else {
-    ::unsetenv("TRIAD_NCCL_P2P_STREAMS");
   }
 }
 

@@ -4,15 +4,17 @@
 #include <spdlog/sinks/ansicolor_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <stdlib.h>
 
 #include <map>
 #include <string>
 
 #include "support/expect_error.h"
+#include "support/scoped_env.h"
 
 namespace triad::train {
 namespace {
+
+using testing::ScopedEnv;
 
 // The environment console_color reads, one case at a time.
 std::map<std::string, std::string>& console_env() {
@@ -52,32 +54,6 @@ TEST(ConsoleColor, TriadLogColorWinsAndIsChecked) {
       {"TRIAD_LOG_COLOR ('yes')", "always, never or auto"});
   testing::expect_error<ConfigError>([] { color_with({{"TRIAD_MPI", "2"}}); }, {"TRIAD_MPI"});
 }
-
-// The process's environment for one test, put back after it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      ::setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
 
 bool colors(const std::shared_ptr<spdlog::logger>& logger) {
   using Sink = spdlog::sinks::ansicolor_sink<spdlog::details::console_mutex>;
