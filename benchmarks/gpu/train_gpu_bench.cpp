@@ -175,19 +175,26 @@ int run(int argc, char** argv) {
   triad::Tensor targets = triad::from_vector(tg, {batch, T});
   double loss = 0;
   triad::Tensor last_loss;  // (--sync-free: read after the timed steps)
-  // Clipping as the trainer does it: the global norm, then its coefficient
-  // folded into the AdamW step (no pass over every gradient to scale it).
-  // --sync-free: the same coefficient decided on the device (a non-finite
-  // norm skips the update there).
-  auto clip_and_step = [&] {
+  // Clipping as the trainer does it: the global norm, read in one copy with
+  // the step's loss (the step's one wait), then its coefficient folded into
+  // the AdamW step (no pass over every gradient to scale it). --sync-free:
+  // the same coefficient decided on the device (a non-finite norm skips the
+  // update there), the loss read after the timed steps.
+  auto clip_and_step = [&](const triad::Tensor& l) {
+    std::vector<triad::Tensor> grads;
+    for (const triad::Tensor& p : model.parameters())
+      if (p.grad().defined()) grads.push_back(p.grad());
+    const triad::Tensor squares = triad::optim::sum_of_squares_device(grads);
     if (sync_free) {
-      std::vector<triad::Tensor> grads;
-      for (const triad::Tensor& p : model.parameters())
-        if (p.grad().defined()) grads.push_back(p.grad());
-      opt.step_clipped(1e-4, triad::optim::sum_of_squares_device(grads), 1.0);
+      opt.step_clipped(1e-4, squares, 1.0);
       return;
     }
-    const double norm = triad::optim::global_grad_norm(model.parameters());
+    const std::vector<double> both = triad::to_double_vector(
+        triad::concat({triad::reshape(triad::cast(squares, triad::DType::F64), {1}),
+                       triad::reshape(triad::cast(l.detach(), triad::DType::F64), {1})},
+                      0));
+    const double norm = std::sqrt(both.at(0));
+    loss = both.at(1);
     opt.step(1e-4, std::isfinite(norm) ? std::min(1.0, 1.0 / (norm + 1e-6)) : 1.0);
   };
   triad::DeviceTimer phases(device);
@@ -198,12 +205,11 @@ int run(int argc, char** argv) {
     const triad::DeviceTimer::Mark m1 = phases.mark();
     triad::autograd::backward({l});
     const triad::DeviceTimer::Mark m2 = phases.mark();
-    clip_and_step();
+    clip_and_step(l);
     model.zero_grad();
     const triad::DeviceTimer::Mark m3 = phases.mark();
     last_loss = l;
-    if (!sync_free) loss = triad::item(l);  // synchronises with the device
-    if (!timing) return;                    // (the caller reads the marks: phases.read())
+    if (!timing) return;  // (the caller reads the marks: phases.read())
     phases.add("forward", m0, m1);
     phases.add("backward", m1, m2);
     phases.add("clip_and_optimizer", m2, m3);
@@ -234,13 +240,17 @@ int run(int argc, char** argv) {
       device.is_cuda() ? triad::cuda::gemm_tuning(device.index) : triad::cuda::GemmTuning{};
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) run_step();
-  // (--sync-free: the last step's loss waits for all of them.)
-  if (sync_free && last_loss.defined()) loss = triad::item(last_loss);
+  // The clock stops once the device has run every step, the last one's
+  // optimizer included (queued after the step's one wait): reading the
+  // last loss again waits for all of it. (--sync-free: the only read.)
+  if (last_loss.defined()) {
+    const double last = triad::item(last_loss);
+    if (sync_free) loss = last;
+  }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens_per_s = static_cast<double>(steps * batch * T) / secs;
-  // (The last step's loss has made the host wait for its phases: no wait
-  // here.)
+  // (That read has made the host wait for the phases: no wait here.)
   nlohmann::json phases_ms = nlohmann::json::object();
   for (const auto& [phase, seconds] : phases.read())
     phases_ms[phase] = 1e3 * seconds / static_cast<double>(std::max<int64_t>(steps, 1));

@@ -2132,7 +2132,11 @@ pipeline::PipelineExecutor& Trainer::executor_for(int64_t micro) {
   return *e;
 }
 
-double Trainer::forward_backward(int64_t index) {
+double Trainer::StepLoss::read() const {
+  return item(sum) / count;
+}
+
+Trainer::StepLoss Trainer::forward_backward(int64_t index) {
   const auto& t = config_.train;
   const int64_t per_rank = batch_size(index) / dp_;
   const int64_t micro = per_rank / t.micro_batch_size;  // microbatches of this rank
@@ -2170,7 +2174,7 @@ double Trainer::forward_backward(int64_t index) {
     timer.add("pipeline", start, timer.mark());
     executor.set_chunk_timing(false);
     if (measure) zb_measured_ = r;  // priced once the step timer is read
-    return r.loss;
+    return {from_vector(std::vector<double>{r.loss}, {1}, DType::F64), 1.0};
   }
   // Summed on the loss's device and read once after the last micro-batch:
   // reading each one would make the host wait for the GPU every time.
@@ -2220,7 +2224,7 @@ double Trainer::forward_backward(int64_t index) {
     trace_host(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
   }
   if (tp_model_) tp_model_->reduce_partial_grads();
-  return item(loss_sum) / static_cast<double>(micro);
+  return {loss_sum, static_cast<double>(micro)};
 }
 
 double Trainer::evaluate(size_t set) {
@@ -2488,7 +2492,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   // (The timer traces the step's spans; the trace takes them as they are read.)
   step_timer().set_tracing(index >= trace_from_ && index < trace_to_);
   if (reducer_) reducer_->set_microbatches(batch_size(index) / dp_ / t.micro_batch_size);
-  double loss = forward_backward(index);
+  const StepLoss step_loss = forward_backward(index);
   DeviceTimer& timer = step_timer();
   if (reducer_) {
     const auto reduce_start = TraceRecorder::Clock::now();
@@ -2498,21 +2502,42 @@ StepMetrics Trainer::train_step(int64_t index) {
     const DeviceTimer::Mark m1 = timer.mark();
     timer.add("dp", m0, m1);
     timer.trace("dp reduce", "dp", m0, m1);
-    Tensor l = from_vector(std::vector<double>{loss}, {1}, DType::F64);
-    mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
-    loss = item(l);
     trace_host("dp reduce", "dp", reduce_start, TraceRecorder::Clock::now());
   }
   if (scaler_) unscale_gradients();
-  double norm = 0;
+  double norm = 0, loss = 0;
   double clip_coef = 1.0;
-  norm = zero_optimizer_ ? global_norm_zero1(reducer_->flat_grads())
-         : pp_model_     ? pp_model_->grad_norm()
-         : tp_model_     ? tp_model_->grad_norm()
-                         : optim::global_grad_norm(model_->parameters());
+  if (zero_optimizer_ || pp_model_) {
+    norm = zero_optimizer_ ? global_norm_zero1(reducer_->flat_grads()) : pp_model_->grad_norm();
+    // (The loss, queued before the norm, is there now: StepLoss.)
+    loss = step_loss.read();
+  } else {
+    // The norm's square and the loss in one read: the step's one wait for
+    // the device.
+    std::vector<Tensor> grads;
+    if (!tp_model_)
+      for (const Tensor& p : model_->parameters()) grads.push_back(p.grad());
+    const Tensor squares =
+        tp_model_ ? tp_model_->grad_norm_squared() : optim::sum_of_squares_device(grads);
+    if (squares.defined()) {
+      const std::vector<double> both = to_double_vector(
+          concat({reshape(cast(squares, DType::F64), {1}), reshape(step_loss.sum, {1})}, 0));
+      norm = std::sqrt(both.at(0));
+      loss = both.at(1) / step_loss.count;
+    } else {
+      loss = step_loss.read();
+    }
+  }
   // (Like the global norm: a pass over the gradients and a reduction.)
   std::vector<std::pair<std::string, double>> grad_norms =
       norms_by_group(grad_norm_groups_, /*of_grads=*/true);
+  // The loss averaged over the data-parallel replicas, on the host (one
+  // value).
+  if (reducer_) {
+    Tensor l = from_vector(std::vector<double>{loss}, {1}, DType::F64);
+    mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
+    loss = item(l);
+  }
   // The norm has made the host wait for everything queued so far, so the
   // step's timings read without a wait (the last step's optimizer among
   // them; this step's is read with the next).

@@ -191,10 +191,19 @@ class Trainer {
   // unmasked targets of all the batches on every data-parallel rank (one
   // small all-reduce over dp); otherwise nothing.
   void weigh_by_tokens(std::vector<data::Batch>& batches) const;
-  // Forward and backward of this rank's share of step `index`; returns the
-  // mean loss over its tokens. Times its passes in step_timer() (and, for
-  // pipelines, the whole of them as "pipeline").
-  double forward_backward(int64_t index);
+  // This rank's share of a step's loss, its mean over its tokens: `sum` /
+  // `count`, `sum` on the loss's device until read. Read after the
+  // gradient norm, whose read has waited for everything queued, it costs
+  // no wait of its own: the step waits for the device once, not twice.
+  struct StepLoss {
+    Tensor sum;  // f64, one value
+    double count = 1;
+    double read() const;
+  };
+  // Forward and backward of this rank's share of step `index`. Times its
+  // passes in step_timer() (and, for pipelines, the whole of them as
+  // "pipeline").
+  StepLoss forward_backward(int64_t index);
   // The step's MoE routing statistics (model.moe), gathered from every rank
   // into m.
   void moe_metrics_into(StepMetrics& m) const;
