@@ -2509,8 +2509,7 @@ StepMetrics Trainer::train_step(int64_t index) {
   double clip_coef = 1.0;
   if (zero_optimizer_ || pp_model_) {
     norm = zero_optimizer_ ? global_norm_zero1(reducer_->flat_grads()) : pp_model_->grad_norm();
-    // (The loss, queued before the norm, is there now: StepLoss.)
-    loss = step_loss.read();
+    loss = step_loss.read();  // (a second read, after the norm: StepLoss)
   } else {
     // The norm's square and the loss in one read: the step's one wait for
     // the device.

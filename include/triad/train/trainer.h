@@ -192,9 +192,10 @@ class Trainer {
   // small all-reduce over dp); otherwise nothing.
   void weigh_by_tokens(std::vector<data::Batch>& batches) const;
   // This rank's share of a step's loss, its mean over its tokens: `sum` /
-  // `count`, `sum` on the loss's device until read. Read after the
-  // gradient norm, whose read has waited for everything queued, it costs
-  // no wait of its own: the step waits for the device once, not twice.
+  // `count`, `sum` on the loss's device until read. train_step reads it in
+  // one copy with the gradient norm's square, so a step waits for the
+  // device once, not twice; where the norm is read apart (ZeRO-1's,
+  // reduced on the host; a pipeline's) it reads it after the norm.
   struct StepLoss {
     Tensor sum;  // f64, one value
     double count = 1;
