@@ -189,10 +189,7 @@ int run(int argc, char** argv) {
       opt.step_clipped(1e-4, squares, 1.0);
       return;
     }
-    const std::vector<double> both = triad::to_double_vector(
-        triad::concat({triad::reshape(triad::cast(squares, triad::DType::F64), {1}),
-                       triad::reshape(triad::cast(l.detach(), triad::DType::F64), {1})},
-                      0));
+    const std::vector<double> both = triad::items({squares, l});
     const double norm = std::sqrt(both.at(0));
     loss = both.at(1);
     opt.step(1e-4, std::isfinite(norm) ? std::min(1.0, 1.0 / (norm + 1e-6)) : 1.0);

@@ -3,6 +3,7 @@
 #include "triad/backend/backend.h"
 #include "triad/core/rng.h"
 #include "triad/ops/elementwise.h"
+#include "triad/ops/shape_ops.h"
 
 namespace triad {
 
@@ -106,6 +107,20 @@ double item(const Tensor& t) {
                      std::to_string(t.numel()) + " elements, expected 1");
   }
   return to_double_vector(t)[0];
+}
+
+std::vector<double> items(const std::vector<Tensor>& scalars) {
+  std::vector<Tensor> parts;
+  for (const Tensor& t : scalars) {
+    if (t.numel() != 1) {
+      throw ShapeError("items: tensor " + std::to_string(parts.size()) + " of shape " +
+                       shape_str(t.shape()) + " has " + std::to_string(t.numel()) +
+                       " elements, expected 1");
+    }
+    parts.push_back(reshape(cast(t.detach(), DType::F64), {1}));
+  }
+  if (parts.empty()) return {};
+  return to_double_vector(parts.size() == 1 ? parts[0] : concat(parts, 0));
 }
 
 }  // namespace triad

@@ -2519,8 +2519,7 @@ StepMetrics Trainer::train_step(int64_t index) {
     const Tensor squares =
         tp_model_ ? tp_model_->grad_norm_squared() : optim::sum_of_squares_device(grads);
     if (squares.defined()) {
-      const std::vector<double> both = to_double_vector(
-          concat({reshape(cast(squares, DType::F64), {1}), reshape(step_loss.sum, {1})}, 0));
+      const std::vector<double> both = items({squares, step_loss.sum});
       norm = std::sqrt(both.at(0));
       loss = both.at(1) / step_loss.count;
     } else {

@@ -331,6 +331,23 @@ TEST(Ops, MeanFlattenAndInPlaceAdd) {
   EXPECT_EQ(to_float_vector(h), (std::vector<float>{1, 2, 3, 4, 5, 6}));
 }
 
+TEST(Ops, ItemsReadsOneElementTensorsOfAnyDtypeAndShapeInOrder) {
+  const Tensor a = from_vector(std::vector<double>{2.5}, {1, 1}, DType::F32);
+  const Tensor b = from_vector(std::vector<double>{-7}, {1}, DType::I64);
+  const Tensor c = cast(from_vector(std::vector<double>{0.375}, {1}), DType::BF16);
+  EXPECT_EQ(items({a, b, c}), (std::vector<double>{2.5, -7, 0.375}));
+  EXPECT_EQ(items({b}), (std::vector<double>{-7}));
+  EXPECT_TRUE(items({}).empty());
+  try {
+    items({a, ones({2, 2})});
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("items: tensor 1 of shape [2, 2] has 4 elements"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Ops, DropoutMaskDependsOnlyOnSeedStreamAndOffset) {
   Tensor x = ones({1000});
   Tensor a = dropout(x, 0.25, 9, 3, 0);

@@ -34,5 +34,9 @@ std::vector<double> to_double_vector(const Tensor& t);
 std::vector<float> to_float_vector(const Tensor& t);
 // The value of a one-element tensor.
 double item(const Tensor& t);
+// The values of one-element tensors on one device, in one copy: on a GPU
+// one wait for the work queued before them, where an item() each would
+// wait once per value.
+std::vector<double> items(const std::vector<Tensor>& scalars);
 
 }  // namespace triad
