@@ -1763,6 +1763,20 @@ double Trainer::global_norm_zero1(const Tensor& flat) const {
 
 std::vector<double> Trainer::norm_squares_zero1(const Tensor& flat,
                                                 const optim::NormGroups* groups) const {
+  const Tensor local = to_device(local_norm_squares_zero1(flat, groups), Device::cpu());
+  return world_sums(
+      std::vector<double>(local.data<double>(), local.data<double>() + local.numel()));
+}
+
+std::vector<double> Trainer::world_sums(std::vector<double> values) const {
+  Tensor t = from_vector(values, {static_cast<int64_t>(values.size())}, DType::F64);
+  world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
+  const double* v = t.data<double>();
+  return std::vector<double>(v, v + values.size());
+}
+
+Tensor Trainer::local_norm_squares_zero1(const Tensor& flat,
+                                         const optim::NormGroups* groups) const {
   autograd::NoGradGuard ng;
   const size_t G = groups ? groups->size() : 1;
   std::vector<std::vector<Tensor>> pieces(G);
@@ -1785,11 +1799,8 @@ std::vector<double> Trainer::norm_squares_zero1(const Tensor& flat,
     }
     take(at, end);
   }
-  const Tensor local = optim::grouped_sum_of_squares(pieces, Device::cpu());
-  Tensor t = local.defined() ? local : zeros({static_cast<int64_t>(G)}, DType::F64, Device::cpu());
-  world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
-  const double* v = t.data<double>();
-  return std::vector<double>(v, v + G);
+  const Tensor local = optim::grouped_sum_of_squares(pieces, flat.device());
+  return local.defined() ? local : zeros({static_cast<int64_t>(G)}, DType::F64, flat.device());
 }
 
 std::vector<std::pair<std::string, double>> Trainer::norms_by_group(GroupNorms& report,
@@ -2045,6 +2056,7 @@ pipeline::P2PSemantics Trainer::p2p_semantics() const {
 std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro) {
   auto e = std::make_unique<pipeline::PipelineExecutor>(*pp_model_, pipeline_schedule(micro));
   e->set_scatter_gather(config_.parallel.pipeline_scatter_gather);
+  e->set_read_loss(false);      // (train_step reads it with the gradient norm)
   e->set_timer(&step_timer());  // (its traced spans make the trace)
   if (device_.is_cuda()) {
     e->set_event_sink(
@@ -2136,6 +2148,35 @@ double Trainer::StepLoss::read() const {
   return item(sum) / count;
 }
 
+std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss) const {
+  autograd::NoGradGuard ng;
+  // The norm's square (ZeRO-1: of this rank's pieces) and the loss in one
+  // read: the step's one wait for the device.
+  Tensor squares;
+  if (zero_optimizer_) {
+    squares = local_norm_squares_zero1(reducer_->flat_grads(), nullptr);
+  } else if (pp_model_) {
+    squares = pp_model_->grad_norm_squared();
+  } else if (tp_model_) {
+    squares = tp_model_->grad_norm_squared();
+  } else {
+    std::vector<Tensor> grads;
+    for (const Tensor& p : model_->parameters()) grads.push_back(p.grad());
+    squares = optim::sum_of_squares_device(grads);
+  }
+  double square = 0, loss = 0;
+  if (squares.defined()) {
+    const std::vector<double> both = items({squares, step_loss.sum});
+    square = both.at(0);
+    loss = both.at(1) / step_loss.count;
+  } else {
+    loss = step_loss.read();
+  }
+  // ZeRO-1's pieces summed over the world on the host.
+  if (zero_optimizer_) square = world_sums({square}).at(0);
+  return {std::sqrt(square), loss};
+}
+
 Trainer::StepLoss Trainer::forward_backward(int64_t index) {
   const auto& t = config_.train;
   const int64_t per_rank = batch_size(index) / dp_;
@@ -2173,8 +2214,8 @@ Trainer::StepLoss Trainer::forward_backward(int64_t index) {
     pipeline::PipelineStepResult r = executor.run(batches, ctx, scaler_ ? scaler_->scale() : 1.0);
     timer.add("pipeline", start, timer.mark());
     executor.set_chunk_timing(false);
-    if (measure) zb_measured_ = r;  // priced once the step timer is read
-    return {from_vector(std::vector<double>{r.loss}, {1}, DType::F64), 1.0};
+    if (measure) zb_measured_ = r;                    // priced once the step timer is read
+    return {r.loss_sum, static_cast<double>(micro)};  // (summed over the pipeline, not read)
   }
   // Summed on the loss's device and read once after the last micro-batch:
   // reading each one would make the host wait for the GPU every time.
@@ -2506,26 +2547,8 @@ StepMetrics Trainer::train_step(int64_t index) {
   }
   if (scaler_) unscale_gradients();
   double norm = 0, loss = 0;
+  std::tie(norm, loss) = grad_norm_and_loss(step_loss);
   double clip_coef = 1.0;
-  if (zero_optimizer_ || pp_model_) {
-    norm = zero_optimizer_ ? global_norm_zero1(reducer_->flat_grads()) : pp_model_->grad_norm();
-    loss = step_loss.read();  // (a second read, after the norm: StepLoss)
-  } else {
-    // The norm's square and the loss in one read: the step's one wait for
-    // the device.
-    std::vector<Tensor> grads;
-    if (!tp_model_)
-      for (const Tensor& p : model_->parameters()) grads.push_back(p.grad());
-    const Tensor squares =
-        tp_model_ ? tp_model_->grad_norm_squared() : optim::sum_of_squares_device(grads);
-    if (squares.defined()) {
-      const std::vector<double> both = items({squares, step_loss.sum});
-      norm = std::sqrt(both.at(0));
-      loss = both.at(1) / step_loss.count;
-    } else {
-      loss = step_loss.read();
-    }
-  }
   // (Like the global norm: a pass over the gradients and a reduction.)
   std::vector<std::pair<std::string, double>> grad_norms =
       norms_by_group(grad_norm_groups_, /*of_grads=*/true);

@@ -192,15 +192,19 @@ class Trainer {
   // small all-reduce over dp); otherwise nothing.
   void weigh_by_tokens(std::vector<data::Batch>& batches) const;
   // This rank's share of a step's loss, its mean over its tokens: `sum` /
-  // `count`, `sum` on the loss's device until read. train_step reads it in
-  // one copy with the gradient norm's square, so a step waits for the
-  // device once, not twice; where the norm is read apart (ZeRO-1's,
-  // reduced on the host; a pipeline's) it reads it after the norm.
+  // `count`, `sum` on the loss's device until read (a pipeline's summed
+  // over its stages there). train_step reads it in one copy with the
+  // gradient norm's square (grad_norm_and_loss), so a step waits for the
+  // device once, not twice.
   struct StepLoss {
     Tensor sum;  // f64, one value
     double count = 1;
     double read() const;
   };
+  // The step's global gradient norm (before clipping) and this rank's loss,
+  // read from the device in one copy. Collective over the pipeline, the
+  // tensor-parallel group and (ZeRO-1) the world, as the norm is.
+  std::pair<double, double> grad_norm_and_loss(const StepLoss& step_loss) const;
   // Forward and backward of this rank's share of step `index`. Times its
   // passes in step_timer() (and, for pipelines, the whole of them as
   // "pipeline").
@@ -397,6 +401,10 @@ class Trainer {
   double global_norm_zero1(const Tensor& flat) const;
   // The same squared, by group when `groups` is given (else one value).
   std::vector<double> norm_squares_zero1(const Tensor& flat, const optim::NormGroups* groups) const;
+  // This rank's part of norm_squares_zero1, on `flat`'s device, not read.
+  Tensor local_norm_squares_zero1(const Tensor& flat, const optim::NormGroups* groups) const;
+  // `values` summed element-wise over the world (on the host).
+  std::vector<double> world_sums(std::vector<double> values) const;
   // log.grad_norms, log.param_norms: the groups (Config::norm_groups), and
   // which of them train on some rank (found at the first report; the others
   // are not reported).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <set>
 #include <tuple>
 
@@ -216,13 +217,17 @@ double PipelineModel::norm(bool of_grads) const {
 
 std::vector<double> PipelineModel::norm_squares_by_group(const optim::NormGroups& groups,
                                                          bool of_grads) const {
-  const Tensor t = norm_squares(of_grads, &groups);
+  const Tensor t = to_device(norm_squares(of_grads, &groups), Device::cpu());
   const double* v = t.data<double>();
   return std::vector<double>(v, v + t.numel());
 }
 
+Tensor PipelineModel::grad_norm_squared() const {
+  return norm_squares(/*of_grads=*/true, nullptr);
+}
+
 Tensor PipelineModel::norm_squares(bool of_grads, const optim::NormGroups* groups) const {
-  // Summed on the device over chunks and stages, read once.
+  // Summed on the device over chunks and stages (its callers read it once).
   Tensor t;
   for (const auto& c : chunks_) {
     const bool count_embedding = !c->plan().head || c->plan().embedding;
@@ -232,7 +237,7 @@ Tensor PipelineModel::norm_squares(bool of_grads, const optim::NormGroups* group
     t = t.defined() ? add(t, sq).detach() : sq;
   }
   groups_.pp->all_reduce(t, dist::ReduceOp::Sum)->wait();
-  return to_device(t, Device::cpu());
+  return t;
 }
 
 nn::StateDict PipelineModel::full_state_dict() const {
@@ -728,11 +733,14 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   for (auto& q : pending_sends) q.work->wait();
   for (int c = 0; c < model_.v(); ++c) model_.chunk(c).reduce_partial_grads();
   model_.reduce_tied_embedding_grads();
-  // The last stage knows the loss; every pipeline rank reports it.
-  const double total = loss_sum.defined() ? item(loss_sum) : 0.0;
-  Tensor l = from_vector(std::vector<double>{total / m}, {1}, DType::F64);
-  model_.groups().pp->broadcast(l, schedule_.rank_of(S - 1))->wait();
-  res.loss = item(l);
+  // The last stage knows the loss; every pipeline rank reports it. Summed
+  // with the other stages' zeros on the device (a GPU's host does not wait
+  // for it), and read only if asked: a trainer reads it with the norm.
+  Tensor share =
+      loss_sum.defined() ? reshape(contiguous(loss_sum), {1}) : zeros({1}, DType::F64, act_device);
+  pp->all_reduce(share, dist::ReduceOp::Sum)->wait();
+  res.loss_sum = share;
+  res.loss = read_loss_ ? item(share) / m : std::numeric_limits<double>::quiet_NaN();
   return res;
 }
 

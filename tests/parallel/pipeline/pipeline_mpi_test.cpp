@@ -181,6 +181,43 @@ TEST(Pipeline, OneStepEqualsGradientAccumulationForEverySchedule) {
   }
 }
 
+// The step's loss sum is on every rank of the pipeline, still on the
+// device, whether or not the executor reads it; unread, `loss` is NaN (a
+// trainer reads the sum with the gradient norm's square, which
+// grad_norm_squared leaves on the device the same way).
+TEST(Pipeline, TheLossSumReachesEveryRankAndIsReadOnlyWhenAsked) {
+  const int p = g_world->size();
+  for (const bool read : {true, false}) {
+    const Case c{ScheduleKind::OneFOneB, 1, p + 1};
+    PipelineModel model = model_for(c, 23);
+    PipelineExecutor exec(model, make_schedule(c.kind, p, c.m, c.v));
+    exec.set_read_loss(read);
+    const auto data = batches(c.m, 3);
+    const PipelineStepResult res = exec.run(data, {});
+    ASSERT_TRUE(res.loss_sum.defined());
+    EXPECT_EQ(res.loss_sum.numel(), 1);
+    EXPECT_EQ(res.loss_sum.dtype(), DType::F64);
+    const double sum = item(res.loss_sum);
+    // The same sum on every rank: the first rank's, broadcast, compared.
+    Tensor first = from_vector(std::vector<double>{sum}, {1}, DType::F64);
+    g_world->broadcast(first, 0)->wait();
+    EXPECT_EQ(sum, item(first)) << "rank " << g_world->rank();
+    nn::Gpt ref(config(c), 23);
+    double ref_sum = 0;
+    for (const auto& b : data) ref_sum += item(ref.loss(b.inputs, b.targets));
+    EXPECT_NEAR(sum, ref_sum, 1e-6 * ref_sum);
+    if (read) {
+      EXPECT_EQ(res.loss, sum / c.m);
+    } else {
+      EXPECT_TRUE(std::isnan(res.loss)) << res.loss;
+    }
+    const Tensor squares = model.grad_norm_squared();
+    EXPECT_EQ(squares.numel(), 1);
+    EXPECT_GT(item(squares), 0.0);
+    EXPECT_DOUBLE_EQ(std::sqrt(item(squares)), model.grad_norm());
+  }
+}
+
 // Scatter-gather: under tp 2 without sequence parallelism each TP rank
 // sends its half of every activation and gradient and the next stage
 // all-gathers the halves: the same step as sending whole payloads, bit for

@@ -92,6 +92,10 @@ class PipelineModel {
   double clip_grad_norm(double max_norm) const;
   // The same norm without clipping (identical on every rank of the pipeline).
   double grad_norm() const;
+  // Its square on the model's device, not read (one f64 value, the same on
+  // every rank of the pipeline): a caller reads it with other values in one
+  // copy (items), the host waiting for the device once.
+  Tensor grad_norm_squared() const;
   // The global L2 norm of the parameters training updates, the tied
   // embedding counted once (log.param_norm; identical on every rank).
   double param_norm() const;
@@ -130,8 +134,8 @@ class PipelineModel {
 
  private:
   double norm(bool of_grads) const;  // grad_norm or param_norm
-  // The squares of norm(of_grads) summed over the pipeline, on the host: one
-  // element, or with `groups` group by group.
+  // The squares of norm(of_grads) summed over the pipeline, on the model's
+  // device: one element, or with `groups` group by group.
   Tensor norm_squares(bool of_grads, const optim::NormGroups* groups) const;
   nn::GptConfig cfg_;
   PipelineGroups groups_;
@@ -143,7 +147,14 @@ class PipelineModel {
 
 // What a step measured on this rank.
 struct PipelineStepResult {
-  double loss = 0;             // mean over all tokens of all microbatches (same on every rank)
+  // The microbatches' losses summed (the step's loss times m) on the
+  // model's device, one f64 value, the same on every rank of the pipeline:
+  // the last stage's sum, all-reduced over the pipeline from the others'
+  // zeros (on a GPU ordered on the stream, no wait for the host).
+  Tensor loss_sum;
+  // The step's loss, loss_sum / m, read on the host (the same on every
+  // rank); NaN when the executor does not read it (set_read_loss).
+  double loss = 0;
   int peak_live_outputs = 0;   // most (chunk, microbatch) stage outputs held at once
   int64_t p2p_bytes_sent = 0;  // activations and gradients this rank sent to other stages
   // Time in F, B and W on this rank by the host's clock (on a GPU, the
@@ -205,6 +216,11 @@ class PipelineExecutor {
   // pieces: one copy crosses between the stages (over the network when
   // they are on different nodes) instead of t. Values are unchanged.
   void set_scatter_gather(bool on) { scatter_gather_ = on; }
+  // Whether run() reads the loss into PipelineStepResult::loss (on by
+  // default; on a GPU that makes the host wait for the last stage's
+  // device). A trainer that reads loss_sum with the gradient norm turns it
+  // off, so a step waits for the device once.
+  void set_read_loss(bool on) { read_loss_ = on; }
   // microbatches.size() must equal the schedule's m; each batch (b, T).
   // Microbatch i runs with ctx.call + i (dropout streams). Backward starts
   // from loss * loss_scale (fp16 loss scaling) over m, or times the
@@ -245,6 +261,7 @@ class PipelineExecutor {
   DeviceTimer* timer_ = nullptr;
   bool chunk_timing_ = false;
   bool scatter_gather_ = true;
+  bool read_loss_ = true;
 };
 
 }  // namespace triad::pipeline
