@@ -390,7 +390,9 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
       // model.qk_norm: full gathers the queries and keys (fp16, one
       // all-gather) forward for their norms, and their gradients backward.
       const double gathered =
-          tokens * static_cast<double>(m.q_width() + m.kv_heads() * m.head_dim()) * kFp16;
+          tokens *
+          static_cast<double>(m.q_width() + std::max<int64_t>(m.kv_heads(), p.tp) * m.head_dim()) *
+          kFp16;
       L.fwd_tp += tp_reduce_scatter(gathered, c, p);
       L.bwd_tp += tp_reduce_scatter(gathered, c, p);
     }
@@ -1288,7 +1290,14 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double qk_norm_acts =
       m.qk_norm ? 2.0 * static_cast<double>(m.q_width() + m.kv_heads() * m.head_dim()) / h : 0.0;
   const double qk_split = m.qk_norm_full ? 0.0 : qk_norm_acts;
-  const double qk_gathered = m.qk_norm_full ? qk_norm_acts : 0.0;
+  // (Gathered, each rank's key/value heads: with fewer heads than ranks,
+  // every sharer's copy.)
+  const double qk_gathered =
+      m.qk_norm_full ? 2.0 *
+                           static_cast<double>(m.q_width() + std::max<int64_t>(m.kv_heads(), p.tp) *
+                                                                 m.head_dim()) /
+                           h
+                     : 0.0;
   const double unsplit_dense = 10.0 + norm_acts;
   // A mixture's layer keeps k tokens' expert activations (split), and
   // the dispatched rows and the experts' outputs before the gates, k

@@ -187,12 +187,15 @@ TEST(Olmo2Blocks, ConfigIsChecked) {
   c = olmo2_config();
   c.qk_norm = false;  // full without the norms themselves
   triad::testing::expect_invalid(c, "model.qk_norm_full");
-  // Tensor parallelism keeps whole key/value heads on each rank under the
-  // full norm: 2 heads over 4 ranks would be shared.
+  // Under the full norm, as under any other, tensor parallelism holds whole
+  // key/value heads on each rank or shares each over tp / n_kv_head ranks
+  // (2 heads over 4 ranks); 2 heads over 3 ranks fit neither way.
   c = olmo2_config();
   EXPECT_TRUE(c.kv_heads_fit(2));
-  EXPECT_FALSE(c.kv_heads_fit(4));
-  EXPECT_NE(c.kv_heads_rule(4, "parallel.tp").find("model.qk_norm: full"), std::string::npos);
+  EXPECT_TRUE(c.kv_heads_fit(4));
+  EXPECT_FALSE(c.kv_heads_fit(3));
+  EXPECT_NE(c.kv_heads_rule(3, "parallel.tp").find("divisible by parallel.tp (3)"),
+            std::string::npos);
   set_qk_norm(c, "head");
   EXPECT_TRUE(c.kv_heads_fit(4));
   EXPECT_THROW(set_qk_norm(c, "partial"), ConfigError);

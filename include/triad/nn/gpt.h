@@ -525,17 +525,11 @@ struct GptConfig {
   // heads each (n_kv_head divisible by tp), or, with fewer heads than
   // ranks, each head shared by tp / n_kv_head ranks (tp divisible by
   // n_kv_head), a rank holding the head its query heads use.
-  // Under model.qk_norm: full the heads are never shared (the keys' norm
-  // spans every rank's whole heads).
-  bool kv_heads_fit(int64_t tp) const {
-    return kv_heads() % tp == 0 || (tp % kv_heads() == 0 && !qk_norm_full);
-  }
+  bool kv_heads_fit(int64_t tp) const { return kv_heads() % tp == 0 || tp % kv_heads() == 0; }
   // kv_heads_fit's rule in words, for errors (`tp_key`: how the caller names tp).
   std::string kv_heads_rule(int64_t tp, const std::string& tp_key) const {
-    return "must be divisible by " + tp_key + " (" + std::to_string(tp) + ")" +
-           (qk_norm_full ? " under model.qk_norm: full (the keys' norm spans whole heads, which "
-                           "no two ranks share)"
-                         : ", or divide it: each rank holds whole key/value heads, or shares one");
+    return "must be divisible by " + tp_key + " (" + std::to_string(tp) +
+           "), or divide it: each rank holds whole key/value heads, or shares one";
   }
   // One tensor-parallel rank's key/value heads (1 where they are shared).
   int64_t kv_heads_per_rank(int64_t tp) const { return kv_heads() >= tp ? kv_heads() / tp : 1; }

@@ -905,13 +905,24 @@ Tensor TensorParallelGpt::full_query_key_norm(const Layer& L, const Tensor& qkv,
   const Tensor by_rank =  // (B, T, t, q + kv): rank r's [q_r | k_r] at r
       reshape(gather_from_region(narrow(qkv, 2, 0, q + kv), group_), {B, T, t, q + kv});
   // The ranks' parts of `width` at `offset` side by side, normalised whole,
-  // as (B, T, t, width) again.
-  auto normed = [&](int64_t offset, int64_t width, const nn::LayerNorm& norm) {
-    const Tensor whole = reshape(contiguous(narrow(by_rank, 3, offset, width)), {B, T, t * width});
-    return reshape(norm.forward(whole), {B, T, t, width});
+  // as (B, T, t, width) again. With fewer key/value heads than ranks, each
+  // head is held by `share` ranks in a row: the keys' norm reads the first
+  // one's copy of every head and gives each holder the normalised head
+  // (whose gradient, summed over the holders, goes to the first; the
+  // head's weights sum their ranks' gradients: reduce_partial_grads).
+  auto normed = [&](int64_t offset, int64_t width, const nn::LayerNorm& norm, int64_t share) {
+    const int64_t heads = t / share;
+    Tensor parts = narrow(by_rank, 3, offset, width);
+    if (share > 1) parts = narrow(reshape(contiguous(parts), {B, T, heads, share, width}), 3, 0, 1);
+    const Tensor whole = reshape(contiguous(parts), {B, T, heads * width});
+    Tensor out = reshape(norm.forward(whole), {B, T, heads, 1, width});
+    if (share > 1) out = expand(out, {B, T, heads, share, width});
+    return reshape(contiguous(out), {B, T, t, width});
   };
+  const int64_t kv_share = cfg_.kv_heads() < t ? t / cfg_.kv_heads() : 1;
   const Tensor both =
-      reshape(concat({normed(0, q, *L.q_norm), normed(q, kv, *L.k_norm)}, 3), {B, T, t * (q + kv)});
+      reshape(concat({normed(0, q, *L.q_norm, 1), normed(q, kv, *L.k_norm, kv_share)}, 3),
+              {B, T, t * (q + kv)});
   return concat({scatter_to_region(both, group_), narrow(qkv, 2, q + kv, kv)}, 2);
 }
 

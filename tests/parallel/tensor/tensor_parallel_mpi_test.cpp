@@ -683,6 +683,7 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "phi's blocks as gpt-j's: biases on the mlp alone",
         "olmo 2's blocks: post-norms alone, qk norm over all heads, grouped-query "
         "attention",
+        "olmo 2's blocks: post-norms alone, qk norm over all heads, one key/value head",
         "olmo's blocks: layernorms without weights, q, k and v clamped, grouped-query "
         "attention",
         "granite's blocks: residual multiplier, logit scale, attention multiplier, "
@@ -770,6 +771,13 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.pre_norms = false;
       cfg.post_norms = true;
       nn::set_qk_norm(cfg, "full");
+      // One head for every rank's queries: shared by them all, its keys
+      // normalised once (the first rank's copy), its weights' gradient
+      // summed over them.
+      if (variant.find("one key/value head") != std::string::npos) {
+        cfg.n_head = 8;
+        cfg.n_kv_head = 1;
+      }
     } else if (variant.rfind("olmo's", 0) == 0) {
       // LLaMA's blocks with LayerNorms that learn nothing: no norm
       // parameters to replicate or reduce.
