@@ -1423,6 +1423,7 @@ Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k) {
 }
 
 void LossSums::record(const std::vector<Tensor>& losses) {
+  if (!read.empty()) throw ValueError("LossSums: a record after the sums were read");
   if (sums.empty()) sums.resize(losses.size());
   if (sums.size() != losses.size()) {
     throw ValueError("LossSums: " + std::to_string(losses.size()) + " losses for " +
@@ -1437,7 +1438,14 @@ void LossSums::record(const std::vector<Tensor>& losses) {
 
 std::vector<double> LossSums::host_sums(int64_t depths) const {
   std::vector<double> out(static_cast<size_t>(depths), 0.0);
-  for (size_t k = 0; k < sums.size() && k < out.size(); ++k) out[k] = item(sums[k]);
+  const size_t n = std::min(sums.size(), out.size());
+  if (read.size() == sums.size()) {
+    std::copy(read.begin(), read.begin() + static_cast<std::ptrdiff_t>(n), out.begin());
+  } else if (n > 0) {
+    const std::vector<double> all =
+        items(std::vector<Tensor>(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(n)));
+    std::copy(all.begin(), all.end(), out.begin());
+  }
   return out;
 }
 

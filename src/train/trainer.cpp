@@ -2144,10 +2144,6 @@ pipeline::PipelineExecutor& Trainer::executor_for(int64_t micro) {
   return *e;
 }
 
-double Trainer::StepLoss::read() const {
-  return item(sum) / count;
-}
-
 std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss) const {
   autograd::NoGradGuard ng;
   // The norm's square (ZeRO-1: of this rank's pieces) and the loss in one
@@ -2164,13 +2160,28 @@ std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss)
     for (const Tensor& p : model_->parameters()) grads.push_back(p.grad());
     squares = optim::sum_of_squares_device(grads);
   }
-  double square = 0, loss = 0;
-  if (squares.defined()) {
-    const std::vector<double> both = items({squares, step_loss.sum});
-    square = both.at(0);
-    loss = both.at(1) / step_loss.count;
-  } else {
-    loss = step_loss.read();
+  // The side losses' sums (model.mtp_layers, model.z_loss_coef) come back
+  // in the same copy: read later, after the optimizer is queued, they would
+  // wait for it.
+  std::vector<Tensor> read{step_loss.sum};
+  if (squares.defined()) read.push_back(squares);
+  std::vector<nn::LossSums*> sides;
+  for (const auto& stats : {mtp_stats_, z_loss_stats_}) {
+    if (!stats || stats->sums.empty()) continue;
+    bool all = true;
+    for (const Tensor& t : stats->sums) all = all && t.defined();
+    if (!all) continue;  // (read on their own, as host_sums reads them)
+    sides.push_back(stats.get());
+    read.insert(read.end(), stats->sums.begin(), stats->sums.end());
+  }
+  const std::vector<double> values = items(read);
+  const double loss = values.at(0) / step_loss.count;
+  double square = squares.defined() ? values.at(1) : 0.0;
+  auto at = values.begin() + (squares.defined() ? 2 : 1);
+  for (nn::LossSums* side : sides) {
+    const auto n = static_cast<std::ptrdiff_t>(side->sums.size());
+    side->read.assign(at, at + n);
+    at += n;
   }
   // ZeRO-1's pieces summed over the world on the host.
   if (zero_optimizer_) square = world_sums({square}).at(0);

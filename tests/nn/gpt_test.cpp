@@ -377,5 +377,23 @@ TEST(Gpt, DropoutIsDeterministicPerCallAndOffInEval) {
   EXPECT_EQ(e1, e2);
 }
 
+// LossSums: each depth's sum of the micro-batches' losses, read on the host
+// in one copy, or taken as a caller read them with other values (the
+// trainer, with its loss and norm: LossSums::read); a record after that
+// read would be lost, and is an error.
+TEST(LossSums, SumsEachDepthAndTakesWhatWasReadWithTheStep) {
+  LossSums stats;
+  EXPECT_EQ(stats.host_sums(2), (std::vector<double>{0.0, 0.0}));
+  stats.record({full({}, 1.5, DType::F32), full({}, 0.25, DType::F32)});
+  stats.record({full({}, 2.0, DType::F32), full({}, 0.5, DType::F32)});
+  EXPECT_EQ(stats.records, 2);
+  EXPECT_EQ(stats.host_sums(2), (std::vector<double>{3.5, 0.75}));
+  EXPECT_EQ(stats.host_sums(3), (std::vector<double>{3.5, 0.75, 0.0}));
+  EXPECT_EQ(stats.host_sums(1), (std::vector<double>{3.5}));
+  stats.read = {7.0, 8.0};  // (what a caller's one copy gave)
+  EXPECT_EQ(stats.host_sums(2), (std::vector<double>{7.0, 8.0}));
+  EXPECT_THROW(stats.record({full({}, 1.0, DType::F32), full({}, 1.0, DType::F32)}), ValueError);
+}
+
 }  // namespace
 }  // namespace triad::nn

@@ -823,9 +823,14 @@ class Block : public Module {
 struct LossSums {
   std::vector<Tensor> sums;
   int64_t records = 0;
+  // The sums as a caller read them with other values in one copy (a
+  // trainer, with the step's loss and gradient norm), one per sum; empty
+  // until then. A record after it is an error.
+  std::vector<double> read;
   // One micro-batch's losses, one per depth.
   void record(const std::vector<Tensor>& losses);
-  // The sums, read (zeros before any record).
+  // The sums on the host (zeros before any record): `read` where it holds
+  // them, else read now, one copy for all.
   std::vector<double> host_sums(int64_t depths) const;
 };
 

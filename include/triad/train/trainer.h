@@ -199,11 +199,12 @@ class Trainer {
   struct StepLoss {
     Tensor sum;  // f64, one value
     double count = 1;
-    double read() const;
   };
   // The step's global gradient norm (before clipping) and this rank's loss,
-  // read from the device in one copy. Collective over the pipeline, the
-  // tensor-parallel group and (ZeRO-1) the world, as the norm is.
+  // read from the device in one copy, with the side losses' sums
+  // (mtp_stats_, z_loss_stats_: LossSums::read). Collective over the
+  // pipeline, the tensor-parallel group and (ZeRO-1) the world, as the
+  // norm is.
   std::pair<double, double> grad_norm_and_loss(const StepLoss& step_loss) const;
   // Forward and backward of this rank's share of step `index`. Times its
   // passes in step_timer() (and, for pipelines, the whole of them as
