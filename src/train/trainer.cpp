@@ -1803,8 +1803,34 @@ Tensor Trainer::local_norm_squares_zero1(const Tensor& flat,
   return local.defined() ? local : zeros({static_cast<int64_t>(G)}, DType::F64, flat.device());
 }
 
-std::vector<std::pair<std::string, double>> Trainer::norms_by_group(GroupNorms& report,
-                                                                    bool of_grads) {
+Tensor Trainer::group_norm_squares(const optim::NormGroups& groups, bool of_grads) const {
+  autograd::NoGradGuard ng;
+  const auto G = static_cast<int64_t>(groups.size());
+  // As grad_norm() and param_norm() count: under ZeRO-1 from this rank's
+  // pieces of the flat buffers (the updated ones for the values).
+  Tensor t;
+  if (zero_optimizer_) {
+    t = local_norm_squares_zero1(of_grads ? reducer_->flat_grads() : reducer_->flat_params(),
+                                 &groups);
+  } else if (pp_model_) {
+    t = pp_model_->norm_squares(of_grads, &groups);
+  } else if (tp_model_) {
+    t = tp_model_->norm_squares(groups, of_grads);
+  } else {
+    std::vector<std::vector<Tensor>> tensors(static_cast<size_t>(G));
+    for (const auto& [name, p] : model_->named_parameters()) {
+      // (The values of the parameters that train: a frozen one has none.)
+      tensors[groups.of(name)].push_back(of_grads            ? p.grad()
+                                         : p.requires_grad() ? p.detach()
+                                                             : Tensor());
+    }
+    t = optim::grouped_sum_of_squares(tensors, device_);
+  }
+  return t.defined() ? t : zeros({G}, DType::F64, device_);
+}
+
+std::vector<std::pair<std::string, double>> Trainer::norms_by_group(
+    GroupNorms& report, bool of_grads, const std::vector<double>* read) {
   if (!report.groups) return {};
   autograd::NoGradGuard ng;
   const optim::NormGroups& groups = *report.groups;
@@ -1818,30 +1844,13 @@ std::vector<std::pair<std::string, double>> Trainer::norms_by_group(GroupNorms& 
     if (world_ && world_->size() > 1) world_->all_reduce(t, dist::ReduceOp::Max)->wait();
     for (size_t i = 0; i < G; ++i) report.trains.push_back(t.data<double>()[i] > 0);
   }
-  // As grad_norm() and param_norm() count: under ZeRO-1 from this rank's
-  // pieces of the flat buffers (the updated ones for the values).
   std::vector<double> squares;
-  if (zero_optimizer_) {
-    squares =
-        norm_squares_zero1(of_grads ? reducer_->flat_grads() : reducer_->flat_params(), &groups);
-  } else if (pp_model_) {
-    squares = pp_model_->norm_squares_by_group(groups, of_grads);
+  if (read && read->size() == G) {
+    squares = *read;
   } else {
-    Tensor t;
-    if (tp_model_) {
-      t = tp_model_->norm_squares(groups, of_grads);
-    } else {
-      std::vector<std::vector<Tensor>> tensors(G);
-      for (const auto& [name, p] : model_->named_parameters()) {
-        // (The values of the parameters that train: a frozen one has none.)
-        tensors[groups.of(name)].push_back(of_grads            ? p.grad()
-                                           : p.requires_grad() ? p.detach()
-                                                               : Tensor());
-      }
-      t = optim::grouped_sum_of_squares(tensors, device_);
-    }
-    t = t.defined() ? to_device(t, Device::cpu()) : zeros({n}, DType::F64, Device::cpu());
+    const Tensor t = to_device(group_norm_squares(groups, of_grads), Device::cpu());
     squares.assign(t.data<double>(), t.data<double>() + G);
+    if (zero_optimizer_) squares = world_sums(std::move(squares));
   }
   std::vector<std::pair<std::string, double>> out;
   for (size_t i = 0; i < G; ++i)
@@ -2144,7 +2153,8 @@ pipeline::PipelineExecutor& Trainer::executor_for(int64_t micro) {
   return *e;
 }
 
-std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss) const {
+std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss,
+                                                      std::vector<double>* group_squares) const {
   autograd::NoGradGuard ng;
   // The norm's square (ZeRO-1: of this rank's pieces) and the loss in one
   // read: the step's one wait for the device.
@@ -2174,18 +2184,28 @@ std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss)
     sides.push_back(stats.get());
     read.insert(read.end(), stats->sums.begin(), stats->sums.end());
   }
+  // log.grad_norms: each group's square too, one value a group.
+  int64_t G = 0;
+  if (group_squares && grad_norm_groups_.groups) {
+    const Tensor t = group_norm_squares(*grad_norm_groups_.groups, /*of_grads=*/true);
+    G = t.numel();
+    for (int64_t i = 0; i < G; ++i) read.push_back(narrow(t, 0, i, 1));
+  }
   const std::vector<double> values = items(read);
   const double loss = values.at(0) / step_loss.count;
-  double square = squares.defined() ? values.at(1) : 0.0;
+  std::vector<double> square{squares.defined() ? values.at(1) : 0.0};
   auto at = values.begin() + (squares.defined() ? 2 : 1);
   for (nn::LossSums* side : sides) {
     const auto n = static_cast<std::ptrdiff_t>(side->sums.size());
     side->read.assign(at, at + n);
     at += n;
   }
-  // ZeRO-1's pieces summed over the world on the host.
-  if (zero_optimizer_) square = world_sums({square}).at(0);
-  return {std::sqrt(square), loss};
+  square.insert(square.end(), at, at + G);
+  // ZeRO-1's pieces summed over the world on the host (the groups' with
+  // the global one).
+  if (zero_optimizer_) square = world_sums(std::move(square));
+  if (group_squares) group_squares->assign(square.begin() + 1, square.end());
+  return {std::sqrt(square.at(0)), loss};
 }
 
 Trainer::StepLoss Trainer::forward_backward(int64_t index) {
@@ -2558,11 +2578,11 @@ StepMetrics Trainer::train_step(int64_t index) {
   }
   if (scaler_) unscale_gradients();
   double norm = 0, loss = 0;
-  std::tie(norm, loss) = grad_norm_and_loss(step_loss);
+  std::vector<double> group_squares;  // (log.grad_norms; read with the norm)
+  std::tie(norm, loss) = grad_norm_and_loss(step_loss, &group_squares);
   double clip_coef = 1.0;
-  // (Like the global norm: a pass over the gradients and a reduction.)
   std::vector<std::pair<std::string, double>> grad_norms =
-      norms_by_group(grad_norm_groups_, /*of_grads=*/true);
+      norms_by_group(grad_norm_groups_, /*of_grads=*/true, &group_squares);
   // The loss averaged over the data-parallel replicas, on the host (one
   // value).
   if (reducer_) {

@@ -205,7 +205,9 @@ class Trainer {
   // (mtp_stats_, z_loss_stats_: LossSums::read). Collective over the
   // pipeline, the tensor-parallel group and (ZeRO-1) the world, as the
   // norm is.
-  std::pair<double, double> grad_norm_and_loss(const StepLoss& step_loss) const;
+  // With `group_squares` under log.grad_norms, the groups' squares too.
+  std::pair<double, double> grad_norm_and_loss(const StepLoss& step_loss,
+                                               std::vector<double>* group_squares = nullptr) const;
   // Forward and backward of this rank's share of step `index`. Times its
   // passes in step_timer() (and, for pipelines, the whole of them as
   // "pipeline").
@@ -416,7 +418,12 @@ class Trainer {
   GroupNorms grad_norm_groups_, param_norm_groups_;
   // Each training group's gradient norm (or, `of_grads` false, the norm of
   // its values), the same on every rank (collective); empty without groups.
-  std::vector<std::pair<std::string, double>> norms_by_group(GroupNorms& report, bool of_grads);
+  // `read`: the groups' squares already read (grad_norm_and_loss's).
+  std::vector<std::pair<std::string, double>> norms_by_group(
+      GroupNorms& report, bool of_grads, const std::vector<double>* read = nullptr);
+  // Those groups' squares on the device, not read (ZeRO-1: of this rank's
+  // pieces, before the world's sum).
+  Tensor group_norm_squares(const optim::NormGroups& groups, bool of_grads) const;
   // log.param_norm: the global L2 norm of the parameters training updates,
   // after the step's update (every rank gets it).
   double param_norm() const;

@@ -215,13 +215,6 @@ double PipelineModel::norm(bool of_grads) const {
   return std::sqrt(item(norm_squares(of_grads, nullptr)));
 }
 
-std::vector<double> PipelineModel::norm_squares_by_group(const optim::NormGroups& groups,
-                                                         bool of_grads) const {
-  const Tensor t = to_device(norm_squares(of_grads, &groups), Device::cpu());
-  const double* v = t.data<double>();
-  return std::vector<double>(v, v + t.numel());
-}
-
 Tensor PipelineModel::grad_norm_squared() const {
   return norm_squares(/*of_grads=*/true, nullptr);
 }

@@ -99,10 +99,12 @@ class PipelineModel {
   // The global L2 norm of the parameters training updates, the tied
   // embedding counted once (log.param_norm; identical on every rank).
   double param_norm() const;
-  // The gradient norm's squares group by group (log.grad_norms), or the
-  // parameters' (log.param_norms; `of_grads` false), the tied embedding
-  // counted once: groups.size() values, identical on every rank.
-  std::vector<double> norm_squares_by_group(const optim::NormGroups& groups, bool of_grads) const;
+  // The squares of the gradient norm (or, `of_grads` false, of the
+  // parameters' norm), the tied embedding counted once, on the model's
+  // device, not read: one element, or with `groups` group by group
+  // (log.grad_norms, log.param_norms). The same on every rank; collective
+  // over the pipeline.
+  Tensor norm_squares(bool of_grads, const optim::NormGroups* groups) const;
   // Full tensors of every parameter of the whole model on every rank (TP
   // shards gathered, pipeline stages broadcast). Collective.
   nn::StateDict full_state_dict() const;
@@ -134,9 +136,6 @@ class PipelineModel {
 
  private:
   double norm(bool of_grads) const;  // grad_norm or param_norm
-  // The squares of norm(of_grads) summed over the pipeline, on the model's
-  // device: one element, or with `groups` group by group.
-  Tensor norm_squares(bool of_grads, const optim::NormGroups* groups) const;
   nn::GptConfig cfg_;
   PipelineGroups groups_;
   int p_, v_, rank_;
