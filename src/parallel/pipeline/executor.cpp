@@ -726,14 +726,10 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   for (auto& q : pending_sends) q.work->wait();
   for (int c = 0; c < model_.v(); ++c) model_.chunk(c).reduce_partial_grads();
   model_.reduce_tied_embedding_grads();
-  // The last stage knows the loss; every pipeline rank reports it. Summed
-  // with the other stages' zeros on the device (a GPU's host does not wait
-  // for it), and read only if asked: a trainer reads it with the norm.
-  Tensor share =
-      loss_sum.defined() ? reshape(contiguous(loss_sum), {1}) : zeros({1}, DType::F64, act_device);
-  pp->all_reduce(share, dist::ReduceOp::Sum)->wait();
-  res.loss_sum = share;
-  res.loss = read_loss_ ? item(share) / m : std::numeric_limits<double>::quiet_NaN();
+  // Every pipeline rank reports the loss, read only if asked (a trainer
+  // reads it with the norm).
+  res.loss_sum = summed_over_pipeline(loss_sum);
+  res.loss = read_loss_ ? item(res.loss_sum) / m : std::numeric_limits<double>::quiet_NaN();
   return res;
 }
 
@@ -801,11 +797,16 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
           part = scale(part, batch.loss_weight * static_cast<double>(micro.size()));
         loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
       });
-  const double total = loss_sum.defined() ? item(loss_sum) : 0.0;
-  Tensor l =
-      from_vector(std::vector<double>{total / static_cast<double>(micro.size())}, {1}, DType::F64);
-  model_.groups().pp->broadcast(l, schedule_.rank_of(model_.num_stages() - 1))->wait();
-  return item(l);
+  return item(summed_over_pipeline(loss_sum)) / static_cast<double>(micro.size());
+}
+
+Tensor PipelineExecutor::summed_over_pipeline(const Tensor& last_stage_sum) const {
+  // The last stage knows the loss; the others add zeros, on the device (a
+  // GPU's host does not wait for the sum, only for its read).
+  Tensor share = last_stage_sum.defined() ? reshape(contiguous(last_stage_sum), {1})
+                                          : zeros({1}, DType::F64, model_.device());
+  model_.groups().pp->all_reduce(share, dist::ReduceOp::Sum)->wait();
+  return share;
 }
 
 std::vector<double> PipelineExecutor::row_losses(const std::vector<data::Batch>& micro,

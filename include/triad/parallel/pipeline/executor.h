@@ -253,6 +253,10 @@ class PipelineExecutor {
                     const std::function<nn::ForwardContext(const data::Batch&)>& ctx_of,
                     const std::function<void(tp::TensorParallelGpt&, const Tensor&,
                                              const data::Batch&)>& at_head);
+  // The last stage's loss sum (undefined elsewhere) summed over the
+  // pipeline with the other ranks' zeros on the model's device: the sum on
+  // every rank, one f64 value.
+  Tensor summed_over_pipeline(const Tensor& last_stage_sum) const;
 
   PipelineModel& model_;
   Schedule schedule_;
