@@ -1758,14 +1758,7 @@ int64_t Trainer::optimizer_state_elements() const {
 }
 
 double Trainer::global_norm_zero1(const Tensor& flat) const {
-  return std::sqrt(norm_squares_zero1(flat, nullptr).at(0));
-}
-
-std::vector<double> Trainer::norm_squares_zero1(const Tensor& flat,
-                                                const optim::NormGroups* groups) const {
-  const Tensor local = to_device(local_norm_squares_zero1(flat, groups), Device::cpu());
-  return world_sums(
-      std::vector<double>(local.data<double>(), local.data<double>() + local.numel()));
+  return std::sqrt(world_sums({item(local_norm_squares_zero1(flat, nullptr))}).at(0));
 }
 
 std::vector<double> Trainer::world_sums(std::vector<double> values) const {

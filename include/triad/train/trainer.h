@@ -402,9 +402,9 @@ class Trainer {
   // reducer's flat gradients or parameters), each element counted once
   // over the world (norm_weight_, norm_repeated_).
   double global_norm_zero1(const Tensor& flat) const;
-  // The same squared, by group when `groups` is given (else one value).
-  std::vector<double> norm_squares_zero1(const Tensor& flat, const optim::NormGroups* groups) const;
-  // This rank's part of norm_squares_zero1, on `flat`'s device, not read.
+  // This rank's part of that norm squared (by group when `groups` is
+  // given, else one value), on `flat`'s device, not read: world_sums of its
+  // values is the whole.
   Tensor local_norm_squares_zero1(const Tensor& flat, const optim::NormGroups* groups) const;
   // `values` summed element-wise over the world (on the host).
   std::vector<double> world_sums(std::vector<double> values) const;
