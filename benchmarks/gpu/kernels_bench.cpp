@@ -262,15 +262,17 @@ int main(int argc, char** argv) {
                         std::to_string(a.c) + "_NH" + std::to_string(a.nh));
   }
   // Grouped-query attention: a tp-8 rank of LLaMA 2 70B (8 query heads of
-  // 128 over one key/value head) and LLaMA 3 8B whole (32 over 8). The
-  // FLOPs are multi-head attention's; the k/v traffic shrinks by the group.
+  // 128 over one key/value head) and LLaMA 3 8B whole (32 over 8), through
+  // Triad's tensor-core kernels and cuDNN's graph. The FLOPs are multi-head
+  // attention's; the k/v traffic shrinks by the group.
   struct GqaShape {
     int64_t b, t, c, nh, kv;
   };
   for (const GqaShape& a : {GqaShape{2, 4096, 1024, 8, 1}, GqaShape{1, 4096, 4096, 32, 8}}) {
     if (no_sweep) break;
     const triad::AttentionHeads heads{a.nh, a.kv};
-    bench_attention(a.b, a.t, a.c, heads, {triad::cuda::AttentionKernel::TensorCore},
+    bench_attention(a.b, a.t, a.c, heads,
+                    {triad::cuda::AttentionKernel::TensorCore, triad::cuda::AttentionKernel::Cudnn},
                     "_gqa_B" + std::to_string(a.b) + "_T" + std::to_string(a.t) + "_C" +
                         std::to_string(a.c) + "_NH" + std::to_string(heads.q) + "_KV" +
                         std::to_string(heads.kv));

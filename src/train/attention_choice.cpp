@@ -35,6 +35,8 @@ nlohmann::json attention_choices_to_json(const std::vector<cuda::AttentionChoice
                         {"kernel", c.cudnn ? "cudnn" : "triad"},
                         {"triad_ms", c.own_ms},
                         {"cudnn_ms", c.cudnn_ms}};
+    // (Key/value heads only when grouped: earlier checkpoints read the same.)
+    if (c.kv_heads > 0 && c.kv_heads != c.n_head) e["kv_heads"] = c.kv_heads;
     if (c.forward_only) e["forward_only"] = true;
     out.push_back(std::move(e));
   }
@@ -53,6 +55,11 @@ std::vector<cuda::AttentionChoice> attention_choices_from_json(const nlohmann::j
       c.seq_len = io::json_int<IoError>(e.at("seq_len"), "seq_len");
       c.d_model = io::json_int<IoError>(e.at("d_model"), "d_model");
       c.n_head = io::json_int<IoError>(e.at("n_head"), "n_head");
+      if (e.contains("kv_heads")) {
+        c.kv_heads = io::json_int<IoError>(e.at("kv_heads"), "kv_heads");
+        if (c.kv_heads < 1)
+          throw IoError("kv_heads " + std::to_string(c.kv_heads) + " must be at least 1");
+      }
       c.forward_only = e.value("forward_only", false);
       const std::string kernel = e.at("kernel").get<std::string>();
       if (kernel != "cudnn" && kernel != "triad") {

@@ -869,12 +869,6 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("model.n_kv_head (" + std::to_string(c.model.kv_heads()) + ") " +
                       c.model.kv_heads_rule(c.parallel.tp, "parallel.tp"));
   }
-  if (c.model.kv_heads() != c.model.n_head && c.attention_kernel == "cudnn") {
-    throw ConfigError("model.attention_kernel 'cudnn' cannot take model.n_kv_head " +
-                      std::to_string(c.model.n_kv_head) +
-                      " (grouped-query attention is not "
-                      "wired to the cuDNN graph; use auto, simt or tensor_core)");
-  }
   if (c.model.attn_logit_softcap > 0.0 && c.attention_kernel == "cudnn") {
     throw ConfigError(
         "model.attention_kernel 'cudnn' cannot take model.attn_logit_softcap " +

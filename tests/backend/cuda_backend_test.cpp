@@ -212,8 +212,9 @@ void expect_attention_kernel_matches_cpu(const testing::OpCase& c, DType dtype,
 }
 
 // The same in f32, bf16 and f16 through every implementation that can run
-// (T, C, NH).
-void expect_attention_matches_cpu(const testing::OpCase& c, int64_t T, int64_t C, int64_t NH) {
+// (T, C, heads).
+void expect_attention_matches_cpu(const testing::OpCase& c, int64_t T, int64_t C,
+                                  const AttentionHeads& NH) {
   for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
     for (cuda::AttentionKernel kernel :
          {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore,
@@ -280,9 +281,9 @@ TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
 }
 
 // Grouped-query attention (NKV key/value heads, each shared by NH / NKV
-// query heads; NKV 1 is multi-query): SIMT and tensor cores against the CPU,
-// with and without packed documents, the dk/dv pass summing a group's query
-// heads. cuDNN's graph is not wired for it and says so.
+// query heads; NKV 1 is multi-query): SIMT, tensor cores and (without packed
+// documents, which its graph has no mask for) cuDNN against the CPU, the
+// dk/dv pass summing a group's query heads.
 TEST(CudaKernels, GroupedQueryAttention) {
   struct Shape {
     int64_t B, T, C, NH, NKV;
@@ -297,15 +298,19 @@ TEST(CudaKernels, GroupedQueryAttention) {
       const std::string name = "gqa_B" + std::to_string(sh.B) + "_T" + std::to_string(sh.T) + "_C" +
                                std::to_string(sh.C) + "_NH" + std::to_string(sh.NH) + "_KV" +
                                std::to_string(sh.NKV) + (documents ? "_documents" : "");
-      expect_own_kernels_match_cpu(
-          qkv_attention_case(name, sh.B, sh.T, sh.C, heads, documents ? starts : Tensor(), 7, 1.0),
-          sh.T, sh.C, heads);
+      const testing::OpCase c =
+          qkv_attention_case(name, sh.B, sh.T, sh.C, heads, documents ? starts : Tensor(), 7, 1.0);
+      if (documents)
+        expect_own_kernels_match_cpu(c, sh.T, sh.C, heads);
+      else
+        expect_attention_matches_cpu(c, sh.T, sh.C, heads);
     }
   }
-  EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Cudnn, DType::BF16, 64, 128,
-                                               AttentionHeads{4, 2})
-                .find("grouped-query"),
-            std::string::npos);
+  if (cuda::cudnn_compiled()) {
+    EXPECT_EQ(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Cudnn, DType::BF16, 128,
+                                                 128, AttentionHeads{4, 2}),
+              "");
+  }
   // A key/value head count that does not divide the query heads.
   EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Simt, DType::BF16, 64, 128,
                                                AttentionHeads{4, 3}),
@@ -2069,6 +2074,14 @@ TEST(CudaKernels, AutoAttentionRunsTheRecordedChoice) {
   EXPECT_EQ(c.cudnn, c.cudnn_ms < c.own_ms);
   ASSERT_EQ(cuda::attention_choices().size(), 1u);
   EXPECT_TRUE(cuda::attention_choices()[0].same_problem(c));
+  // The same sizes with grouped key/value heads are another problem, timed
+  // and recorded apart.
+  cuda::AttentionChoice grouped;
+  ASSERT_TRUE(cuda::tune_attention(0, DType::BF16, 2, 128, 64, AttentionHeads{4, 2}, grouped));
+  EXPECT_EQ(grouped.kv_heads, 2);
+  EXPECT_FALSE(grouped.same_problem(c));
+  EXPECT_GT(grouped.cudnn_ms, 0.0);
+  ASSERT_EQ(cuda::attention_choices().size(), 2u);
   cuda::AttentionChoice f32;
   EXPECT_FALSE(cuda::tune_attention(0, DType::F32, 2, 128, 64, 4, f32));
   cuda::set_attention_kernel(cuda::AttentionKernel::TensorCore);
@@ -4266,11 +4279,20 @@ TEST(CudaTraining, MixedPrecisionMatchesTheCpuTrainer) {
       "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 128, seq_len: 32, dropout: 0.1}";
   // And bf16 with bf16 gradients (train.grad_precision): bf16 buffers the
   // weight-gradient GEMMs add into, and the multi-tensor AdamW reading them.
-  for (const std::string precision : {"bf16", "fp16", "bf16 grads"}) {
+  // And grouped-query attention (4 query heads over 2 key/value heads)
+  // through cuDNN's fused graph, where the build has it.
+  const std::string grouped =
+      "{n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 64, vocab_size: 128, seq_len: 32, "
+      "dropout: 0.1}";
+  for (const std::string precision : {"bf16", "fp16", "bf16 grads", "bf16 grouped cudnn"}) {
     SCOPED_TRACE(precision);
+    const bool gqa = precision == "bf16 grouped cudnn";
+    if (gqa && !cuda::cudnn_compiled()) continue;
     auto make = [&](const std::string& device) {
-      train::Config c = train_config(dir, model, device, precision.substr(0, 4), 8, 4, 128, "", 2);
+      train::Config c = train_config(dir, gqa ? grouped : model, device, precision.substr(0, 4), 8,
+                                     4, 128, gqa ? "gqa" : "", 2);
       if (precision == "bf16 grads") c.train.grad_precision = "bf16";
+      if (gqa) c.attention_kernel = "cudnn";
       return c;
     };
     train::Trainer cpu(make("cpu"));

@@ -43,6 +43,14 @@ void for_each_index(const TensorDesc& t, F&& f) {
         for (i[3] = 0; i[3] < t.dims[3]; ++i[3]) f(i);
 }
 
+// Index i of a dimension of size `large` in one of size `small` dividing it:
+// each element of the small one stands for large / small consecutive ones
+// (a broadcast dimension of size 1; grouped-query attention's key/value
+// heads, each serving a group of query heads).
+int64_t grouped(int64_t i, int64_t small, int64_t large) {
+  return i / (large / small);
+}
+
 // Runs a graph the way the backend API defines its operations. Bound
 // tensors read and write caller memory; virtual ones get buffers here;
 // by-value scalars read their value.
@@ -103,14 +111,20 @@ class Interpreter {
         ASSERT_EQ(a.dims[3], b.dims[2]) << op.name;
         ASSERT_EQ(a.dims[2], y.dims[2]) << op.name;
         ASSERT_EQ(b.dims[3], y.dims[3]) << op.name;
+        for (int d = 0; d < 2; ++d) {
+          ASSERT_EQ(y.dims[d] % a.dims[d], 0) << op.name;
+          ASSERT_EQ(y.dims[d] % b.dims[d], 0) << op.name;
+        }
         float* out = ptr(op.y);
         float* pa = ptr(op.x);
         float* pb = ptr(op.b);
         for_each_index(y, [&](const Index& i) {
           double acc = 0;
           for (int64_t k = 0; k < a.dims[3]; ++k) {
-            const Index ai{a.dims[0] == 1 ? 0 : i[0], a.dims[1] == 1 ? 0 : i[1], i[2], k};
-            const Index bi{b.dims[0] == 1 ? 0 : i[0], b.dims[1] == 1 ? 0 : i[1], k, i[3]};
+            const Index ai{grouped(i[0], a.dims[0], y.dims[0]), grouped(i[1], a.dims[1], y.dims[1]),
+                           i[2], k};
+            const Index bi{grouped(i[0], b.dims[0], y.dims[0]), grouped(i[1], b.dims[1], y.dims[1]),
+                           k, i[3]};
             acc += static_cast<double>(pa[offset_of(a, ai)]) * pb[offset_of(b, bi)];
           }
           out[offset_of(y, i)] = static_cast<float>(acc);
@@ -119,6 +133,7 @@ class Interpreter {
       }
       case OpKind::Reduction: {
         const TensorDesc& x = g_.tensor(op.x);
+        for (int d = 0; d < 4; ++d) ASSERT_EQ(x.dims[d] % y.dims[d], 0) << op.name;
         float* out = ptr(op.y);
         for_each_index(y, [&](const Index& i) {
           out[offset_of(y, i)] =
@@ -127,7 +142,7 @@ class Interpreter {
         float* in = ptr(op.x);
         for_each_index(x, [&](const Index& xi) {
           Index yi{};
-          for (int d = 0; d < 4; ++d) yi[d] = y.dims[d] == 1 ? 0 : xi[d];
+          for (int d = 0; d < 4; ++d) yi[d] = grouped(xi[d], y.dims[d], x.dims[d]);
           float& r = out[offset_of(y, yi)];
           const float v = in[offset_of(x, xi)];
           r = op.reduction == ReductionMode::Max ? std::max(r, v) : r + v;
@@ -201,6 +216,15 @@ void expect_graph_close(const Tensor& want, const float* got, const char* what) 
 
 struct GraphCase {
   int64_t B, T, C, NH;
+  int64_t NKV = 0;  // key/value heads; 0: NH
+  int64_t kv() const { return NKV > 0 ? NKV : NH; }
+  int64_t width() const { return C + 2 * kv() * (C / NH); }
+  AttentionHeads heads() const { return {NH, kv()}; }
+  AttentionProblem problem(DataType io, int64_t version) const {
+    AttentionProblem p{B, T, C, NH, io, version};
+    p.NKV = NKV;
+    return p;
+  }
 };
 
 class CudnnAttentionGraph : public ::testing::TestWithParam<GraphCase> {};
@@ -208,15 +232,15 @@ class CudnnAttentionGraph : public ::testing::TestWithParam<GraphCase> {};
 TEST_P(CudnnAttentionGraph, ForwardMatchesTriadAttention) {
   const GraphCase c = GetParam();
   Backend& cpu = backend_for(DeviceType::CPU);
-  Tensor qkv = random_tensor({c.B, c.T, 3 * c.C}, 1);
+  Tensor qkv = random_tensor({c.B, c.T, c.width()}, 1);
   Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
-  cpu.attention_forward(qkv, c.NH, out, lse, Tensor{});
+  cpu.attention_forward(qkv, c.heads(), out, lse, Tensor{});
 
   // Masked scores filled with the lowest float (cuDNN before 9.10) and with
   // minus infinity (9.10 on).
   for (int64_t version : {int64_t{90500}, int64_t{91900}}) {
     SCOPED_TRACE("cuDNN " + std::to_string(version));
-    const AttentionProblem p{c.B, c.T, c.C, c.NH, DataType::BF16, version};
+    const AttentionProblem p = c.problem(DataType::BF16, version);
     std::vector<float> o(static_cast<size_t>(out.numel()), std::nanf(""));
     std::vector<float> stats(static_cast<size_t>(lse.numel()), std::nanf(""));
     const Graph g = attention_forward_graph(p);
@@ -236,18 +260,18 @@ TEST_P(CudnnAttentionGraph, ForwardMatchesTriadAttention) {
 TEST_P(CudnnAttentionGraph, BackwardMatchesTriadAttentionBothWays) {
   const GraphCase c = GetParam();
   Backend& cpu = backend_for(DeviceType::CPU);
-  Tensor qkv = random_tensor({c.B, c.T, 3 * c.C}, 2);
+  Tensor qkv = random_tensor({c.B, c.T, c.width()}, 2);
   Tensor dout = random_tensor({c.B, c.T, c.C}, 3);
   Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
-  Tensor dqkv = empty({c.B, c.T, 3 * c.C});
-  cpu.attention_forward(qkv, c.NH, out, lse, Tensor{});
-  cpu.attention_backward(qkv, out, lse, dout, c.NH, dqkv, Tensor{});
+  Tensor dqkv = empty({c.B, c.T, c.width()});
+  cpu.attention_forward(qkv, c.heads(), out, lse, Tensor{});
+  cpu.attention_backward(qkv, out, lse, dout, c.heads(), dqkv, Tensor{});
 
   for (int64_t version : {int64_t{90500}, int64_t{91900}}) {
     for (bool deterministic : {true, false}) {
       SCOPED_TRACE("cuDNN " + std::to_string(version) +
                    (deterministic ? ", deterministic" : ", dq accumulated"));
-      const AttentionProblem p{c.B, c.T, c.C, c.NH, DataType::F16, version};
+      const AttentionProblem p = c.problem(DataType::F16, version);
       const Graph g = attention_backward_graph(p, deterministic);
       const std::vector<WorkspaceTensor> ws = workspace_tensors(g);
       ASSERT_EQ(ws.size(), deterministic ? 1u : 2u);
@@ -275,7 +299,11 @@ TEST_P(CudnnAttentionGraph, BackwardMatchesTriadAttentionBothWays) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionGraph,
                          ::testing::Values(GraphCase{1, 5, 16, 2}, GraphCase{2, 7, 24, 3},
-                                           GraphCase{2, 16, 32, 1}));
+                                           GraphCase{2, 16, 32, 1},
+                                           // grouped-query: 2 groups of 2, 2 of 3, and
+                                           // multi-query (one key/value head for 4)
+                                           GraphCase{2, 7, 32, 4, 2}, GraphCase{1, 9, 48, 6, 2},
+                                           GraphCase{2, 6, 32, 4, 1}));
 
 TEST(CudnnAttentionGraphChecks, RefusesWhatCudnnCannotRun) {
   EXPECT_NE(cudnn_attention_unsupported({2, 8, 64, 4, DataType::F32}), "");
@@ -299,6 +327,39 @@ TEST(CudnnAttentionGraphChecks, BoundTensorsSitInsideTheFusedLayout) {
   EXPECT_TRUE(g.tensor(kScale).by_value);
   EXPECT_FLOAT_EQ(g.tensor(kScale).value, 0.25f);
   EXPECT_THROW(g.tensor(99), std::out_of_range);
+}
+
+// Grouped-query attention: k and v hold NKV heads after the NH query heads
+// (W = C + 2 NKV D per row), their gradients are each query head's summed
+// over its group, and a key/value head count that does not divide the query
+// heads is refused.
+TEST(CudnnAttentionGraphChecks, GroupedKeyValueHeadsSitInsideTheFusedLayout) {
+  AttentionProblem p{2, 8, 64, 4, DataType::BF16};
+  p.NKV = 2;  // D 16, W 128
+  EXPECT_EQ(p.qkv_width(), 128);
+  const Graph g = attention_backward_graph(p, true);
+  EXPECT_EQ(g.tensor(kK).dims, (std::array<int64_t, 4>{2, 2, 16, 8}));
+  EXPECT_EQ(g.tensor(kK).strides, (std::array<int64_t, 4>{8 * 128, 16, 1, 128}));
+  EXPECT_EQ(g.tensor(kDV).dims, (std::array<int64_t, 4>{2, 2, 8, 16}));
+  EXPECT_EQ(g.tensor(kQ).dims, (std::array<int64_t, 4>{2, 4, 8, 16}));
+  EXPECT_EQ(element_offset(p, kK), 64);
+  EXPECT_EQ(element_offset(p, kV), 96);
+  EXPECT_EQ(element_offset(p, kDV), 96);
+  auto group_sums = [](const Graph& graph) {
+    int n = 0;
+    for (const Op& op : graph.ops) {
+      if (op.kind != OpKind::Reduction || graph.tensor(op.x).dims[1] == graph.tensor(op.y).dims[1])
+        continue;
+      EXPECT_TRUE(op.y == kDK || op.y == kDV) << op.name;
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(group_sums(g), 2);
+  EXPECT_EQ(group_sums(attention_forward_graph(p)), 0);
+  EXPECT_EQ(group_sums(attention_backward_graph({2, 8, 64, 4, DataType::BF16}, false)), 0);
+  p.NKV = 3;
+  EXPECT_NE(cudnn_attention_unsupported(p).find("must divide the query heads"), std::string::npos);
 }
 
 // The causal mask's fill follows cuDNN's own frontend: the lowest float

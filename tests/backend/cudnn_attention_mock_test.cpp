@@ -54,16 +54,22 @@ struct Reference {
 };
 Reference reference(const g::AttentionProblem& p, const std::vector<uint16_t>& qkv,
                     const std::vector<uint16_t>& dout) {
-  const int64_t B = p.B, T = p.T, C = p.C, NH = p.NH, D = p.head_dim();
+  const int64_t B = p.B, T = p.T, C = p.C, NH = p.NH, D = p.head_dim(), W = p.qkv_width();
+  const int64_t G = NH / p.kv_heads();  // query heads a key/value head serves
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  // Query head h's q (part 0), or the k (1) or v (2) of the key/value head
+  // it reads, within a row of qkv.
+  auto column = [&](int64_t part, int64_t h, int64_t d) {
+    return part == 0 ? h * D + d : C + (part - 1) * p.kv_heads() * D + (h / G) * D + d;
+  };
   auto at = [&](int64_t b, int64_t t, int64_t part, int64_t h, int64_t d) {
     return static_cast<double>(
-        from_bf16(qkv[static_cast<size_t>((b * T + t) * 3 * C + part * C + h * D + d)]));
+        from_bf16(qkv[static_cast<size_t>((b * T + t) * W + column(part, h, d))]));
   };
   Reference r;
   r.out.assign(static_cast<size_t>(B * T * C), 0);
   r.lse.assign(static_cast<size_t>(B * NH * T), 0);
-  r.dqkv.assign(static_cast<size_t>(B * T * 3 * C), 0);
+  r.dqkv.assign(static_cast<size_t>(B * T * W), 0);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h) {
       std::vector<std::vector<double>> P(static_cast<size_t>(T));
@@ -92,7 +98,7 @@ Reference reference(const g::AttentionProblem& p, const std::vector<uint16_t>& q
             from_bf16(dout[static_cast<size_t>((b * T + i) * C + h * D + d)]));
       };
       auto grad = [&](int64_t t, int64_t part, int64_t d) -> double& {
-        return r.dqkv[static_cast<size_t>((b * T + t) * 3 * C + part * C + h * D + d)];
+        return r.dqkv[static_cast<size_t>((b * T + t) * W + column(part, h, d))];
       };
       for (int64_t i = 0; i < T; ++i) {
         double delta = 0;
@@ -144,10 +150,17 @@ class CudnnAttentionMock : public ::testing::Test {
 };
 
 TEST_F(CudnnAttentionMock, ForwardAndBackwardComputeCausalAttention) {
-  for (const g::AttentionProblem p : {g::AttentionProblem{2, 9, 32, 2, g::DataType::BF16},
-                                      g::AttentionProblem{1, 17, 48, 3, g::DataType::BF16}}) {
-    SCOPED_TRACE("T=" + std::to_string(p.T) + " C=" + std::to_string(p.C));
-    const size_t n_qkv = static_cast<size_t>(p.B * p.T * 3 * p.C);
+  // Multi-head, grouped-query (2 key/value heads for 4) and multi-query.
+  std::vector<g::AttentionProblem> problems{g::AttentionProblem{2, 9, 32, 2, g::DataType::BF16},
+                                            g::AttentionProblem{1, 17, 48, 3, g::DataType::BF16},
+                                            g::AttentionProblem{2, 9, 64, 4, g::DataType::BF16},
+                                            g::AttentionProblem{1, 10, 48, 3, g::DataType::BF16}};
+  problems[2].NKV = 2;
+  problems[3].NKV = 1;
+  for (const g::AttentionProblem& p : problems) {
+    SCOPED_TRACE("T=" + std::to_string(p.T) + " C=" + std::to_string(p.C) +
+                 " NKV=" + std::to_string(p.kv_heads()));
+    const size_t n_qkv = static_cast<size_t>(p.B * p.T * p.qkv_width());
     const size_t n_out = static_cast<size_t>(p.B * p.T * p.C);
     const size_t n_lse = static_cast<size_t>(p.B * p.NH * p.T);
     const std::vector<uint16_t> qkv_v = random_bf16(n_qkv, 1), dout_v = random_bf16(n_out, 2);
@@ -174,7 +187,7 @@ TEST_F(CudnnAttentionMock, ForwardAndBackwardComputeCausalAttention) {
       const size_t bws = cudnn_attention_workspace(0, p, true, deterministic);
       // The engine's scratch, then rowsum(dO * O) in f32, then (accumulated
       // dQ) dQ in f32.
-      const size_t dq_accum = deterministic ? 0 : n_qkv / 3 * sizeof(float);
+      const size_t dq_accum = deterministic ? 0 : n_out * sizeof(float);
       EXPECT_GE(bws,
                 static_cast<size_t>(mock::kEngineWorkspace) + n_lse * sizeof(float) + dq_accum);
       Aligned<char> bwork(bws);
@@ -187,7 +200,7 @@ TEST_F(CudnnAttentionMock, ForwardAndBackwardComputeCausalAttention) {
       expect_near_all(std::vector<uint16_t>(dqkv.data, dqkv.data + n_qkv), want.dqkv, 3e-2, "dqkv");
     }
   }
-  EXPECT_EQ(mock::stats().executions, 6);
+  EXPECT_EQ(mock::stats().executions, 12);
   EXPECT_EQ(mock::last_error(), "");
 }
 
@@ -210,6 +223,10 @@ TEST_F(CudnnAttentionMock, PlansAreBuiltOncePerShapeAndDescriptorsDoNotLeak) {
   // Another device, or another shape, gets its own plan.
   cudnn_attention_workspace(1, p, false);
   EXPECT_EQ(mock::stats().graphs_finalized, graphs + 1);
+  g::AttentionProblem multi_query = p;
+  multi_query.NKV = 1;
+  cudnn_attention_workspace(0, multi_query, false);
+  EXPECT_EQ(mock::stats().graphs_finalized, graphs + 2);
 }
 
 TEST_F(CudnnAttentionMock, NoEngineAndBadPointersAreClearErrors) {

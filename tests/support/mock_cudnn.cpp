@@ -202,6 +202,19 @@ bool broadcasts(const TensorInfo& x, const TensorInfo& y) {
   return true;
 }
 
+// A matmul's batch dimension of size `small` read at index i of one of size
+// `large`, or a reduction's output dimension `small` taking input index i:
+// equal, 1 (broadcast, or all reduced), or a divisor, each element standing
+// for a group of large / small consecutive ones (cuDNN's grouped-query
+// attention: query head h reads key/value head h / (NH / NKV), and dK's
+// reduction sums each group).
+bool groups(int64_t small, int64_t large) {
+  return small >= 1 && large % small == 0;
+}
+int64_t grouped_index(int64_t i, int64_t small, int64_t large) {
+  return i / (large / small);
+}
+
 bool unary(cudnnPointwiseMode_t m) {
   return m == CUDNN_POINTWISE_IDENTITY || m == CUDNN_POINTWISE_EXP || m == CUDNN_POINTWISE_LOG ||
          m == CUDNN_POINTWISE_GEN_INDEX;
@@ -303,9 +316,12 @@ bool valid(const Desc& d, std::string* why) {
           !finalized_ref(d, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_BACKEND_TENSOR_DESCRIPTOR,
                          why))
         return false;
-      if (!broadcasts(tensor_info(ref(d, CUDNN_ATTR_OPERATION_REDUCTION_YDESC)),
-                      tensor_info(ref(d, CUDNN_ATTR_OPERATION_REDUCTION_XDESC)))) {
-        *why = "reduction: y is not x with some dimensions reduced to 1";
+      const TensorInfo x = tensor_info(ref(d, CUDNN_ATTR_OPERATION_REDUCTION_XDESC));
+      const TensorInfo y = tensor_info(ref(d, CUDNN_ATTR_OPERATION_REDUCTION_YDESC));
+      bool fits = x.dims.size() == y.dims.size();
+      for (size_t i = 0; fits && i < x.dims.size(); ++i) fits = groups(y.dims[i], x.dims[i]);
+      if (!fits) {
+        *why = "reduction: y is not x with some dimensions reduced to 1 or to groups";
         return false;
       }
       return true;
@@ -321,9 +337,11 @@ bool valid(const Desc& d, std::string* why) {
       const TensorInfo c = tensor_info(ref(d, CUDNN_ATTR_OPERATION_MATMUL_CDESC));
       if (a.dims.size() != 4 || b.dims.size() != 4 || c.dims.size() != 4 ||
           a.dims[3] != b.dims[2] || a.dims[2] != c.dims[2] || b.dims[3] != c.dims[3] ||
-          a.dims[0] != c.dims[0] || a.dims[1] != c.dims[1] || b.dims[0] != c.dims[0] ||
-          b.dims[1] != c.dims[1]) {
-        *why = "matmul: A [b, h, M, K], B [b, h, K, N] and C [b, h, M, N] do not fit";
+          a.dims[0] != c.dims[0] || b.dims[0] != c.dims[0] || !groups(a.dims[1], c.dims[1]) ||
+          !groups(b.dims[1], c.dims[1])) {
+        *why =
+            "matmul: A [b, h, M, K], B [b, h, K, N] and C [b, h, M, N] do not fit (A's and B's "
+            "h may divide C's)";
         return false;
       }
       return true;
@@ -456,8 +474,10 @@ class Run {
         if (!memory(a, &ma, why) || !memory(b, &mb, why) || !memory(c, &mc, why)) return false;
         each(c, [&](const int64_t* i) {
           double acc = 0;
+          const int64_t ha = grouped_index(i[1], a.dims[1], c.dims[1]),
+                        hb = grouped_index(i[1], b.dims[1], c.dims[1]);
           for (int64_t k = 0; k < a.dims[3]; ++k) {
-            const int64_t ai[4] = {i[0], i[1], i[2], k}, bi[4] = {i[0], i[1], k, i[3]};
+            const int64_t ai[4] = {i[0], ha, i[2], k}, bi[4] = {i[0], hb, k, i[3]};
             acc += static_cast<double>(load(a, ma, ai)) * load(b, mb, bi);
           }
           store(c, mc, i, static_cast<float>(acc));
@@ -478,7 +498,7 @@ class Run {
         std::vector<char> seen(acc.size(), 0);
         each(x, [&](const int64_t* i) {
           int64_t yi[4];
-          for (int d = 0; d < 4; ++d) yi[d] = y.dims[d] == 1 ? 0 : i[d];
+          for (int d = 0; d < 4; ++d) yi[d] = grouped_index(i[d], y.dims[d], x.dims[d]);
           const auto at = static_cast<size_t>(offset(y, yi));
           const double v = load(x, mx, i);
           if (!seen[at]) {

@@ -1560,9 +1560,11 @@ TEST(Config, KeyValueHeadsParseRoundTripAndAreChecked) {
   expect_config_error(kValid,
                       {"model.n_head=6", "model.n_kv_head=3", "parallel.tp=2", "model.d_model=24"},
                       "model.n_kv_head (3) must be divisible by parallel.tp (2), or divide it");
-  expect_config_error(kValid,
-                      {"model.n_head=4", "model.n_kv_head=2", "model.attention_kernel=cudnn"},
-                      "model.attention_kernel 'cudnn' cannot take model.n_kv_head 2");
+  // cuDNN's graph takes grouped-query attention too.
+  EXPECT_EQ(
+      parse_config(kValid, {"model.n_head=4", "model.n_kv_head=2", "model.attention_kernel=cudnn"})
+          .attention_kernel,
+      "cudnn");
   expect_config_error(kValid, {"model.n_kv_head=two"}, "model.n_kv_head");
 }
 

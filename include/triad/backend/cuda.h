@@ -232,13 +232,15 @@ struct AttentionChoice {
   DType dtype = DType::BF16;
   bool deterministic = true;  // the backward timed is the deterministic one
   int64_t batch = 0, seq_len = 0, d_model = 0, n_head = 0;
+  int64_t kv_heads = 0;       // key/value heads (grouped-query attention); 0: n_head
   bool forward_only = false;  // for inference: timed (and used) without a backward
   bool cudnn = false;
   double own_ms = 0, cudnn_ms = 0;
   bool same_problem(const AttentionChoice& o) const {
+    auto kv = [](const AttentionChoice& c) { return c.kv_heads > 0 ? c.kv_heads : c.n_head; };
     return dtype == o.dtype && deterministic == o.deterministic && batch == o.batch &&
            seq_len == o.seq_len && d_model == o.d_model && n_head == o.n_head &&
-           forward_only == o.forward_only;
+           kv(*this) == kv(o) && forward_only == o.forward_only;
   }
 };
 void set_attention_choice(const AttentionChoice& choice);

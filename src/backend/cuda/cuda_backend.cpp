@@ -1050,8 +1050,11 @@ k::AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& heads
 }
 
 cudnn_graph::AttentionProblem cudnn_problem(const k::AttentionShape& s, DType dtype) {
-  return {s.B, s.T, s.C, s.NH,
-          dtype == DType::F16 ? cudnn_graph::DataType::F16 : cudnn_graph::DataType::BF16};
+  cudnn_graph::AttentionProblem p{
+      s.B, s.T, s.C, s.NH,
+      dtype == DType::F16 ? cudnn_graph::DataType::F16 : cudnn_graph::DataType::BF16};
+  p.NKV = s.kv_heads();
+  return p;
 }
 
 int sm_major(int device) {
@@ -1070,10 +1073,6 @@ struct AttentionRoute {
 // Why cuDNN cannot take the call ("" when it can); f32 never goes there.
 std::string cudnn_unavailable(DType dtype, const k::AttentionShape& shape, int device) {
   if (dtype == DType::F32) return "cuDNN fused attention takes bf16 or f16 only";
-  if (shape.grouped())
-    return "grouped-query attention (" + std::to_string(shape.kv_heads()) +
-           " key/value heads for " + std::to_string(shape.NH) +
-           " query heads) is not wired to the cuDNN graph";
   if (shape.softcap > 0)
     return "its graph has no logit soft-capping (softcap " + std::to_string(shape.softcap) + ")";
   return cudnn_attention_unavailable(cudnn_problem(shape, dtype), sm_major(device));
@@ -1114,6 +1113,7 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
   choice.seq_len = shape.T;
   choice.d_model = shape.C;
   choice.n_head = shape.NH;
+  choice.kv_heads = shape.kv_heads();
   std::lock_guard<std::mutex> lock(mutex_);
   if (cuda::find_attention_choice(choice)) return choice;
   if (forward_only) {
@@ -1134,7 +1134,10 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
     // A forward-only timing needs no gradient buffers.
     const size_t n_grad = forward_only ? 0 : n_out;
     Scratch out(s.allocator, n_out * elem), dout(s.allocator, n_grad * elem);
-    Scratch dqkv(s.allocator, 3 * n_grad * elem), lse(s.allocator, n_lse * sizeof(float));
+    const size_t n_qkv = forward_only ? 0
+                                      : static_cast<size_t>(shape.B * shape.T) *
+                                            static_cast<size_t>(shape.qkv_width());
+    Scratch dqkv(s.allocator, n_qkv * elem), lse(s.allocator, n_lse * sizeof(float));
     Scratch work(s.allocator, ws);
     if (!forward_only)
       check(cudaMemsetAsync(dout.get(), 0, n_out * elem, s.stream), "cudaMemsetAsync");
@@ -1175,14 +1178,14 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
     const char* own_name =
         own_kernel == k::AttentionKernel::TensorCore ? "tensor-core kernels" : "SIMT kernels";
     spdlog::info(
-        "attention B={} T={} C={} heads={} {}: cuDNN {:.3f} ms, Triad's {} {:.3f} ms "
+        "attention B={} T={} C={} heads={}/{} {}: cuDNN {:.3f} ms, Triad's {} {:.3f} ms "
         "({}); using {}",
-        shape.B, shape.T, shape.C, shape.NH, dtype_name(dtype), choice.cudnn_ms, own_name,
-        choice.own_ms, forward_only ? "forward only" : "forward + backward",
+        shape.B, shape.T, shape.C, shape.NH, shape.kv_heads(), dtype_name(dtype), choice.cudnn_ms,
+        own_name, choice.own_ms, forward_only ? "forward only" : "forward + backward",
         choice.cudnn ? "cuDNN" : own_name);
   } catch (const Error& e) {
-    spdlog::warn("attention B={} T={} C={} heads={}: cuDNN is not used ({})", shape.B, shape.T,
-                 shape.C, shape.NH, e.what());
+    spdlog::warn("attention B={} T={} C={} heads={}/{}: cuDNN is not used ({})", shape.B, shape.T,
+                 shape.C, shape.NH, shape.kv_heads(), e.what());
     choice.cudnn = false;
   }
   cuda::set_attention_choice(choice);
@@ -1242,7 +1245,8 @@ bool tune_attention(int device, DType dtype, const k::AttentionShape& shape,
   CudaBackend::DeviceState& s = cuda_backend().state(device);
   DeviceGuard g(s.index);
   // Timed on zeros: the kernels' speed does not depend on the values.
-  const size_t bytes = static_cast<size_t>(3 * shape.B * shape.T * shape.C) * dtype_size(dtype);
+  const size_t bytes =
+      static_cast<size_t>(shape.B * shape.T * shape.qkv_width()) * dtype_size(dtype);
   Scratch qkv(s.allocator, bytes);
   check(cudaMemsetAsync(qkv.get(), 0, bytes, s.stream), "cudaMemsetAsync");
   out = attention_tuner().decide(s, qkv.get(), dtype, shape,

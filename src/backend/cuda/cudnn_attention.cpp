@@ -229,6 +229,7 @@ DescriptorPtr make_operation(const g::Op& op, const std::map<int64_t, Descriptor
 std::string describe(const g::AttentionProblem& p, bool backward) {
   return std::string(backward ? "backward" : "forward") + " B=" + std::to_string(p.B) +
          " T=" + std::to_string(p.T) + " C=" + std::to_string(p.C) + " NH=" + std::to_string(p.NH) +
+         (p.kv_heads() != p.NH ? " NKV=" + std::to_string(p.kv_heads()) : std::string()) +
          (p.io == g::DataType::BF16 ? " bf16" : " f16");
 }
 
@@ -316,7 +317,7 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const g::AttentionProblem
               "); choose model.attention_kernel: tensor_core or simt");
 }
 
-using PlanKey = std::tuple<int, bool, bool, int, int64_t, int64_t, int64_t, int64_t>;
+using PlanKey = std::tuple<int, bool, bool, int, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 // Handles and plans live for the process (like the backend's streams): never
 // destroyed, so no static destructor races a late attention call.
@@ -347,7 +348,8 @@ Plan& plan_for(int device, const g::AttentionProblem& p, bool backward, bool det
   std::lock_guard<std::mutex> lock(r.mutex);
   *handle = handle_locked(r, device);
   deterministic = deterministic || !backward;  // the forward has one graph
-  const PlanKey key{device, backward, deterministic, static_cast<int>(p.io), p.B, p.T, p.C, p.NH};
+  const PlanKey key{device, backward, deterministic, static_cast<int>(p.io), p.B, p.T,
+                    p.C,    p.NH,     p.kv_heads()};
   auto it = r.plans.find(key);
   if (it == r.plans.end())
     it = r.plans.emplace(key, build_plan(*handle, p, backward, deterministic)).first;

@@ -27,6 +27,9 @@ std::string cudnn_attention_unsupported(const AttentionProblem& p) {
   if (D % 8 != 0 || D > 256)
     return "cuDNN fused attention needs a head dim that is a multiple of 8 up to 256, not " +
            std::to_string(D);
+  if (p.NKV < 0 || p.NH % p.kv_heads() != 0)
+    return "key/value heads (" + std::to_string(p.NKV) + ") must divide the query heads (" +
+           std::to_string(p.NH) + ")";
   return "";
 }
 
@@ -127,16 +130,20 @@ class Builder {
   int64_t next_ = kFirstInternal;
 };
 
-// q, k, v heads inside qkv (B, T, 3C) and o heads inside out (B, T, C).
+// q, k, v heads inside qkv (B, T, W) and o heads inside out (B, T, C): NH
+// query heads, NKV key/value heads.
 struct Layout {
-  int64_t B, T, C, NH, D;
-  explicit Layout(const AttentionProblem& p) : B(p.B), T(p.T), C(p.C), NH(p.NH), D(p.head_dim()) {}
+  int64_t B, T, C, NH, NKV, D, W;
+  explicit Layout(const AttentionProblem& p)
+      : B(p.B), T(p.T), C(p.C), NH(p.NH), NKV(p.kv_heads()), D(p.head_dim()), W(p.qkv_width()) {}
+  bool grouped() const { return NKV != NH; }
   Dims bhtd() const { return {B, NH, T, D}; }
-  Dims bhdt() const { return {B, NH, D, T}; }
+  Dims kv_btd() const { return {B, NKV, T, D}; }
+  Dims kv_bdt() const { return {B, NKV, D, T}; }
   Dims bhtt() const { return {B, NH, T, T}; }
   Dims bht1() const { return {B, NH, T, 1}; }
-  Dims qkv_strides() const { return {T * 3 * C, D, 3 * C, 1}; }
-  Dims qkv_strides_transposed() const { return {T * 3 * C, D, 1, 3 * C}; }
+  Dims qkv_strides() const { return {T * W, D, W, 1}; }
+  Dims qkv_strides_transposed() const { return {T * W, D, 1, W}; }
   Dims out_strides() const { return {T * C, D, C, 1}; }
   Dims stats_strides() const { return {NH * T, T, 1, 1}; }
   // A [B, NH, T, T] tensor seen transposed through its strides.
@@ -156,7 +163,7 @@ struct GraphStart {
   int64_t q, kt, sc;
   explicit GraphStart(const AttentionProblem& p) : l((check(p), p)), g(p) {
     q = g.bound(kQ, "q", p.io, l.bhtd(), l.qkv_strides());
-    kt = g.bound(kK, "k_transposed", p.io, l.bhdt(), l.qkv_strides_transposed());
+    kt = g.bound(kK, "k_transposed", p.io, l.kv_bdt(), l.qkv_strides_transposed());
     sc = g.scalar(kScale, "attn_scale", 1.0f / std::sqrt(static_cast<float>(l.D)));
   }
 };
@@ -168,7 +175,7 @@ Graph attention_forward_graph(const AttentionProblem& p) {
   const Layout& l = start.l;
   Builder& g = start.g;
   const int64_t q = start.q, kt = start.kt, sc = start.sc;
-  const int64_t v = g.bound(kV, "v", p.io, l.bhtd(), l.qkv_strides());
+  const int64_t v = g.bound(kV, "v", p.io, l.kv_btd(), l.qkv_strides());
   const int64_t o = g.bound(kO, "o", p.io, l.bhtd(), l.out_strides());
   const int64_t stats = g.bound(kStats, "stats", DataType::F32, l.bht1(), l.stats_strides());
 
@@ -199,13 +206,13 @@ Graph attention_backward_graph(const AttentionProblem& p, bool deterministic) {
   const Layout& l = start.l;
   Builder& g = start.g;
   const int64_t q = start.q, kt = start.kt, sc = start.sc;
-  const int64_t vt = g.bound(kV, "v_transposed", p.io, l.bhdt(), l.qkv_strides_transposed());
+  const int64_t vt = g.bound(kV, "v_transposed", p.io, l.kv_bdt(), l.qkv_strides_transposed());
   const int64_t o = g.bound(kO, "o", p.io, l.bhtd(), l.out_strides());
   const int64_t d_o = g.bound(kDO, "do", p.io, l.bhtd(), l.out_strides());
   const int64_t stats = g.bound(kStats, "stats", DataType::F32, l.bht1(), l.stats_strides());
   const int64_t dq = g.bound(kDQ, "dq", p.io, l.bhtd(), l.qkv_strides());
-  const int64_t dk = g.bound(kDK, "dk", p.io, l.bhtd(), l.qkv_strides());
-  const int64_t dv = g.bound(kDV, "dv", p.io, l.bhtd(), l.qkv_strides());
+  const int64_t dk = g.bound(kDK, "dk", p.io, l.kv_btd(), l.qkv_strides());
+  const int64_t dv = g.bound(kDV, "dv", p.io, l.kv_btd(), l.qkv_strides());
   const int64_t softmax_sum =
       g.bound(kSoftmaxSum, "softmax_sum", DataType::F32, l.bht1(), natural_strides(l.bht1()));
   const int64_t one = g.scalar("one", 1.0f);
@@ -225,10 +232,26 @@ Graph attention_backward_graph(const AttentionProblem& p, bool deterministic) {
   const int64_t probs = g.virtual_tensor("probs", DataType::F32, l.bhtt());
   g.pointwise("exp", PointwiseMode::Exp, masked, 0, probs);
 
+  // A key/value gradient: the product itself, or under grouped-query
+  // attention each query head's (virtual, in the input type, as cuDNN's
+  // frontend declares it) summed over its group.
+  struct Names {
+    const char *product, *per_query_head, *group_sum;
+  };
+  auto kv_gradient = [&](const Names& n, int64_t a, int64_t b, int64_t out) {
+    if (!l.grouped()) {
+      g.matmul(n.product, a, b, out);
+      return;
+    }
+    const int64_t full = g.virtual_tensor(n.per_query_head, p.io, l.bhtd());
+    g.matmul(n.product, a, b, full);
+    g.reduction(n.group_sum, ReductionMode::Add, full, out);
+  };
+
   // dV = P^T dO.
   const int64_t probs_t = g.virtual_tensor("probs_t", p.io, l.bhtt(), l.tt_transposed());
   g.reshape("transpose_probs", probs, probs_t);
-  g.matmul("pt_do", probs_t, d_o, dv);
+  kv_gradient({"pt_do", "dv_per_query_head", "sum_dv_over_group"}, probs_t, d_o, dv);
 
   // dS = P * (dO V^T - softmax_sum) * scale.
   const int64_t dp = g.virtual_tensor("dp", DataType::F32, l.bhtt());
@@ -243,10 +266,10 @@ Graph attention_backward_graph(const AttentionProblem& p, bool deterministic) {
   // dK = dS^T Q.
   const int64_t ds_t = g.virtual_tensor("ds_t", p.io, l.bhtt(), l.tt_transposed());
   g.reshape("transpose_ds", ds, ds_t);
-  g.matmul("dst_q", ds_t, q, dk);
+  kv_gradient({"dst_q", "dk_per_query_head", "sum_dk_over_group"}, ds_t, q, dk);
 
   // dQ = dS K, through K's untransposed view of the same memory.
-  const int64_t k = g.virtual_tensor("k", p.io, l.bhtd(), l.qkv_strides());
+  const int64_t k = g.virtual_tensor("k", p.io, l.kv_btd(), l.qkv_strides());
   g.reshape("untranspose_k", kt, k);
   if (deterministic) {
     g.matmul("ds_k", ds, k, dq);
@@ -266,7 +289,7 @@ int64_t element_offset(const AttentionProblem& p, int64_t uid) {
       return p.C;
     case kV:
     case kDV:
-      return 2 * p.C;
+      return p.C + p.kv_heads() * p.head_dim();
     default:
       return 0;
   }

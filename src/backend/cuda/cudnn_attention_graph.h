@@ -10,10 +10,15 @@
 // a small CPU interpreter against Triad's attention, so every stride,
 // transpose, mask and scale is checked without a GPU.
 //
-// Layout: GPT's fused projection, qkv (B, T, 3*C) holding q, k, v side by
-// side with NH heads of D = C / NH, seen as [B, NH, T, D] through strides
-// (no copies); out and dout (B, T, C); lse (B, NH, T) f32, the log-sum-exp
-// of each query's scaled scores (cuDNN's "stats").
+// Layout: GPT's fused projection, qkv (B, T, W) holding q (NH heads of
+// D = C / NH), then k and v (NKV heads each), W = C + 2 * NKV * D, seen as
+// [B, heads, T, D] through strides (no copies); out and dout (B, T, C); lse
+// (B, NH, T) f32, the log-sum-exp of each query's scaled scores (cuDNN's
+// "stats"). Under grouped-query attention (NKV < NH) query head h reads
+// key/value head h / (NH / NKV): cuDNN's matmuls broadcast a [B, NKV, ...]
+// operand over the NH heads in groups of NH / NKV, and its reductions sum
+// [B, NH, ...] into [B, NKV, ...] the same way, as its own frontend builds
+// grouped-query attention.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -71,8 +76,8 @@ struct Graph {
 // The tensors a caller binds to memory (each graph uses a subset).
 enum Uid : int64_t {
   kQ = 1,
-  kK,  // K seen transposed, [B, NH, D, T]
-  kV,  // forward: [B, NH, T, D]; backward: transposed, [B, NH, D, T]
+  kK,  // K seen transposed, [B, NKV, D, T]
+  kV,  // forward: [B, NKV, T, D]; backward: transposed, [B, NKV, D, T]
   kO,
   kStats,
   kDO,
@@ -91,7 +96,11 @@ struct AttentionProblem {
   // The loaded cuDNN's version (cudnnGetVersion()); it picks the causal
   // mask's fill value (masked_score_fill).
   int64_t cudnn_version = 0;
+  // Key/value heads (grouped-query attention; 1: multi-query); 0: NH.
+  int64_t NKV = 0;
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }
+  int64_t kv_heads() const { return NKV > 0 ? NKV : NH; }
+  int64_t qkv_width() const { return C + 2 * kv_heads() * head_dim(); }
 };
 
 // What the causal mask writes over scores above the diagonal: minus
@@ -100,15 +109,18 @@ struct AttentionProblem {
 float masked_score_fill(int64_t cudnn_version);
 
 // Why cuDNN's fused attention cannot take `p`, or "" when it can (bf16/f16,
-// head dim a multiple of 8 up to 256; cudnn_attention.cpp adds what depends
-// on the device and the library's version).
+// head dim a multiple of 8 up to 256, key/value heads dividing the query
+// heads; cudnn_attention.cpp adds what depends on the device and the
+// library's version).
 std::string cudnn_attention_unsupported(const AttentionProblem& p);
 
 // Forward: O and Stats from Q, K, V.
 Graph attention_forward_graph(const AttentionProblem& p);
 // Backward: dQ, dK, dV from Q, K, V, O, dO and Stats. Deterministic graphs
 // write dQ straight from the dS @ K matmul (cuDNN's dP-workspace engine);
-// the others accumulate dQ in an f32 workspace tensor (kDQAccum).
+// the others accumulate dQ in an f32 workspace tensor (kDQAccum). Under
+// grouped-query attention dK and dV are each query head's (virtual,
+// [B, NH, T, D]) summed over its group by a reduction.
 Graph attention_backward_graph(const AttentionProblem& p, bool deterministic);
 
 // Where a bound tensor starts, in elements, from the base of its buffer

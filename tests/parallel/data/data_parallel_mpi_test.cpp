@@ -102,7 +102,26 @@ TEST(AttentionChoice, DecisionsRoundTripThroughCheckpointJson) {
   EXPECT_FALSE(both[0].forward_only);
   EXPECT_TRUE(both[1].same_problem(f));
   EXPECT_FALSE(both[1].same_problem(c));
-  nlohmann::json bad = attention_choices_to_json({c});
+  // A grouped-query decision keeps its key/value heads and is another
+  // problem; a multi-head one writes none (as checkpoints before them), and
+  // kv_heads equal to n_head is the same problem as 0.
+  cuda::AttentionChoice g = c;
+  g.kv_heads = 2;
+  const auto grouped = attention_choices_from_json(attention_choices_to_json({g}));
+  ASSERT_EQ(grouped.size(), 1u);
+  EXPECT_EQ(grouped[0].kv_heads, 2);
+  EXPECT_TRUE(grouped[0].same_problem(g));
+  EXPECT_FALSE(grouped[0].same_problem(c));
+  EXPECT_FALSE(attention_choices_to_json({c})[0].contains("kv_heads"));
+  cuda::AttentionChoice all = c;
+  all.kv_heads = 4;
+  EXPECT_TRUE(all.same_problem(c));
+  nlohmann::json bad = attention_choices_to_json({g});
+  bad[0]["kv_heads"] = "two";
+  EXPECT_THROW(attention_choices_from_json(bad), IoError);
+  bad[0]["kv_heads"] = 0;
+  EXPECT_THROW(attention_choices_from_json(bad), IoError);
+  bad = attention_choices_to_json({c});
   bad[0]["kernel"] = "flash";
   try {
     attention_choices_from_json(bad);
