@@ -62,6 +62,11 @@ struct AttentionShape {
   // The forward's output in f32 under bf16/f16 inputs (the parts alone: a
   // ring step's block, folded into the running output without a rounding).
   bool out_f32 = false;
+  // The call's first keys are a sliding window of this many keys alone
+  // (AttentionHeads::with_window): Triad's kernels read them from doc_starts
+  // all the same; the backend may hand the call to cuDNN's windowed graph
+  // instead. 0: no such promise.
+  int64_t window = 0;
   // Query rows: out's, lse's and dout's.
   int64_t query_rows() const { return QT >= 0 ? QT : T - Q0; }
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }

@@ -23,6 +23,10 @@ int64_t AttentionHeads::head_dim(int64_t width, const char* op) const {
     throw ValueError(std::string(op) + ": logit softcap " + std::to_string(softcap) +
                      " must be a finite number >= 0 (0: no soft-capping)");
   }
+  if (window < 0) {
+    throw ValueError(std::string(op) + ": sliding window " + std::to_string(window) +
+                     " must be >= 0 (0: none)");
+  }
   return width / fused();
 }
 

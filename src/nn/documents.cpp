@@ -72,6 +72,8 @@ ForwardContext apply_layout(const GptConfig& cfg, int64_t B, int64_t T, const Do
       // Layers exempt from the window see their documents alone.
       if (!cfg.full_attention_layers.empty())
         ctx.full_starts = !starts.defined() || device.is_cpu() ? starts : to_device(starts, device);
+      // (The window alone, where no documents reset the mask.)
+      if (!mask) ctx.starts_window = cfg.sliding_window;
       starts = sliding_window_starts(B, T, cfg.sliding_window, starts);
     }
     ctx.doc_starts = device.is_cpu() ? starts : to_device(starts, device);

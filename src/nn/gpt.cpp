@@ -1020,7 +1020,8 @@ Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, in
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
   const Tensor qkv = project(x, ctx.positions, 0, ctx.draw());
-  Tensor y = causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0));
+  Tensor y = causal_attention(qkv, ctx.attention_heads(heads_, window_),
+                              ctx.attention_starts(window_ > 0));
   y = heads_out(y);
   return site_dropout(c_proj_->forward(y, ctx.draw()), dropout_, ctx, layer_, "attn.resid");
 }
@@ -1038,8 +1039,8 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
       latent_->store(parts, k_cache, v_cache, 0, ctx.positions, rope_.theta, rope_.scaling);
       const Tensor qkv = rotary_embedding(latent_->qkv(parts), heads_, ctx.positions, 0,
                                           rope_.theta, rope_.scaling);
-      return c_proj_->forward(
-          heads_out(causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0))));
+      return c_proj_->forward(heads_out(causal_attention(qkv, ctx.attention_heads(heads_, window_),
+                                                         ctx.attention_starts(window_ > 0))));
     }
     std::vector<int64_t> rows;  // the left-padded rows' first text slots (on the host)
     if (text_starts.defined()) {
@@ -1055,8 +1056,8 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
     // The prompt (from an empty cache) attends over itself alone: the fused
     // attention, as forward() runs it (no (n, n) scores in memory), with
     // ctx's first keys (padding, a sliding window).
-    return c_proj_->forward(
-        heads_out(causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0))));
+    return c_proj_->forward(heads_out(causal_attention(qkv, ctx.attention_heads(heads_, window_),
+                                                       ctx.attention_starts(window_ > 0))));
   }
   // Later tokens attend over the cache where it lies: causally, within the
   // layer's window, never to a row's left padding.

@@ -335,10 +335,31 @@ int64_t checked_head_dim(const Tensor& qkv, const AttentionHeads& heads, const c
 }
 }  // namespace
 
+// heads.window's promise checked where the first keys are on the host:
+// each query's is exactly its window's (AttentionHeads::with_window).
+void check_window_starts(const Tensor& starts, int64_t window, const char* op) {
+  if (window <= 0 || !starts.defined() || !starts.device().is_cpu()) return;
+  const int64_t B = starts.size(0), T = starts.size(1);
+  const int32_t* p = starts.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t want = std::max<int64_t>(0, t - window + 1);
+      if (p[b * T + t] != want) {
+        throw ValueError(std::string(op) + ": heads promise a sliding window of " +
+                         std::to_string(window) + " keys alone, but doc_starts[" +
+                         std::to_string(b) + ", " + std::to_string(t) + "] is " +
+                         std::to_string(p[b * T + t]) + ", not " + std::to_string(want));
+      }
+    }
+  }
+}
+
 Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts) {
   const int64_t C = heads.q * checked_head_dim(qkv, heads, "causal_attention");
   const int64_t B = qkv.size(0), T = qkv.size(1);
   const Tensor starts = checked_doc_starts(doc_starts, B, T, qkv.device());
+  if (heads.window > 0 && doc_starts.defined() && doc_starts.device().is_cpu())
+    check_window_starts(contiguous(doc_starts), heads.window, "causal_attention");
   Tensor qc = contiguous(qkv).detach();
   Tensor out = empty({B, T, C}, qkv.dtype(), qkv.device());
   Tensor lse = empty({B, heads.q, T}, stat_dtype(qkv.dtype()), qkv.device());

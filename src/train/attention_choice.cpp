@@ -35,8 +35,10 @@ nlohmann::json attention_choices_to_json(const std::vector<cuda::AttentionChoice
                         {"kernel", c.cudnn ? "cudnn" : "triad"},
                         {"triad_ms", c.own_ms},
                         {"cudnn_ms", c.cudnn_ms}};
-    // (Key/value heads only when grouped: earlier checkpoints read the same.)
+    // (Key/value heads only when grouped, a window only when there is one:
+    // earlier checkpoints read the same.)
     if (c.kv_heads > 0 && c.kv_heads != c.n_head) e["kv_heads"] = c.kv_heads;
+    if (c.window > 0) e["window"] = c.window;
     if (c.forward_only) e["forward_only"] = true;
     out.push_back(std::move(e));
   }
@@ -59,6 +61,11 @@ std::vector<cuda::AttentionChoice> attention_choices_from_json(const nlohmann::j
         c.kv_heads = io::json_int<IoError>(e.at("kv_heads"), "kv_heads");
         if (c.kv_heads < 1)
           throw IoError("kv_heads " + std::to_string(c.kv_heads) + " must be at least 1");
+      }
+      if (e.contains("window")) {
+        c.window = io::json_int<IoError>(e.at("window"), "window");
+        if (c.window < 1)
+          throw IoError("window " + std::to_string(c.window) + " must be at least 1");
       }
       c.forward_only = e.value("forward_only", false);
       const std::string kernel = e.at("kernel").get<std::string>();

@@ -801,13 +801,6 @@ void validate(const Config& c, bool min_lr_given) {
         "model.attention_kernel 'cudnn' cannot take data.reset_attention_mask: cuDNN's fused "
         "attention has no document mask (use auto, simt or tensor_core)");
   }
-  if (c.model.sliding_window > 0 && c.model.sliding_window < c.model.seq_len &&
-      c.attention_kernel == "cudnn") {
-    throw ConfigError("model.attention_kernel 'cudnn' cannot take model.sliding_window " +
-                      std::to_string(c.model.sliding_window) +
-                      ": cuDNN's graph here has only the causal mask (use auto, simt or "
-                      "tensor_core)");
-  }
   if (c.model.eod_token < -1 || c.model.eod_token >= c.model.vocab_size) {
     throw ConfigError("data.eod_token (" + std::to_string(c.model.eod_token) +
                       ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +

@@ -745,18 +745,30 @@ void Trainer::choose_attention_kernel() {
   // with this rank's share of the heads.
   const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
   const auto& m = config_.model;
-  cuda::AttentionChoice choice;
-  const bool has = cuda::tune_attention(
-      device_.index, config_.train.param_dtype(), config_.train.micro_batch_size, m.seq_len,
-      m.q_width() / tp,
-      AttentionHeads{m.n_head / tp, m.kv_heads_per_rank(tp)}.with_softcap(m.attn_logit_softcap),
-      choice);
-  if (!train::agree_attention_choice(has, choice, world_.get())) return;
-  cuda::set_attention_choice(choice);
-  const int ranks = world_ ? world_->size() : 1;
-  spdlog::info("attention: {} ({:.3f} ms with cuDNN, {:.3f} ms with Triad's kernels{})",
-               choice.cudnn ? "cuDNN" : "Triad's kernels", choice.cudnn_ms, choice.own_ms,
-               ranks > 1 ? fmt::format(", summed over {} ranks", ranks) : std::string());
+  // The windows the layers' calls pose: a sliding window shorter than the
+  // sequence, where no document resets the mask, is a problem of its own
+  // (its first keys the window alone); layers without one pose the whole
+  // causal problem.
+  std::set<int64_t> windows;
+  for (int64_t i = 0; i < m.n_layer; ++i) {
+    const int64_t w = m.window_of(i);
+    windows.insert(w > 0 && w < m.seq_len && !m.reset_attention_mask ? w : 0);
+  }
+  const AttentionHeads heads =
+      AttentionHeads{m.n_head / tp, m.kv_heads_per_rank(tp)}.with_softcap(m.attn_logit_softcap);
+  for (int64_t window : windows) {
+    cuda::AttentionChoice choice;
+    const bool has = cuda::tune_attention(device_.index, config_.train.param_dtype(),
+                                          config_.train.micro_batch_size, m.seq_len,
+                                          m.q_width() / tp, heads.with_window(window), choice);
+    if (!train::agree_attention_choice(has, choice, world_.get())) continue;
+    cuda::set_attention_choice(choice);
+    const int ranks = world_ ? world_->size() : 1;
+    spdlog::info("attention{}: {} ({:.3f} ms with cuDNN, {:.3f} ms with Triad's kernels{})",
+                 window > 0 ? fmt::format(" over a window of {}", window) : std::string(),
+                 choice.cudnn ? "cuDNN" : "Triad's kernels", choice.cudnn_ms, choice.own_ms,
+                 ranks > 1 ? fmt::format(", summed over {} ranks", ranks) : std::string());
+  }
 }
 
 void Trainer::trace_host(const std::string& name, const std::string& category,

@@ -320,7 +320,9 @@ TEST(CudaKernels, GroupedQueryAttention) {
 // Sliding windows (each query's first key t - W + 1, or its document's
 // start if later): SIMT and tensor cores against the CPU, windows shorter
 // than a tile and spanning several, so whole tiles before a block's first
-// key are skipped in the forward, dq and dk/dv passes.
+// key are skipped in the forward, dq and dk/dv passes. A window alone,
+// promised by the heads (AttentionHeads::with_window), runs through cuDNN's
+// windowed graph too.
 TEST(CudaKernels, AttentionOverASlidingWindow) {
   struct Case {
     int64_t B, T, C, NH, NKV, window;
@@ -339,8 +341,30 @@ TEST(CudaKernels, AttentionOverASlidingWindow) {
     const std::string name = "window" + std::to_string(k.window) + "_B" + std::to_string(k.B) +
                              "_T" + std::to_string(k.T) + "_NH" + std::to_string(k.NH) + "_KV" +
                              std::to_string(k.NKV) + (k.documents ? "_documents" : "");
-    expect_own_kernels_match_cpu(qkv_attention_case(name, k.B, k.T, k.C, heads, starts, 9, 1.0),
-                                 k.T, k.C, heads);
+    if (k.documents) {
+      expect_own_kernels_match_cpu(qkv_attention_case(name, k.B, k.T, k.C, heads, starts, 9, 1.0),
+                                   k.T, k.C, heads);
+    } else {
+      const AttentionHeads promised = heads.with_window(k.window);
+      expect_attention_matches_cpu(
+          qkv_attention_case(name, k.B, k.T, k.C, promised, starts, 9, 1.0), k.T, k.C, promised);
+    }
+  }
+  // cuDNN named explicitly: a window mixed with documents has no graph.
+  if (cuda::cudnn_compiled()) {
+    cuda::set_attention_kernel(cuda::AttentionKernel::Cudnn);
+    const Tensor qkv = randn({1, 128, 192}, 3, 1, 1.0, DType::BF16, kGpu);
+    std::vector<int64_t> ids(128, 5);
+    ids[40] = 0;
+    const Tensor mixed = nn::sliding_window_starts(
+        1, 128, 16, nn::document_layout(from_vector(ids, {1, 128}), 0).starts);
+    try {
+      (void)causal_attention(qkv, 2, to_device(mixed, kGpu));
+      ADD_FAILURE() << "cuDNN took packed documents";
+    } catch (const NotSupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find("document mask"), std::string::npos) << e.what();
+    }
+    cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
   }
 }
 
@@ -4281,16 +4305,30 @@ TEST(CudaTraining, MixedPrecisionMatchesTheCpuTrainer) {
   // weight-gradient GEMMs add into, and the multi-tensor AdamW reading them.
   // And grouped-query attention (4 query heads over 2 key/value heads)
   // through cuDNN's fused graph, where the build has it.
+  // And a sliding window of 8 on the first layer (its own problem, the
+  // second layer's whole causal attention another).
   const std::string grouped =
       "{n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 64, vocab_size: 128, seq_len: 32, "
       "dropout: 0.1}";
-  for (const std::string precision : {"bf16", "fp16", "bf16 grads", "bf16 grouped cudnn"}) {
+  const std::string windowed =
+      "{n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 64, vocab_size: 128, seq_len: 32, "
+      "dropout: 0.1, sliding_window: 8, full_attention_layers: [1]}";
+  for (const std::string precision :
+       {"bf16", "fp16", "bf16 grads", "bf16 grouped cudnn", "bf16 windowed cudnn"}) {
     SCOPED_TRACE(precision);
-    const bool gqa = precision == "bf16 grouped cudnn";
+    const bool window = precision == "bf16 windowed cudnn";
+    const bool gqa = precision == "bf16 grouped cudnn" || window;
     if (gqa && !cuda::cudnn_compiled()) continue;
     auto make = [&](const std::string& device) {
-      train::Config c = train_config(dir, gqa ? grouped : model, device, precision.substr(0, 4), 8,
-                                     4, 128, gqa ? "gqa" : "", 2);
+      train::Config c = train_config(dir,
+                                     window ? windowed
+                                     : gqa  ? grouped
+                                            : model,
+                                     device, precision.substr(0, 4), 8, 4, 128,
+                                     window ? "window"
+                                     : gqa  ? "gqa"
+                                            : "",
+                                     2);
       if (precision == "bf16 grads") c.train.grad_precision = "bf16";
       if (gqa) c.attention_kernel = "cudnn";
       return c;

@@ -181,6 +181,9 @@ class Interpreter {
             case PointwiseMode::CmpGe:
               v = read(op.x, y, i) >= read(op.b, y, i) ? 1.f : 0.f;
               break;
+            case PointwiseMode::CmpGt:
+              v = read(op.x, y, i) > read(op.b, y, i) ? 1.f : 0.f;
+              break;
             case PointwiseMode::BinarySelect:
               v = read(op.t, y, i) != 0 ? read(op.x, y, i) : read(op.b, y, i);
               break;
@@ -216,14 +219,25 @@ void expect_graph_close(const Tensor& want, const float* got, const char* what) 
 
 struct GraphCase {
   int64_t B, T, C, NH;
-  int64_t NKV = 0;  // key/value heads; 0: NH
+  int64_t NKV = 0;     // key/value heads; 0: NH
+  int64_t window = 0;  // a sliding window of keys; 0: none
   int64_t kv() const { return NKV > 0 ? NKV : NH; }
   int64_t width() const { return C + 2 * kv() * (C / NH); }
   AttentionHeads heads() const { return {NH, kv()}; }
   AttentionProblem problem(DataType io, int64_t version) const {
     AttentionProblem p{B, T, C, NH, io, version};
     p.NKV = NKV;
+    p.window = window;
     return p;
+  }
+  // Triad's first keys for the window (undefined without one).
+  Tensor starts() const {
+    if (window == 0) return {};
+    Tensor s = empty({B, T}, DType::I32);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        s.data<int32_t>()[b * T + t] = static_cast<int32_t>(std::max<int64_t>(0, t - window + 1));
+    return s;
   }
 };
 
@@ -234,7 +248,7 @@ TEST_P(CudnnAttentionGraph, ForwardMatchesTriadAttention) {
   Backend& cpu = backend_for(DeviceType::CPU);
   Tensor qkv = random_tensor({c.B, c.T, c.width()}, 1);
   Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
-  cpu.attention_forward(qkv, c.heads(), out, lse, Tensor{});
+  cpu.attention_forward(qkv, c.heads(), out, lse, c.starts());
 
   // Masked scores filled with the lowest float (cuDNN before 9.10) and with
   // minus infinity (9.10 on).
@@ -264,8 +278,8 @@ TEST_P(CudnnAttentionGraph, BackwardMatchesTriadAttentionBothWays) {
   Tensor dout = random_tensor({c.B, c.T, c.C}, 3);
   Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
   Tensor dqkv = empty({c.B, c.T, c.width()});
-  cpu.attention_forward(qkv, c.heads(), out, lse, Tensor{});
-  cpu.attention_backward(qkv, out, lse, dout, c.heads(), dqkv, Tensor{});
+  cpu.attention_forward(qkv, c.heads(), out, lse, c.starts());
+  cpu.attention_backward(qkv, out, lse, dout, c.heads(), dqkv, c.starts());
 
   for (int64_t version : {int64_t{90500}, int64_t{91900}}) {
     for (bool deterministic : {true, false}) {
@@ -303,7 +317,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionGraph,
                                            // grouped-query: 2 groups of 2, 2 of 3, and
                                            // multi-query (one key/value head for 4)
                                            GraphCase{2, 7, 32, 4, 2}, GraphCase{1, 9, 48, 6, 2},
-                                           GraphCase{2, 6, 32, 4, 1}));
+                                           GraphCase{2, 6, 32, 4, 1},
+                                           // sliding windows: 3 keys of 9, one key (each
+                                           // query its own), and grouped heads
+                                           GraphCase{2, 9, 16, 2, 0, 3},
+                                           GraphCase{1, 6, 16, 2, 0, 1},
+                                           GraphCase{1, 11, 32, 4, 2, 4}));
 
 TEST(CudnnAttentionGraphChecks, RefusesWhatCudnnCannotRun) {
   EXPECT_NE(cudnn_attention_unsupported({2, 8, 64, 4, DataType::F32}), "");
@@ -360,6 +379,26 @@ TEST(CudnnAttentionGraphChecks, GroupedKeyValueHeadsSitInsideTheFusedLayout) {
   EXPECT_EQ(group_sums(attention_backward_graph({2, 8, 64, 4, DataType::BF16}, false)), 0);
   p.NKV = 3;
   EXPECT_NE(cudnn_attention_unsupported(p).find("must divide the query heads"), std::string::npos);
+}
+
+// A window of T keys or more is the causal mask alone: no second mask.
+TEST(CudnnAttentionGraphChecks, AWindowAsLongAsTheSequenceAddsNoMask) {
+  auto selects = [](const Graph& g) {
+    int n = 0;
+    for (const Op& op : g.ops) n += op.pointwise == PointwiseMode::BinarySelect;
+    return n;
+  };
+  AttentionProblem p{1, 8, 16, 2, DataType::BF16, 91900};
+  for (int64_t window : {0, 8, 20}) {
+    p.window = window;
+    EXPECT_EQ(selects(attention_forward_graph(p)), 1) << window;
+    EXPECT_EQ(selects(attention_backward_graph(p, true)), 1) << window;
+  }
+  p.window = 7;
+  EXPECT_EQ(selects(attention_forward_graph(p)), 2);
+  EXPECT_EQ(selects(attention_backward_graph(p, false)), 2);
+  p.window = -1;
+  EXPECT_NE(cudnn_attention_unsupported(p).find("sliding window -1"), std::string::npos);
 }
 
 // The causal mask's fill follows cuDNN's own frontend: the lowest float

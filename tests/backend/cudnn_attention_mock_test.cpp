@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -73,23 +74,27 @@ Reference reference(const g::AttentionProblem& p, const std::vector<uint16_t>& q
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h) {
       std::vector<std::vector<double>> P(static_cast<size_t>(T));
+      // The first key the query at i sees (a sliding window's, or 0).
+      auto first = [&](int64_t i) {
+        return p.window > 0 ? std::max<int64_t>(0, i - p.window + 1) : int64_t{0};
+      };
       for (int64_t i = 0; i < T; ++i) {
-        std::vector<double> s(static_cast<size_t>(i + 1));
+        std::vector<double> s(static_cast<size_t>(i + 1), 0.0);
         double m = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first(i); j <= i; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += at(b, i, 0, h, d) * at(b, j, 1, h, d);
           s[j] = dot * scale;
           m = std::max(m, s[j]);
         }
         double z = 0;
-        for (double v : s) z += std::exp(v - m);
-        P[i].resize(s.size());
-        for (int64_t j = 0; j <= i; ++j) P[i][j] = std::exp(s[j] - m) / z;
+        for (int64_t j = first(i); j <= i; ++j) z += std::exp(s[j] - m);
+        P[i].assign(s.size(), 0.0);
+        for (int64_t j = first(i); j <= i; ++j) P[i][j] = std::exp(s[j] - m) / z;
         r.lse[static_cast<size_t>((b * NH + h) * T + i)] = m + std::log(z);
         for (int64_t d = 0; d < D; ++d) {
           double o = 0;
-          for (int64_t j = 0; j <= i; ++j) o += P[i][j] * at(b, j, 2, h, d);
+          for (int64_t j = first(i); j <= i; ++j) o += P[i][j] * at(b, j, 2, h, d);
           r.out[static_cast<size_t>((b * T + i) * C + h * D + d)] = o;
         }
       }
@@ -104,7 +109,7 @@ Reference reference(const g::AttentionProblem& p, const std::vector<uint16_t>& q
         double delta = 0;
         for (int64_t d = 0; d < D; ++d)
           delta += dO(i, d) * r.out[static_cast<size_t>((b * T + i) * C + h * D + d)];
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first(i); j <= i; ++j) {
           double dp = 0;
           for (int64_t d = 0; d < D; ++d) dp += dO(i, d) * at(b, j, 2, h, d);
           const double ds = P[i][j] * (dp - delta) * scale;
@@ -157,9 +162,13 @@ TEST_F(CudnnAttentionMock, ForwardAndBackwardComputeCausalAttention) {
                                             g::AttentionProblem{1, 10, 48, 3, g::DataType::BF16}};
   problems[2].NKV = 2;
   problems[3].NKV = 1;
+  // And a sliding window of 4 keys, with grouped heads.
+  problems.push_back(g::AttentionProblem{2, 9, 64, 4, g::DataType::BF16});
+  problems[4].NKV = 2;
+  problems[4].window = 4;
   for (const g::AttentionProblem& p : problems) {
     SCOPED_TRACE("T=" + std::to_string(p.T) + " C=" + std::to_string(p.C) +
-                 " NKV=" + std::to_string(p.kv_heads()));
+                 " NKV=" + std::to_string(p.kv_heads()) + " window=" + std::to_string(p.window));
     const size_t n_qkv = static_cast<size_t>(p.B * p.T * p.qkv_width());
     const size_t n_out = static_cast<size_t>(p.B * p.T * p.C);
     const size_t n_lse = static_cast<size_t>(p.B * p.NH * p.T);
@@ -200,7 +209,7 @@ TEST_F(CudnnAttentionMock, ForwardAndBackwardComputeCausalAttention) {
       expect_near_all(std::vector<uint16_t>(dqkv.data, dqkv.data + n_qkv), want.dqkv, 3e-2, "dqkv");
     }
   }
-  EXPECT_EQ(mock::stats().executions, 12);
+  EXPECT_EQ(mock::stats().executions, 15);
   EXPECT_EQ(mock::last_error(), "");
 }
 
@@ -309,6 +318,13 @@ TEST_F(CudnnAttentionMock, AvailabilityNamesTheReason) {
   EXPECT_NE(cudnn_attention_unavailable(p, 9).find("multiple of 128 only, not 64"),
             std::string::npos);
   EXPECT_EQ(cudnn_attention_unavailable({2, 256, 768, 12, g::DataType::BF16}, 9), "");
+  // Sliding windows from cuDNN 9.2 on.
+  g::AttentionProblem windowed{2, 256, 768, 12, g::DataType::BF16};
+  windowed.window = 64;
+  mock::set_version(90100);
+  EXPECT_NE(cudnn_attention_unavailable(windowed, 9).find("before 9.2"), std::string::npos);
+  windowed.window = 256;  // (the whole sequence: no window)
+  EXPECT_EQ(cudnn_attention_unavailable(windowed, 9), "");
   mock::set_version(80900);
   EXPECT_NE(cudnn_attention_unavailable(p, 9).find("cuDNN 9 or newer"), std::string::npos);
 }

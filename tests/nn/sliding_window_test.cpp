@@ -175,6 +175,39 @@ TEST(SlidingWindow, ExemptLayersSeeEveryKey) {
   ASSERT_TRUE(dctx.full_starts.has_value() && dctx.full_starts->defined());
   EXPECT_EQ(to_double_vector(*dctx.full_starts)[8], 6.0);  // row 0's second document
   EXPECT_EQ(to_double_vector(dctx.doc_starts)[15], 12.0);  // the window, later than 6
+  // The first keys are the window alone without documents (what cuDNN's
+  // windowed graph may stand in for), and not with them: the windowed
+  // layers' heads carry the window only then, the exempt layer's never.
+  EXPECT_EQ(ctx.starts_window, 4);
+  EXPECT_EQ(ctx.attention_heads(AttentionHeads{2}, 4).window, 4);
+  EXPECT_EQ(ctx.attention_heads(AttentionHeads{2}, 0).window, 0);
+  EXPECT_EQ(dctx.starts_window, 0);
+  EXPECT_EQ(dctx.attention_heads(AttentionHeads{2}, 4).window, 0);
+  EXPECT_EQ(with_documents(windowed(16), ids, eval, Device::cpu()).starts_window, 0);
+}
+
+// A sliding window promised by the heads (AttentionHeads::with_window) is
+// checked against the first keys where they are on the host: the window's
+// own pass, a document's start in them, or another window, do not.
+TEST(SlidingWindow, TheHeadsWindowPromiseIsChecked) {
+  const Tensor qkv = randn({2, 8, 3 * 8}, 5, 1, 1.0);
+  const AttentionHeads heads = AttentionHeads{2}.with_window(3);
+  const Tensor starts = sliding_window_starts(2, 8, 3);
+  EXPECT_EQ(to_double_vector(causal_attention(qkv, heads, starts)),
+            to_double_vector(causal_attention(qkv, 2, starts)));
+  // (Row 1's second document starts at its query 5.)
+  const Tensor docs = from_vector(
+      std::vector<int64_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 5, 5}, {2, 8}, DType::I32);
+  const Tensor with_doc = sliding_window_starts(2, 8, 3, docs);
+  try {
+    (void)causal_attention(qkv, heads, with_doc);
+    ADD_FAILURE() << "a document's start passed for the window";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("doc_starts[1, 5] is 5, not 3"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(causal_attention(qkv, AttentionHeads{2}.with_window(4), starts), ValueError);
+  EXPECT_THROW(causal_attention(qkv, AttentionHeads{2}.with_window(-1), starts), ValueError);
 }
 
 TEST(SlidingWindow, ConfigIsChecked) {

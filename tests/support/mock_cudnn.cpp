@@ -567,6 +567,9 @@ class Run {
             case CUDNN_POINTWISE_CMP_GE:
               v = in(x, mx) >= in(b, mb) ? 1.f : 0.f;
               break;
+            case CUDNN_POINTWISE_CMP_GT:
+              v = in(x, mx) > in(b, mb) ? 1.f : 0.f;
+              break;
             case CUDNN_POINTWISE_BINARY_SELECT:
               v = in(t, mt) != 0 ? in(x, mx) : in(b, mb);
               state().stats.select_fill = in(b, mb);

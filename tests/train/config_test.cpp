@@ -1738,9 +1738,9 @@ TEST(Config, SlidingWindowParsesRoundTripsAndIsChecked) {
   EXPECT_EQ(c.model.sliding_window, 8);
   EXPECT_EQ(parse_config(to_yaml(c)).model.sliding_window, 8);
   expect_config_error(kValid, {"model.sliding_window=-2"}, "model.sliding_window (-2) must be");
-  expect_config_error(kValid, {"model.sliding_window=8", "model.attention_kernel=cudnn"},
-                      "model.attention_kernel 'cudnn' cannot take model.sliding_window 8");
-  // A window as long as the sequence is no window: cuDNN may take it.
+  // cuDNN's graph takes a window (as a second mask), and a window as long
+  // as the sequence is no window.
+  EXPECT_NO_THROW(parse_config(kValid, {"model.sliding_window=8", "model.attention_kernel=cudnn"}));
   EXPECT_NO_THROW(
       parse_config(kValid, {"model.sliding_window=32", "model.attention_kernel=cudnn"}));
 }

@@ -233,6 +233,7 @@ struct AttentionChoice {
   bool deterministic = true;  // the backward timed is the deterministic one
   int64_t batch = 0, seq_len = 0, d_model = 0, n_head = 0;
   int64_t kv_heads = 0;       // key/value heads (grouped-query attention); 0: n_head
+  int64_t window = 0;         // a sliding window of keys alone (AttentionHeads::window); 0: none
   bool forward_only = false;  // for inference: timed (and used) without a backward
   bool cudnn = false;
   double own_ms = 0, cudnn_ms = 0;
@@ -240,7 +241,7 @@ struct AttentionChoice {
     auto kv = [](const AttentionChoice& c) { return c.kv_heads > 0 ? c.kv_heads : c.n_head; };
     return dtype == o.dtype && deterministic == o.deterministic && batch == o.batch &&
            seq_len == o.seq_len && d_model == o.d_model && n_head == o.n_head &&
-           kv(*this) == kv(o) && forward_only == o.forward_only;
+           kv(*this) == kv(o) && window == o.window && forward_only == o.forward_only;
   }
 };
 void set_attention_choice(const AttentionChoice& choice);
@@ -250,11 +251,11 @@ bool find_attention_choice(AttentionChoice& choice);
 std::vector<AttentionChoice> attention_choices();
 void clear_attention_choices();
 // Makes Auto's decision for (batch, seq_len, d_model) inputs of `dtype`
-// with `n_head` heads on `device` now, on scratch inputs, unless it has one
-// already; returns false (and leaves `out` alone) when there is nothing to
-// decide: cuDNN cannot run the problem (f32, its head-dim and sequence
-// rules, a build without it) or the kernel is not Auto. NotSupportedError
-// without CUDA.
+// with `heads` (query and key/value heads, soft cap, and a sliding window
+// shorter than seq_len as the calls' first keys) on `device` now, on
+// scratch inputs, unless it has one already; returns false (and leaves `out` alone) when there is
+// nothing to decide: cuDNN cannot run the problem (f32, its head-dim and sequence rules, a build
+// without it) or the kernel is not Auto. NotSupportedError without CUDA.
 bool tune_attention(int device, DType dtype, int64_t batch, int64_t seq_len, int64_t d_model,
                     AttentionHeads heads, AttentionChoice& out);
 

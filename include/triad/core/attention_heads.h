@@ -14,10 +14,18 @@ namespace triad {
 // It also carries the one score transform every attention path must apply
 // alike, Gemma 2's logit soft-capping: with softcap > 0 each scaled score s
 // becomes softcap * tanh(s / softcap) before the softmax (0: none).
+//
+// And, as a promise about the call's first keys, a sliding window: with
+// window > 0 the doc_starts the attention is given are exactly each query's
+// window, max(0, t - window + 1) for the query at position t, with no
+// document boundaries in them; an implementation may then mask by the
+// window instead of reading them (cuDNN's fused attention does). 0 (the
+// default): the first keys are whatever doc_starts says.
 struct AttentionHeads {
   int64_t q = 0;
   int64_t kv = 0;
   double softcap = 0.0;
+  int64_t window = 0;
 
   // Multi-head attention: one key/value head per query head. Implicit, so
   // that a plain head count reads as what it always meant.
@@ -36,11 +44,18 @@ struct AttentionHeads {
     h.softcap = cap;
     return h;
   }
+  // These heads with the promise that the first keys are a sliding window
+  // of `w` keys alone (above); 0: no such promise.
+  AttentionHeads with_window(int64_t w) const {
+    AttentionHeads h = *this;
+    h.window = w;
+    return h;
+  }
 
   // The head dimension D of a qkv whose last dimension is `width`, checked
   // for `op`: throws ShapeError naming the numbers when the heads are not
   // valid (q, kv >= 1, kv dividing q) or do not divide `width`, and
-  // ValueError when softcap is negative or not finite.
+  // ValueError when softcap is negative or not finite or window negative.
   int64_t head_dim(int64_t width, const char* op) const;
 };
 

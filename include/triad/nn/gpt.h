@@ -676,10 +676,20 @@ struct ForwardContext {
   // exempt from it (model.full_attention_layers): their first keys, the
   // documents' starts alone (an undefined tensor: 0). Unset otherwise.
   std::optional<Tensor> full_starts = {};
+  // When doc_starts is a sliding window's first keys alone (no document
+  // boundaries in them): that window; 0 otherwise.
+  int64_t starts_window = 0;
   // The first keys the attention of a layer with (`windowed`) or without
   // the window reads.
   const Tensor& attention_starts(bool windowed) const {
     return !windowed && full_starts ? *full_starts : doc_starts;
+  }
+  // The heads of a layer whose window is `window` (0: none), with the
+  // promise that its first keys are that window alone where they are
+  // (AttentionHeads::with_window; cuDNN's fused attention then masks by the
+  // window instead of reading them).
+  AttentionHeads attention_heads(const AttentionHeads& heads, int64_t window) const {
+    return heads.with_window(window > 0 && window == starts_window ? window : 0);
   }
   // Under context parallelism (set by TensorParallelGpt): the pieces of the
   // micro-batch's sequences this rank holds.

@@ -1044,9 +1044,14 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
 }
 
 namespace {
-k::AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& heads) {
-  return {qkv.size(0), qkv.size(1), qkv.size(2) / heads.fused() * heads.q,
-          heads.q,     heads.kv,    heads.softcap};
+// `documents`: the call has first keys (doc_starts); only then does the
+// heads' sliding-window promise mean anything.
+k::AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& heads,
+                                  bool documents = false) {
+  k::AttentionShape s{qkv.size(0), qkv.size(1), qkv.size(2) / heads.fused() * heads.q,
+                      heads.q,     heads.kv,    heads.softcap};
+  s.window = documents ? heads.window : 0;
+  return s;
 }
 
 cudnn_graph::AttentionProblem cudnn_problem(const k::AttentionShape& s, DType dtype) {
@@ -1054,6 +1059,7 @@ cudnn_graph::AttentionProblem cudnn_problem(const k::AttentionShape& s, DType dt
       s.B, s.T, s.C, s.NH,
       dtype == DType::F16 ? cudnn_graph::DataType::F16 : cudnn_graph::DataType::BF16};
   p.NKV = s.kv_heads();
+  p.window = s.window;
   return p;
 }
 
@@ -1114,6 +1120,7 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
   choice.d_model = shape.C;
   choice.n_head = shape.NH;
   choice.kv_heads = shape.kv_heads();
+  choice.window = shape.window;
   std::lock_guard<std::mutex> lock(mutex_);
   if (cuda::find_attention_choice(choice)) return choice;
   if (forward_only) {
@@ -1141,12 +1148,29 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
     Scratch work(s.allocator, ws);
     if (!forward_only)
       check(cudaMemsetAsync(dout.get(), 0, n_out * elem, s.stream), "cudaMemsetAsync");
+    // A sliding window: Triad's kernels read it as each query's first key,
+    // as a training step gives them, so that their time is the windowed one.
+    std::optional<Scratch> window_starts;
+    if (shape.window > 0) {
+      std::vector<int32_t> host(static_cast<size_t>(shape.B * shape.T));
+      for (int64_t b = 0; b < shape.B; ++b)
+        for (int64_t t = 0; t < shape.T; ++t)
+          host[static_cast<size_t>(b * shape.T + t)] =
+              static_cast<int32_t>(std::max<int64_t>(0, t - shape.window + 1));
+      window_starts.emplace(s.allocator, host.size() * sizeof(int32_t));
+      check(cudaMemcpyAsync(window_starts->get(), host.data(), host.size() * sizeof(int32_t),
+                            cudaMemcpyHostToDevice, s.stream),
+            "cudaMemcpyAsync");
+      check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");  // (host's copy freed)
+    }
+    const int32_t* starts =
+        window_starts ? static_cast<const int32_t*>(window_starts->get()) : nullptr;
     auto own = [&] {
       k::attention_forward(qkv, out.get(), static_cast<float*>(lse.get()), type, shape, s.stream,
-                           own_kernel);
+                           own_kernel, starts);
       if (forward_only) return;
       k::attention_backward(qkv, out.get(), static_cast<const float*>(lse.get()), dout.get(),
-                            dqkv.get(), type, shape, work.get(), s.stream, own_kernel);
+                            dqkv.get(), type, shape, work.get(), s.stream, own_kernel, starts);
     };
     auto fused = [&] {
       cudnn_attention_forward(s.index, s.stream, p, qkv, out.get(), static_cast<float*>(lse.get()),
@@ -1198,11 +1222,13 @@ k::AttentionKernel own_attention_kernel(DType dtype, const k::AttentionShape& sh
              : k::AttentionKernel::Simt;
 }
 
-// Packed documents (doc_starts) and queries apart from the keys and values
-// (shape.separate) stay with Triad's kernels: the cuDNN graph built here has
-// only the causal mask, over every row's queries of one fused qkv.
+// Packed documents (doc_starts that are not a sliding window alone) and
+// queries apart from the keys and values (shape.separate) stay with Triad's
+// kernels: the cuDNN graph built here has the causal mask and a sliding
+// window's, over every row's queries of one fused qkv.
 AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
-                               const k::AttentionShape& shape, bool documents, bool forward_only) {
+                               const k::AttentionShape& shape, bool has_starts, bool forward_only) {
+  const bool documents = has_starts && shape.window <= 0;
   switch (cuda::attention_kernel()) {
     case cuda::AttentionKernel::Simt:
       return {false, k::AttentionKernel::Simt};
@@ -1273,8 +1299,8 @@ void CudaBackend::attention_forward(const Tensor& qkv, const AttentionHeads& hea
   require_nn("attention", qkv.dtype());
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
-  const k::AttentionShape shape = attention_shape(qkv, heads);
   const int32_t* starts = doc_starts_ptr(doc_starts);
+  const k::AttentionShape shape = attention_shape(qkv, heads, starts != nullptr);
   launch(s.index, s.stream, "attention_forward", [&] {
     const AttentionRoute route =
         route_attention(s, qkv, shape, starts != nullptr, autograd::inference_mode());
@@ -1294,10 +1320,10 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
                                      const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                      const Tensor& doc_starts) {
   require_nn("attention_backward", qkv.dtype());
-  const k::AttentionShape shape = attention_shape(qkv, heads);
   DeviceState& s = state(dqkv.device().index);
   DeviceGuard g(s.index);
   const int32_t* starts = doc_starts_ptr(doc_starts);
+  const k::AttentionShape shape = attention_shape(qkv, heads, starts != nullptr);
   launch(s.index, s.stream, "attention_backward", [&] {
     // The backward runs the training decision, as its forward did.
     const AttentionRoute route = route_attention(s, qkv, shape, starts != nullptr, false);
@@ -1926,7 +1952,13 @@ bool tune_attention(int device, DType dtype, int64_t batch, int64_t seq_len, int
     throw NotSupportedError("tune_attention: cuda:" + std::to_string(device) + " is not visible (" +
                             std::to_string(device_count()) + " device(s))");
   }
-  const k::AttentionShape shape{batch, seq_len, d_model, heads.q, heads.kv, heads.softcap};
+  k::AttentionShape shape{batch, seq_len, d_model, heads.q, heads.kv, heads.softcap};
+  if (heads.window < 0)
+    throw ValueError("tune_attention: sliding window " + std::to_string(heads.window) +
+                     " must be >= 0");
+  // (A window of the whole sequence or more is no window: calls get no
+  // first keys then.)
+  shape.window = heads.window < seq_len ? heads.window : 0;
   const k::Status ok = k::check_attention(detail::scalar(dtype), shape);
   if (!ok.ok) throw ValueError("tune_attention: " + ok.reason);
   return detail::tune_attention(device, dtype, shape, out);

@@ -107,6 +107,8 @@ cudnnPointwiseMode_t pointwise_mode(g::PointwiseMode m) {
       return CUDNN_POINTWISE_GEN_INDEX;
     case g::PointwiseMode::CmpGe:
       return CUDNN_POINTWISE_CMP_GE;
+    case g::PointwiseMode::CmpGt:
+      return CUDNN_POINTWISE_CMP_GT;
     case g::PointwiseMode::BinarySelect:
       return CUDNN_POINTWISE_BINARY_SELECT;
   }
@@ -184,7 +186,8 @@ DescriptorPtr make_operation(const g::Op& op, const std::map<int64_t, Descriptor
       const cudnnDataType_t prec = data_type(op.compute);
       pw->set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, mode, what);
       pw->set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, prec, what);
-      if (op.pointwise == g::PointwiseMode::GenIndex)
+      // (An index's axis; cuDNN's frontend also names one on the window's add.)
+      if (op.pointwise == g::PointwiseMode::GenIndex || op.axis > 0)
         pw->set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, op.axis, what);
       pw->finalize(what);
       auto d = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
@@ -230,6 +233,7 @@ std::string describe(const g::AttentionProblem& p, bool backward) {
   return std::string(backward ? "backward" : "forward") + " B=" + std::to_string(p.B) +
          " T=" + std::to_string(p.T) + " C=" + std::to_string(p.C) + " NH=" + std::to_string(p.NH) +
          (p.kv_heads() != p.NH ? " NKV=" + std::to_string(p.kv_heads()) : std::string()) +
+         (p.windowed() ? " window=" + std::to_string(p.window) : std::string()) +
          (p.io == g::DataType::BF16 ? " bf16" : " f16");
 }
 
@@ -317,7 +321,8 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const g::AttentionProblem
               "); choose model.attention_kernel: tensor_core or simt");
 }
 
-using PlanKey = std::tuple<int, bool, bool, int, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using PlanKey =
+    std::tuple<int, bool, bool, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 // Handles and plans live for the process (like the backend's streams): never
 // destroyed, so no static destructor races a late attention call.
@@ -348,8 +353,8 @@ Plan& plan_for(int device, const g::AttentionProblem& p, bool backward, bool det
   std::lock_guard<std::mutex> lock(r.mutex);
   *handle = handle_locked(r, device);
   deterministic = deterministic || !backward;  // the forward has one graph
-  const PlanKey key{device, backward, deterministic, static_cast<int>(p.io), p.B, p.T,
-                    p.C,    p.NH,     p.kv_heads()};
+  const PlanKey key{device, backward, deterministic, static_cast<int>(p.io),     p.B, p.T,
+                    p.C,    p.NH,     p.kv_heads(),  p.windowed() ? p.window : 0};
   auto it = r.plans.find(key);
   if (it == r.plans.end())
     it = r.plans.emplace(key, build_plan(*handle, p, backward, deterministic)).first;
@@ -432,6 +437,10 @@ std::string cudnn_attention_unavailable(const g::AttentionProblem& p, int sm_maj
            std::to_string(cudnnGetVersion());
   const std::string why = g::cudnn_attention_unsupported(p);
   if (!why.empty()) return why;
+  // Sliding windows (a left bound) from cuDNN 9.2 on, as PyTorch asks.
+  if (p.windowed() && cudnnGetVersion() < 90200)
+    return "cuDNN " + std::to_string(cudnnGetVersion()) +
+           " has no sliding window (a left bound) before 9.2";
   // Before 9.16 cuDNN's backward needs a padding mask unless the sequence
   // is a multiple of 128 (what cuDNN's own frontend works around).
   if (cudnnGetVersion() < 91600 && p.T % 128 != 0)

@@ -30,6 +30,7 @@ std::string cudnn_attention_unsupported(const AttentionProblem& p) {
   if (p.NKV < 0 || p.NH % p.kv_heads() != 0)
     return "key/value heads (" + std::to_string(p.NKV) + ") must divide the query heads (" +
            std::to_string(p.NH) + ")";
+  if (p.window < 0) return "sliding window " + std::to_string(p.window) + " must be >= 0";
   return "";
 }
 
@@ -118,6 +119,28 @@ class Builder {
     pointwise("gen_col_index", PointwiseMode::GenIndex, scores, 0, col, 0, DataType::I32, 3);
     pointwise("row_ge_col", PointwiseMode::CmpGe, row, col, keep, 0, DataType::Bool);
     pointwise("select_causal", PointwiseMode::BinarySelect, scores, fill, out, keep);
+    return p_.windowed() ? window_mask(out) : out;
+  }
+
+  // The sliding window's left edge after the causal mask, as cuDNN's
+  // frontend writes a left bound with the diagonal at the top left: keys
+  // with col + window > row survive (the window a float, as the frontend
+  // passes it), the rest take the mask's fill.
+  int64_t window_mask(int64_t scores) {
+    const Dims sdims = g_.tensor(scores).dims;
+    const int64_t row = virtual_tensor("window_row_index", DataType::I32, sdims);
+    const int64_t col = virtual_tensor("window_col_index", DataType::I32, sdims);
+    const int64_t shifted = virtual_tensor("col_plus_window", DataType::F32, sdims);
+    const int64_t keep = virtual_tensor("window_keep", DataType::Bool, sdims);
+    const int64_t width = scalar("window", static_cast<float>(p_.window));
+    const int64_t fill = scalar("window_fill", masked_score_fill(p_.cudnn_version));
+    const int64_t out = virtual_tensor("windowed_scores", DataType::F32, sdims);
+    pointwise("gen_window_row_index", PointwiseMode::GenIndex, scores, 0, row, 0, DataType::I32, 2);
+    pointwise("gen_window_col_index", PointwiseMode::GenIndex, scores, 0, col, 0, DataType::I32, 3);
+    pointwise("col_plus_window", PointwiseMode::Add, col, width, shifted, 0, DataType::F32, 3);
+    pointwise("col_plus_window_gt_row", PointwiseMode::CmpGt, shifted, row, keep, 0,
+              DataType::Bool);
+    pointwise("select_window", PointwiseMode::BinarySelect, scores, fill, out, keep);
     return out;
   }
 

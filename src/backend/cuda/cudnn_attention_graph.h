@@ -50,6 +50,7 @@ enum class PointwiseMode : uint8_t {
   Log,
   GenIndex,      // y = the index of each element along `axis` (x gives the shape)
   CmpGe,         // y = x >= b
+  CmpGt,         // y = x > b
   BinarySelect,  // y = t ? x : b
 };
 enum class ReductionMode : uint8_t { Add, Max };
@@ -98,6 +99,11 @@ struct AttentionProblem {
   int64_t cudnn_version = 0;
   // Key/value heads (grouped-query attention; 1: multi-query); 0: NH.
   int64_t NKV = 0;
+  // A sliding window: the query at t sees keys t - window + 1 .. t (a
+  // second mask after the causal one, cuDNN's frontend's left bound:
+  // col + window > row); 0, or a window of T or more: the causal mask alone.
+  int64_t window = 0;
+  bool windowed() const { return window > 0 && window < T; }
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }
   int64_t kv_heads() const { return NKV > 0 ? NKV : NH; }
   int64_t qkv_width() const { return C + 2 * kv_heads() * head_dim(); }
@@ -110,8 +116,8 @@ float masked_score_fill(int64_t cudnn_version);
 
 // Why cuDNN's fused attention cannot take `p`, or "" when it can (bf16/f16,
 // head dim a multiple of 8 up to 256, key/value heads dividing the query
-// heads; cudnn_attention.cpp adds what depends on the device and the
-// library's version).
+// heads, a window >= 0; cudnn_attention.cpp adds what depends on the device
+// and the library's version).
 std::string cudnn_attention_unsupported(const AttentionProblem& p);
 
 // Forward: O and Stats from Q, K, V.

@@ -830,7 +830,8 @@ nn::Block::Stream TensorParallelGpt::block_stream(int64_t i, const nn::Block::St
     if (cp_) rope.scaling = rope.scaling.with_positions_up_to(chunk * cp_->size());
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, rope.theta, rope.scaling);
   }
-  Tensor core = attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0));
+  Tensor core = attention(qkv, ctx.attention_heads(heads, cfg_.window_of(i)),
+                          ctx.attention_starts(cfg_.window_of(i) > 0));
   if (L.latent) core = L.latent->values(core);
   // This rank's share of the MLP's output, before the group sums it.
   auto mlp_share = [&](const Tensor& in) {
