@@ -15,6 +15,7 @@
 
 #include "triad/backend/backend.h"
 #include "triad/backend/cuda.h"
+#include "triad/nn/documents.h"
 #include "triad/ops.h"
 
 namespace {
@@ -301,6 +302,49 @@ int main(int argc, char** argv) {
                   nlohmann::json{{"kernel", "attention_tensor_core_docs4"}, {"error", e.what()}}
                       .dump()
                       .c_str());
+    }
+    triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::Auto);
+  }
+
+  // A sliding window of a quarter of the sequence alone (Mistral's,
+  // Gemma 3's local layers): Triad's tensor-core kernels skip the tiles
+  // before each block's window, cuDNN masks by its windowed graph (the heads
+  // promise the window). FLOPs: each query's min(t + 1, W) keys.
+  {
+    const int64_t W = std::max<int64_t>(1, T / 4);
+    const triad::AttentionHeads heads = triad::AttentionHeads{NH}.with_window(W);
+    Tensor qkv = rnd({B, T, 3 * C}, 5), out = triad::empty({B, T, C}, bf, gpu);
+    Tensor lse = triad::empty({B, NH, T}, DType::F32, gpu),
+           dqkv = triad::empty({B, T, 3 * C}, bf, gpu);
+    const Tensor st = triad::to_device(triad::nn::sliding_window_starts(B, T, W), gpu);
+    double keys = 0;
+    for (int64_t t = 0; t < T; ++t) keys += static_cast<double>(std::min(t + 1, W));
+    const double window_fwd = 4.0 * B * NH * keys * (C / NH);
+    for (auto kernel :
+         {triad::cuda::AttentionKernel::TensorCore, triad::cuda::AttentionKernel::Cudnn}) {
+      const std::string tag =
+          triad::cuda::attention_kernel_name(kernel) + std::string("_window") + std::to_string(W);
+      const std::string why =
+          triad::cuda::attention_kernel_unavailable(kernel, DType::BF16, T, C, heads);
+      if (!why.empty()) {
+        std::printf(
+            "%s\n",
+            nlohmann::json{{"kernel", "attention_" + tag}, {"unavailable", why}}.dump().c_str());
+        continue;
+      }
+      triad::cuda::set_attention_kernel(kernel);
+      try {
+        report("attention_forward_" + tag,
+               time_ms([&] { be.attention_forward(qkv, heads, out, lse, st); }, iters), 0,
+               window_fwd);
+        report("attention_backward_" + tag,
+               time_ms([&] { be.attention_backward(qkv, out, lse, out, heads, dqkv, st); }, iters),
+               0, 2.5 * window_fwd);
+      } catch (const std::exception& e) {
+        std::printf(
+            "%s\n",
+            nlohmann::json{{"kernel", "attention_" + tag}, {"error", e.what()}}.dump().c_str());
+      }
     }
     triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::Auto);
   }
