@@ -1969,7 +1969,8 @@ std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, in
   namespace k = triad::kernels;
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)
     return std::string("attention takes f32, bf16 or f16, not ") + dtype_name(dtype);
-  const k::AttentionShape shape{1, seq_len, d_model, heads.q, heads.kv, heads.softcap};
+  k::AttentionShape shape{1, seq_len, d_model, heads.q, heads.kv, heads.softcap};
+  shape.window = heads.window > 0 && heads.window < seq_len ? heads.window : 0;
   const k::ScalarType type = detail::scalar(dtype);
   const k::Status base = k::check_attention(type, shape);
   if (!base.ok) return base.reason;
