@@ -206,7 +206,8 @@ int main(int argc, char** argv) {
   // Attention: every implementation at the main shape, then the fast two
   // across model shapes (the per-shape choice auto makes). A shape an
   // implementation cannot run is reported with its reason, not fatal.
-  // `heads`: query heads, or query and key/value heads (grouped-query).
+  // `heads`: query heads, or query and key/value heads (grouped-query),
+  // and a sliding window (heads.window: the calls get its first keys).
   auto bench_attention = [&](int64_t ab, int64_t at, int64_t ac, triad::AttentionHeads heads,
                              std::initializer_list<triad::cuda::AttentionKernel> kernels,
                              const std::string& suffix) {
@@ -215,8 +216,15 @@ int main(int argc, char** argv) {
     Tensor lse = triad::empty({ab, anh, at}, DType::F32, gpu),
            dqkv = triad::empty({ab, at, width}, bf, gpu);
     const double D = static_cast<double>(ac / anh);
-    // Causal: half of the 4 B NH T^2 D forward FLOPs; backward 2.5x forward.
-    const double attn_fwd = 2.0 * ab * anh * static_cast<double>(at) * at * D;
+    // Causal: half of the 4 B NH T^2 D forward FLOPs; with a window, 4 D
+    // a head for each query's min(t + 1, W) keys. Backward 2.5x forward.
+    const int64_t W = heads.window;
+    double keys = 0;
+    for (int64_t t = 0; W > 0 && t < at; ++t) keys += static_cast<double>(std::min(t + 1, W));
+    const double attn_fwd =
+        W > 0 ? 4.0 * ab * anh * keys * D : 2.0 * ab * anh * static_cast<double>(at) * at * D;
+    const Tensor starts =
+        W > 0 ? triad::to_device(triad::nn::sliding_window_starts(ab, at, W), gpu) : Tensor();
     for (auto kernel : kernels) {
       const std::string why =
           triad::cuda::attention_kernel_unavailable(kernel, DType::BF16, at, ac, heads);
@@ -234,11 +242,12 @@ int main(int argc, char** argv) {
       const std::string tag = triad::cuda::attention_kernel_name(kernel) + suffix;
       try {
         report("attention_forward_" + tag,
-               time_ms([&] { be.attention_forward(qkv, heads, out, lse, {}); }, iters), 0,
+               time_ms([&] { be.attention_forward(qkv, heads, out, lse, starts); }, iters), 0,
                attn_fwd);
-        report("attention_backward_" + tag,
-               time_ms([&] { be.attention_backward(qkv, out, lse, out, heads, dqkv, {}); }, iters),
-               0, 2.5 * attn_fwd);
+        report(
+            "attention_backward_" + tag,
+            time_ms([&] { be.attention_backward(qkv, out, lse, out, heads, dqkv, starts); }, iters),
+            0, 2.5 * attn_fwd);
       } catch (const std::exception& e) {
         std::printf(
             "%s\n",
@@ -309,44 +318,12 @@ int main(int argc, char** argv) {
   // A sliding window of a quarter of the sequence alone (Mistral's,
   // Gemma 3's local layers): Triad's tensor-core kernels skip the tiles
   // before each block's window, cuDNN masks by its windowed graph (the heads
-  // promise the window). FLOPs: each query's min(t + 1, W) keys.
+  // promise the window).
   {
     const int64_t W = std::max<int64_t>(1, T / 4);
-    const triad::AttentionHeads heads = triad::AttentionHeads{NH}.with_window(W);
-    Tensor qkv = rnd({B, T, 3 * C}, 5), out = triad::empty({B, T, C}, bf, gpu);
-    Tensor lse = triad::empty({B, NH, T}, DType::F32, gpu),
-           dqkv = triad::empty({B, T, 3 * C}, bf, gpu);
-    const Tensor st = triad::to_device(triad::nn::sliding_window_starts(B, T, W), gpu);
-    double keys = 0;
-    for (int64_t t = 0; t < T; ++t) keys += static_cast<double>(std::min(t + 1, W));
-    const double window_fwd = 4.0 * B * NH * keys * (C / NH);
-    for (auto kernel :
-         {triad::cuda::AttentionKernel::TensorCore, triad::cuda::AttentionKernel::Cudnn}) {
-      const std::string tag =
-          triad::cuda::attention_kernel_name(kernel) + std::string("_window") + std::to_string(W);
-      const std::string why =
-          triad::cuda::attention_kernel_unavailable(kernel, DType::BF16, T, C, heads);
-      if (!why.empty()) {
-        std::printf(
-            "%s\n",
-            nlohmann::json{{"kernel", "attention_" + tag}, {"unavailable", why}}.dump().c_str());
-        continue;
-      }
-      triad::cuda::set_attention_kernel(kernel);
-      try {
-        report("attention_forward_" + tag,
-               time_ms([&] { be.attention_forward(qkv, heads, out, lse, st); }, iters), 0,
-               window_fwd);
-        report("attention_backward_" + tag,
-               time_ms([&] { be.attention_backward(qkv, out, lse, out, heads, dqkv, st); }, iters),
-               0, 2.5 * window_fwd);
-      } catch (const std::exception& e) {
-        std::printf(
-            "%s\n",
-            nlohmann::json{{"kernel", "attention_" + tag}, {"error", e.what()}}.dump().c_str());
-      }
-    }
-    triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::Auto);
+    bench_attention(B, T, C, triad::AttentionHeads{NH}.with_window(W),
+                    {triad::cuda::AttentionKernel::TensorCore, triad::cuda::AttentionKernel::Cudnn},
+                    "_window" + std::to_string(W));
   }
 
   // Ring attention's steps (parallel.cp_comm: ring): a half-chunk of T / 2
