@@ -333,7 +333,6 @@ int64_t checked_head_dim(const Tensor& qkv, const AttentionHeads& heads, const c
   detail::check_dim(qkv, 3, op, "qkv");
   return heads.head_dim(qkv.size(2), op);
 }
-}  // namespace
 
 // heads.window's promise checked where the first keys are on the host:
 // each query's is exactly its window's (AttentionHeads::with_window).
@@ -353,6 +352,7 @@ void check_window_starts(const Tensor& starts, int64_t window, const char* op) {
     }
   }
 }
+}  // namespace
 
 Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts) {
   const int64_t C = heads.q * checked_head_dim(qkv, heads, "causal_attention");
