@@ -1044,14 +1044,22 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
 }
 
 namespace {
-// `documents`: the call has first keys (doc_starts); only then does the
-// heads' sliding-window promise mean anything.
+// The kernels' shape of (B, T) queries of C = q D columns with `heads`.
+// `first_keys`: the calls get first keys (doc_starts), as a window needs;
+// only then, and for a window shorter than T, is the heads' sliding-window
+// promise kept (a window of T or more is no window: no first keys are made).
+k::AttentionShape attention_problem(int64_t B, int64_t T, int64_t C, const AttentionHeads& heads,
+                                    bool first_keys) {
+  k::AttentionShape s{B, T, C, heads.q, heads.kv, heads.softcap};
+  s.window = first_keys && heads.window > 0 && heads.window < T ? heads.window : 0;
+  return s;
+}
+
+// A call's shape: qkv (B, T, (q + 2 kv) D); `documents`: it has first keys.
 k::AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& heads,
                                   bool documents = false) {
-  k::AttentionShape s{qkv.size(0), qkv.size(1), qkv.size(2) / heads.fused() * heads.q,
-                      heads.q,     heads.kv,    heads.softcap};
-  s.window = documents ? heads.window : 0;
-  return s;
+  return attention_problem(qkv.size(0), qkv.size(1), qkv.size(2) / heads.fused() * heads.q, heads,
+                           documents);
 }
 
 cudnn_graph::AttentionProblem cudnn_problem(const k::AttentionShape& s, DType dtype) {
@@ -1158,10 +1166,10 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
           host[static_cast<size_t>(b * shape.T + t)] =
               static_cast<int32_t>(std::max<int64_t>(0, t - shape.window + 1));
       window_starts.emplace(s.allocator, host.size() * sizeof(int32_t));
+      // (From pageable memory: the copy has taken `host` when it returns.)
       check(cudaMemcpyAsync(window_starts->get(), host.data(), host.size() * sizeof(int32_t),
                             cudaMemcpyHostToDevice, s.stream),
             "cudaMemcpyAsync");
-      check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");  // (host's copy freed)
     }
     const int32_t* starts =
         window_starts ? static_cast<const int32_t*>(window_starts->get()) : nullptr;
@@ -1952,13 +1960,10 @@ bool tune_attention(int device, DType dtype, int64_t batch, int64_t seq_len, int
     throw NotSupportedError("tune_attention: cuda:" + std::to_string(device) + " is not visible (" +
                             std::to_string(device_count()) + " device(s))");
   }
-  k::AttentionShape shape{batch, seq_len, d_model, heads.q, heads.kv, heads.softcap};
   if (heads.window < 0)
     throw ValueError("tune_attention: sliding window " + std::to_string(heads.window) +
                      " must be >= 0");
-  // (A window of the whole sequence or more is no window: calls get no
-  // first keys then.)
-  shape.window = heads.window < seq_len ? heads.window : 0;
+  const k::AttentionShape shape = detail::attention_problem(batch, seq_len, d_model, heads, true);
   const k::Status ok = k::check_attention(detail::scalar(dtype), shape);
   if (!ok.ok) throw ValueError("tune_attention: " + ok.reason);
   return detail::tune_attention(device, dtype, shape, out);
@@ -1969,8 +1974,7 @@ std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, in
   namespace k = triad::kernels;
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)
     return std::string("attention takes f32, bf16 or f16, not ") + dtype_name(dtype);
-  k::AttentionShape shape{1, seq_len, d_model, heads.q, heads.kv, heads.softcap};
-  shape.window = heads.window > 0 && heads.window < seq_len ? heads.window : 0;
+  const k::AttentionShape shape = detail::attention_problem(1, seq_len, d_model, heads, true);
   const k::ScalarType type = detail::scalar(dtype);
   const k::Status base = k::check_attention(type, shape);
   if (!base.ok) return base.reason;
