@@ -7,7 +7,13 @@
 // dk/dv); each warp owns 16 of them and streams the other side in tiles of
 // 64 through shared memory. Scores and probabilities are per-warp tiles in
 // shared memory; the probabilities (and dS) are rounded to the input type
-// for the second product, as FlashAttention does.
+// for the second product, as FlashAttention does. Each lane reads its half
+// of a score row in 16-byte loads and writes its probabilities in 16-byte
+// stores. Only the tiles on a warp's diagonal, at the end of the keys or
+// across a document start or a window's edge compare each score's key and
+// query; the tiles wholly inside every row's visible keys (most of a long
+// sequence's) take a copy of the loop without the comparisons, and give the
+// same bits.
 #include <mma.h>
 
 #include <cfloat>
@@ -112,6 +118,46 @@ __device__ __forceinline__ void store_scaled(T* dst, const float* src, int n, fl
     return;
   }
   for (int c = 0; c < n; ++c) store(dst, c, src[c] * factor);
+}
+
+// A lane takes a row's scores in runs: n consecutive f32 (n a multiple of
+// 4) from 16-byte aligned shared memory, 4 per load, and n values rounded
+// to T (as to_half rounds) into 16-byte aligned 16-bit slots, 8 per store.
+// Every warp's rows and each lane's half of a row start on 16 bytes.
+constexpr int kRun = 8;  // the columns of one 16-byte store of T
+template <int N>
+__device__ __forceinline__ void load_run(const float* src, float (&v)[N]) {
+  static_assert(N % 4 == 0, "runs of whole 16-byte loads");
+#pragma unroll
+  for (int j = 0; j < N; j += 4) {
+    float f[4];
+    load_n<4>(src, j, f);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[j + k] = f[k];
+  }
+}
+template <class T, int N>
+__device__ __forceinline__ void store_run(T* dst, const float (&v)[N]) {
+  static_assert(N % kRun == 0 && kPack<T> == kRun, "runs of whole 16-byte stores");
+#pragma unroll
+  for (int j = 0; j < N; j += kRun) {
+    float f[kRun];
+#pragma unroll
+    for (int k = 0; k < kRun; ++k) f[k] = v[j + k];
+    store_n<kRun>(dst, j, f);
+  }
+}
+
+// Calls body(std::false_type) for a tile no mask touches (`whole`), else
+// body(std::true_type): one copy of the per-score loop without the
+// comparisons, which most tiles of a long sequence take, and one with them.
+template <class F>
+__device__ __forceinline__ void masked_or_whole(bool whole, F&& body) {
+  if (whole) {
+    body(std::false_type{});
+  } else {
+    body(std::true_type{});
+  }
 }
 
 template <class T>
@@ -227,7 +273,7 @@ __device__ void scale_rows(FragC (&acc)[MAXD / 16], float* stage, int D, float c
 // start of the warp's first row (tiles wholly before it are skipped) and the
 // query's own. Tn: the keys.
 struct DocWindow {
-  int64_t block_first_key = 0, warp_first_start = 0, start = 0;
+  int64_t block_first_key = 0, warp_first_start = 0, warp_last_start = 0, start = 0;
   __device__ DocWindow(const int32_t* starts, int b, const QkvLayout& lay, int64_t Tn, int64_t q0,
                        int64_t warp_q0, int64_t q) {
     if (!starts) return;
@@ -235,7 +281,15 @@ struct DocWindow {
     const int64_t f = lay.first, end = lay.query_end();
     block_first_key = row[q0 - f] / kTile * kTile;
     warp_first_start = warp_q0 < end ? row[warp_q0 - f] : Tn;
+    // (the latest start of the warp's rows: its last row before the end)
+    warp_last_start = warp_q0 < end ? row[min(warp_q0 + 15, end - 1) - f] : 0;
     start = q < end ? row[q - f] : 0;
+  }
+  // Whether every key of [k0, k0 + kTile) is visible to every row of a
+  // warp whose first query is warp_q0: none in its future, none past Tn,
+  // none before its rows' document starts.
+  __device__ bool whole_tile(int64_t k0, int64_t warp_q0, int64_t Tn) const {
+    return k0 + kTile <= warp_q0 + 1 && k0 + kTile <= Tn && k0 >= warp_last_start;
   }
 };
 
@@ -285,30 +339,36 @@ __global__ void __launch_bounds__(32 * kWarps)
     scores<T, MAXD>(Sw, Qw, Ks, D);
     __syncwarp();
     float s[32];
-    float tile_max = -INFINITY;
+    load_run(Sw + r * L::ld_s + half * 32, s);
+    float sum = 0.0f, corr = 1.0f;
+    masked_or_whole(docs.whole_tile(k0, q0 + warp * 16, Tn), [&](auto masked) {
+      float tile_max = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int col = half * 32 + j;
-      const int64_t key = k0 + col;
-      s[j] = (key <= q && key < Tn && key >= docs.start) ? lay.capped(Sw[r * L::ld_s + col] * scale)
-                                                         : -INFINITY;
-      tile_max = fmaxf(tile_max, s[j]);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
-    // (A row with no key here, or none yet, has tile_max -inf and stays.)
-    const bool move = tile_max > m + kSlack;
-    const float m_new = move ? tile_max : m;
-    const float corr = move && m != -INFINITY ? __expf(m - m_new) : 1.0f;
-    float sum = 0.0f;
+      for (int j = 0; j < 32; ++j) {
+        const int64_t key = k0 + half * 32 + j;
+        if constexpr (masked) {
+          s[j] = (key <= q && key < Tn && key >= docs.start) ? lay.capped(s[j] * scale) : -INFINITY;
+        } else {
+          s[j] = lay.capped(s[j] * scale);
+        }
+        tile_max = fmaxf(tile_max, s[j]);
+      }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
+      // (A row with no key here, or none yet, has tile_max -inf and stays.)
+      const bool move = tile_max > m + kSlack;
+      const float m_new = move ? tile_max : m;
+      corr = move && m != -INFINITY ? __expf(m - m_new) : 1.0f;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const float p = s[j] == -INFINITY ? 0.0f : __expf(s[j] - m_new);
-      sum += p;
-      Pw[r * L::ld_p + half * 32 + j] = to_half<T>(p);
-    }
+      for (int j = 0; j < 32; ++j) {
+        // (A whole tile's scores are finite, and so is its maximum.)
+        s[j] = masked && s[j] == -INFINITY ? 0.0f : __expf(s[j] - m_new);
+        sum += s[j];
+      }
+      m = m_new;
+    });
+    store_run(Pw + r * L::ld_p + half * 32, s);
     sum += __shfl_xor_sync(kFull, sum, 1);
     l = l * corr + sum;
-    m = m_new;
     __syncwarp();  // (every lane has read its scores out of Sw)
     if (__any_sync(kFull, corr != 1.0f)) scale_rows<MAXD>(o, Sw, D, corr);
     accumulate<T, MAXD>(o, Pw, Vs, D);
@@ -374,16 +434,27 @@ __global__ void __launch_bounds__(32 * kWarps)
     scores<T, MAXD>(Sw, Qs + warp * 16 * L::ld_h, Ks, D);
     scores<T, MAXD>(dPw, dOs + warp * 16 * L::ld_h, Vs, D);
     __syncwarp();
-#pragma unroll 4
-    for (int j = 0; j < 32; ++j) {
-      const int col = half * 32 + j;
-      const int64_t key = k0 + col;
-      const bool valid = key <= q && key < Tn && q < qend && key >= docs.start;
-      const float z = lay.capped(Sw[r * L::ld_s + col] * scale);
-      const float p = valid ? __expf(z - lq) : 0.0f;
-      dSw[r * L::ld_p + col] =
-          to_half<T>(p * (dPw[r * L::ld_s + col] - dq_delta) * lay.cap_slope(z));
-    }
+    // (A whole tile's rows are all queries before the end as well.)
+    const bool whole = docs.whole_tile(k0, q0 + warp * 16, Tn) && warp_last < qend;
+    masked_or_whole(whole, [&](auto masked) {
+      // In runs of 8 columns (16 bytes of dS), few registers held.
+      for (int c0 = half * 32; c0 < half * 32 + 32; c0 += kRun) {
+        float z[kRun], dp[kRun];
+        load_run(Sw + r * L::ld_s + c0, z);
+        load_run(dPw + r * L::ld_s + c0, dp);
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) {
+          const int64_t key = k0 + c0 + j;
+          const float zj = lay.capped(z[j] * scale);
+          float p = __expf(zj - lq);
+          if constexpr (masked) {
+            if (!(key <= q && key < Tn && q < qend && key >= docs.start)) p = 0.0f;
+          }
+          z[j] = p * (dp[j] - dq_delta) * lay.cap_slope(zj);  // dS
+        }
+        store_run(dSw + r * L::ld_p + c0, z);
+      }
+    });
     __syncwarp();
     accumulate<T, MAXD>(acc, dSw, Ks, D);
   }
@@ -458,17 +529,35 @@ __global__ void __launch_bounds__(32 * kWarps)
       scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
       scores<T, MAXD>(dPtw, Vs + warp * 16 * L::ld_h, dOs, D);
       __syncwarp();
-#pragma unroll 4
-      for (int j = 0; j < 32; ++j) {
-        const int col = half * 32 + j;
-        const int64_t qi = q0 + col;
-        const bool valid = qi >= key && qi < qend && key < Tn && Sq[col] <= key;
-        const float z = lay.capped(Stw[r * L::ld_s + col] * scale);
-        const float p = valid ? __expf(z - Lq[col]) : 0.0f;
-        Ptw[r * L::ld_p + col] = to_half<T>(p);
-        dStw[r * L::ld_p + col] =
-            to_half<T>(p * (dPtw[r * L::ld_s + col] - Dq[col]) * lay.cap_slope(z));
-      }
+      // Whole: every query of the tile after the warp's last key and before
+      // the end, every key before Tn, and the tile's last (latest) document
+      // start at or before the warp's first key.
+      const int64_t warp_k0 = k0 + warp * 16;
+      const bool whole = q0 >= warp_k0 + 15 && q0 + kTile <= qend && warp_k0 + 16 <= Tn &&
+                         Sq[kTile - 1] <= warp_k0;
+      masked_or_whole(whole, [&](auto masked) {
+        // In runs of 8 columns (16 bytes of P and of dS), few registers held.
+        for (int c0 = half * 32; c0 < half * 32 + 32; c0 += kRun) {
+          float z[kRun], dp[kRun], lq[kRun], dq[kRun];
+          load_run(Stw + r * L::ld_s + c0, z);
+          load_run(dPtw + r * L::ld_s + c0, dp);
+          load_run(Lq + c0, lq);
+          load_run(Dq + c0, dq);
+#pragma unroll
+          for (int j = 0; j < kRun; ++j) {
+            const float zj = lay.capped(z[j] * scale);
+            float p = __expf(zj - lq[j]);
+            if constexpr (masked) {
+              const int64_t qi = q0 + c0 + j;
+              if (!(qi >= key && qi < qend && key < Tn && Sq[c0 + j] <= key)) p = 0.0f;
+            }
+            z[j] = p;
+            dp[j] = p * (dp[j] - dq[j]) * lay.cap_slope(zj);  // dS
+          }
+          store_run(Ptw + r * L::ld_p + c0, z);
+          store_run(dStw + r * L::ld_p + c0, dp);
+        }
+      });
       __syncwarp();
       accumulate<T, MAXD>(dv, Ptw, dOs, D);
       accumulate<T, MAXD>(dk, dStw, Qs, D);

@@ -618,15 +618,22 @@ TEST(CudaKernels, SoftCapInEveryLayout) {
 // Packed documents (doc_starts): row 0 holds documents [0, 37), [37, 64),
 // [64, 100), [100, 131), [131, T - 1) and a last one-token document, so
 // boundaries fall inside the kernels' tiles, on a 64-row boundary and on the
-// last row; row 1 is one document. SIMT and tensor cores against the CPU;
-// cuDNN's graph has no such mask and says so.
+// last row; row 1 is one document. And documents long enough that the tensor
+// cores' tiles of 64 keys lie wholly inside one ([0, 101), [101, 201),
+// [201, 320)), with a warp's 16 rows across the boundary at 201: its rows
+// before it see keys 128-191 and its rows after it do not, so the tile is
+// masked for the warp (whole tiles skip the mask). SIMT and tensor cores
+// against the CPU; cuDNN's graph has no such mask and says so.
 TEST(CudaKernels, AttentionOverPackedDocuments) {
   struct Shape {
     int64_t B, T, C, NH;
+    std::vector<int64_t> ends;  // the end tokens' positions in the flat ids
   };
-  for (const Shape& sh : {Shape{2, 200, 128, 2}, Shape{2, 150, 256, 2}}) {
+  for (const Shape& sh :
+       {Shape{2, 200, 128, 2, {36, 63, 99, 130, 198}},
+        Shape{2, 150, 256, 2, {36, 63, 99, 130, 148}}, Shape{1, 320, 128, 2, {100, 200}}}) {
     std::vector<int64_t> ids(static_cast<size_t>(sh.B * sh.T), 5);
-    for (int64_t end : {36, 63, 99, 130, static_cast<int>(sh.T) - 2}) ids[end] = 0;
+    for (int64_t end : sh.ends) ids[static_cast<size_t>(end)] = 0;
     const Tensor starts = nn::document_layout(from_vector(ids, {sh.B, sh.T}), 0).starts;
     testing::OpCase c = attention_case(sh.B, sh.T, sh.C, sh.NH);
     c.name += "_documents";
