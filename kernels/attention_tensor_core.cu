@@ -103,6 +103,71 @@ __device__ void load_rows(T* tile, int ld, const T* base, int64_t stride, int64_
   }
 }
 
+// The next tile of kRows rows (D columns) of a (Tn, stride) matrix at
+// `base`, fetched into the block's registers by fetch() and written into a
+// shared tile by put(): a loop fetches its next tile as soon as it has put
+// the current one, so those loads are in flight while the warps multiply.
+// Rows past Tn are zero. Rows not on 16-byte boundaries are not held: put()
+// then copies them element by element, as load_rows does.
+//
+// Holding a tile of 64 rows takes kRows * MAXD / 4 / 128 registers a thread
+// (32 for K and V at MAXD 64). Only the widest heads hold them: at MAXD 128
+// a block's shared memory already keeps the multiprocessor to two blocks,
+// which the extra registers leave as they are, where at 64 and 32 they
+// would take a block of the four or five. (ptxas: the forward at MAXD 64
+// goes from 128 registers to 168 holding them.) The others put() straight
+// from global memory, as before.
+template <int MAXD>
+constexpr bool kHoldsNextTile = MAXD >= 128;
+
+template <class T, int MAXD>
+class RowFetch {
+ public:
+  __device__ RowFetch(const T* base, int64_t stride, int64_t Tn, int D)
+      : base_(base),
+        stride_(stride),
+        Tn_(Tn),
+        D_(D),
+        held_(kHoldsNextTile<MAXD> && rows_packed(base, stride)) {}
+
+  __device__ void fetch(int64_t r0) {
+    r0_ = r0;
+    if (!held_) return;
+    const int packs = D_ / V;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kThreads, r = idx / packs, d = (idx - r * packs) * V;
+      bits_[i] = make_int4(0, 0, 0, 0);  // zero is all-zero bits in bf16 and f16
+      if (idx < kRows * packs && r0 + r < Tn_) {
+        bits_[i] = *reinterpret_cast<const int4*>(base_ + (r0 + r) * stride_ + d);
+      }
+    }
+  }
+
+  __device__ void put(T* tile, int ld) const {
+    if (!held_) {
+      load_rows(tile, ld, base_, stride_, r0_, Tn_, D_);
+      return;
+    }
+    const int packs = D_ / V;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kThreads, r = idx / packs, d = (idx - r * packs) * V;
+      if (idx < kRows * packs) *reinterpret_cast<int4*>(tile + r * ld + d) = bits_[i];
+    }
+  }
+
+ private:
+  static constexpr int V = kPack<T>, kThreads = 32 * kWarps;
+  static constexpr int kPer =
+      kHoldsNextTile<MAXD> ? (kRows * MAXD / V + kThreads - 1) / kThreads : 1;
+  const T* base_;
+  int64_t stride_, Tn_, r0_ = 0;
+  int D_;
+  bool held_;
+  int4 bits_[kPer];
+};
+
 // n consecutive values (a multiple of 8) times `factor` from f32 `src` to
 // `dst`, 16 bytes per store when `packed`.
 template <class T>
@@ -329,11 +394,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(o[dn], 0.0f);
   float m = -INFINITY, l = 0.0f;
   const int64_t end = min(Tn, q0 + kRows);
+  RowFetch<T, MAXD> kf(k_base, lay.kvs, Tn, D), vf(v_base, lay.kvs, Tn, D);
+  kf.fetch(docs.block_first_key);
+  vf.fetch(docs.block_first_key);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
-    load_rows(Ks, L::ld_h, k_base, lay.kvs, k0, Tn, D);
-    load_rows(Vs, L::ld_h, v_base, lay.kvs, k0, Tn, D);
+    kf.put(Ks, L::ld_h);
+    vf.put(Vs, L::ld_h);
     __syncthreads();
+    if (k0 + kTile < end) {  // the next tile's loads, in flight under this one's work
+      kf.fetch(k0 + kTile);
+      vf.fetch(k0 + kTile);
+    }
     if (k0 > warp_last) continue;  // every key of this tile is in the warp's future
     if (k0 + kTile <= docs.warp_first_start) continue;  // or in its rows' earlier documents
     scores<T, MAXD>(Sw, Qw, Ks, D);
@@ -424,11 +496,18 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(acc[dn], 0.0f);
   const int64_t end = min(Tn, q0 + kRows);
+  RowFetch<T, MAXD> kf(k_base, lay.kvs, Tn, D), vf(v_base, lay.kvs, Tn, D);
+  kf.fetch(docs.block_first_key);
+  vf.fetch(docs.block_first_key);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
-    load_rows(Ks, L::ld_h, k_base, lay.kvs, k0, Tn, D);
-    load_rows(Vs, L::ld_h, v_base, lay.kvs, k0, Tn, D);
+    kf.put(Ks, L::ld_h);
+    vf.put(Vs, L::ld_h);
     __syncthreads();
+    if (k0 + kTile < end) {
+      kf.fetch(k0 + kTile);
+      vf.fetch(k0 + kTile);
+    }
     if (k0 > warp_last) continue;
     if (k0 + kTile <= docs.warp_first_start) continue;
     scores<T, MAXD>(Sw, Qs + warp * 16 * L::ld_h, Ks, D);
