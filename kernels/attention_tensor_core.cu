@@ -103,35 +103,32 @@ __device__ void load_rows(T* tile, int ld, const T* base, int64_t stride, int64_
   }
 }
 
-// The next tile of kRows rows (D columns) of a (Tn, stride) matrix at
-// `base`, fetched into the block's registers by fetch() and written into a
-// shared tile by put(): a loop fetches its next tile as soon as it has put
-// the current one, so those loads are in flight while the warps multiply.
-// Rows past Tn are zero. Rows not on 16-byte boundaries are not held: put()
-// then copies them element by element, as load_rows does.
+// The next tile of kRows rows (D columns) of a (Tn, stride) matrix,
+// fetched into the block's registers by fetch() and written into a shared
+// tile by put(): a loop fetches its next tile as soon as it has put the
+// current one, so those loads are in flight while the warps multiply. Rows
+// past Tn are zero. Without kHold, or for rows not on 16-byte boundaries,
+// nothing is held: put() copies the rows then, as load_rows does.
 //
-// Holding a tile of 64 rows takes kRows * MAXD / 4 / 128 registers a thread
-// (32 for K and V at MAXD 64). Only the widest heads hold them: at MAXD 128
-// a block's shared memory already keeps the multiprocessor to two blocks,
-// which the extra registers leave as they are, where at 64 and 32 they
-// would take a block of the four or five. (ptxas: the forward at MAXD 64
-// goes from 128 registers to 168 holding them.) The others put() straight
-// from global memory, as before.
-template <int MAXD>
-constexpr bool kHoldsNextTile = MAXD >= 128;
-
-template <class T, int MAXD>
+// Holding a tile takes kRows * MAXD / 512 int4 registers a thread (16 32-bit
+// registers at MAXD 64). A kernel holds its tiles only where that costs no
+// block a multiprocessor (ptxas registers against the blocks its shared
+// memory allows, sm_90):
+//  - the forward at MAXD 128 (shared memory allows 2 blocks; 167 -> 255
+//    registers), not at 64 or 32 (4 and 5 blocks; 128 -> 168 registers at
+//    64 would leave 3);
+//  - dq at every width (2, 2 and 3 blocks by shared memory);
+//  - dk/dv at 64 and 32 (2 and 3 blocks), not at 128, where the kernel
+//    already takes about 250 registers.
+template <class T, int MAXD, bool kHold>
 class RowFetch {
  public:
-  __device__ RowFetch(const T* base, int64_t stride, int64_t Tn, int D)
-      : base_(base),
-        stride_(stride),
-        Tn_(Tn),
-        D_(D),
-        held_(kHoldsNextTile<MAXD> && rows_packed(base, stride)) {}
+  __device__ RowFetch(int64_t stride, int64_t Tn, int D) : stride_(stride), Tn_(Tn), D_(D) {}
 
-  __device__ void fetch(int64_t r0) {
+  __device__ void fetch(const T* base, int64_t r0) {
+    base_ = base;
     r0_ = r0;
+    held_ = kHold && rows_packed(base, stride_);
     if (!held_) return;
     const int packs = D_ / V;
 #pragma unroll
@@ -139,7 +136,7 @@ class RowFetch {
       const int idx = threadIdx.x + i * kThreads, r = idx / packs, d = (idx - r * packs) * V;
       bits_[i] = make_int4(0, 0, 0, 0);  // zero is all-zero bits in bf16 and f16
       if (idx < kRows * packs && r0 + r < Tn_) {
-        bits_[i] = *reinterpret_cast<const int4*>(base_ + (r0 + r) * stride_ + d);
+        bits_[i] = *reinterpret_cast<const int4*>(base + (r0 + r) * stride_ + d);
       }
     }
   }
@@ -159,13 +156,12 @@ class RowFetch {
 
  private:
   static constexpr int V = kPack<T>, kThreads = 32 * kWarps;
-  static constexpr int kPer =
-      kHoldsNextTile<MAXD> ? (kRows * MAXD / V + kThreads - 1) / kThreads : 1;
-  const T* base_;
+  static constexpr int kPer = kHold ? (kRows * MAXD / V + kThreads - 1) / kThreads : 1;
+  const T* base_ = nullptr;
   int64_t stride_, Tn_, r0_ = 0;
   int D_;
-  bool held_;
-  int4 bits_[kPer];
+  bool held_ = false;
+  int4 bits_[kPer] = {};
 };
 
 // n consecutive values (a multiple of 8) times `factor` from f32 `src` to
@@ -394,17 +390,17 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(o[dn], 0.0f);
   float m = -INFINITY, l = 0.0f;
   const int64_t end = min(Tn, q0 + kRows);
-  RowFetch<T, MAXD> kf(k_base, lay.kvs, Tn, D), vf(v_base, lay.kvs, Tn, D);
-  kf.fetch(docs.block_first_key);
-  vf.fetch(docs.block_first_key);
+  RowFetch<T, MAXD, (MAXD >= 128)> kf(lay.kvs, Tn, D), vf(lay.kvs, Tn, D);
+  kf.fetch(k_base, docs.block_first_key);
+  vf.fetch(v_base, docs.block_first_key);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
     kf.put(Ks, L::ld_h);
     vf.put(Vs, L::ld_h);
     __syncthreads();
     if (k0 + kTile < end) {  // the next tile's loads, in flight under this one's work
-      kf.fetch(k0 + kTile);
-      vf.fetch(k0 + kTile);
+      kf.fetch(k_base, k0 + kTile);
+      vf.fetch(v_base, k0 + kTile);
     }
     if (k0 > warp_last) continue;  // every key of this tile is in the warp's future
     if (k0 + kTile <= docs.warp_first_start) continue;  // or in its rows' earlier documents
@@ -496,17 +492,17 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(acc[dn], 0.0f);
   const int64_t end = min(Tn, q0 + kRows);
-  RowFetch<T, MAXD> kf(k_base, lay.kvs, Tn, D), vf(v_base, lay.kvs, Tn, D);
-  kf.fetch(docs.block_first_key);
-  vf.fetch(docs.block_first_key);
+  RowFetch<T, MAXD, true> kf(lay.kvs, Tn, D), vf(lay.kvs, Tn, D);
+  kf.fetch(k_base, docs.block_first_key);
+  vf.fetch(v_base, docs.block_first_key);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
     kf.put(Ks, L::ld_h);
     vf.put(Vs, L::ld_h);
     __syncthreads();
     if (k0 + kTile < end) {
-      kf.fetch(k0 + kTile);
-      vf.fetch(k0 + kTile);
+      kf.fetch(k_base, k0 + kTile);
+      vf.fetch(v_base, k0 + kTile);
     }
     if (k0 > warp_last) continue;
     if (k0 + kTile <= docs.warp_first_start) continue;
@@ -587,60 +583,86 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t Tq = lay.qrows, qend = lay.query_end();
   const int32_t* row_starts = starts ? starts + b * Tq : nullptr;
   const int64_t block_last_key = min(Tn, k0 + kRows) - 1;
-  // The query heads of this key/value head's group, one after another.
-  for (int h = kvh * lay.G; h < (kvh + 1) * lay.G; ++h) {
-    const int64_t bh = int64_t(b) * lay.NH + h;
-    const T* qbase = q_batch + lay.q(h);
-    const T* dbase = dout + b * Tq * lay.C + h * D;
-    for (int64_t q0 = max(k0, lay.first); q0 < qend; q0 += kTile) {
-      // Queries from here on belong to documents after every key of the block.
-      if (row_starts && row_starts[q0 - lay.first] > block_last_key) break;
-      __syncthreads();
-      load_rows(Qs, L::ld_h, qbase, lay.qs, q0 - lay.first, lay.qrows, D);
-      load_rows(dOs, L::ld_h, dbase, lay.C, q0 - lay.first, Tq, D);
-      for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
-        const int64_t qi = q0 + i;
-        Lq[i] = qi < qend ? lse[bh * Tq + qi - lay.first] : 0.0f;
-        Dq[i] = qi < qend ? delta[bh * Tq + qi - lay.first] : 0.0f;
-        Sq[i] = row_starts && qi < qend ? row_starts[qi - lay.first] : 0;
-      }
-      __syncthreads();
-      scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
-      scores<T, MAXD>(dPtw, Vs + warp * 16 * L::ld_h, dOs, D);
-      __syncwarp();
-      // Whole: every query of the tile after the warp's last key and before
-      // the end, every key before Tn, and the tile's last (latest) document
-      // start at or before the warp's first key.
-      const int64_t warp_k0 = k0 + warp * 16;
-      const bool whole = q0 >= warp_k0 + 15 && q0 + kTile <= qend && warp_k0 + 16 <= Tn &&
-                         Sq[kTile - 1] <= warp_k0;
-      masked_or_whole(whole, [&](auto masked) {
-        // In runs of 8 columns (16 bytes of P and of dS), few registers held.
-        for (int c0 = half * 32; c0 < half * 32 + 32; c0 += kRun) {
-          float z[kRun], dp[kRun], lq[kRun], dq[kRun];
-          load_run(Stw + r * L::ld_s + c0, z);
-          load_run(dPtw + r * L::ld_s + c0, dp);
-          load_run(Lq + c0, lq);
-          load_run(Dq + c0, dq);
-#pragma unroll
-          for (int j = 0; j < kRun; ++j) {
-            const float zj = lay.capped(z[j] * scale);
-            float p = __expf(zj - lq[j]);
-            if constexpr (masked) {
-              const int64_t qi = q0 + c0 + j;
-              if (!(qi >= key && qi < qend && key < Tn && Sq[c0 + j] <= key)) p = 0.0f;
-            }
-            z[j] = p;
-            dp[j] = p * (dp[j] - dq[j]) * lay.cap_slope(zj);  // dS
-          }
-          store_run(Ptw + r * L::ld_p + c0, z);
-          store_run(dStw + r * L::ld_p + c0, dp);
-        }
-      });
-      __syncwarp();
-      accumulate<T, MAXD>(dv, Ptw, dOs, D);
-      accumulate<T, MAXD>(dk, dStw, Qs, D);
+  // The query tiles each head of the group meets: from the block's first key
+  // (or the first query) to the end, or to the first tile whose queries
+  // belong to documents after every key of the block.
+  const int64_t q_begin = max(k0, lay.first);
+  int64_t q_stop = q_begin;
+  while (q_stop < qend && !(row_starts && row_starts[q_stop - lay.first] > block_last_key)) {
+    q_stop += kTile;
+  }
+  // The group's query heads one after another, each over those tiles. The
+  // next (head, tile)'s rows and per-query values are fetched while this
+  // one's are multiplied (the rows held in registers where RowFetch says).
+  static_assert(32 * kWarps >= kTile, "a thread per query of a tile");
+  RowFetch<T, MAXD, (MAXD <= 64)> qf(lay.qs, lay.qrows, D), df(lay.C, Tq, D);
+  float next_l = 0.0f, next_d = 0.0f;
+  int next_s = 0;
+  const auto fetch = [&](int h, int64_t q0) {
+    qf.fetch(q_batch + lay.q(h), q0 - lay.first);
+    df.fetch(dout + b * Tq * lay.C + h * D, q0 - lay.first);
+    const int64_t qi = q0 + threadIdx.x, bh = int64_t(b) * lay.NH + h;
+    const bool mine = threadIdx.x < kTile && qi < qend;
+    next_l = mine ? lse[bh * Tq + qi - lay.first] : 0.0f;
+    next_d = mine ? delta[bh * Tq + qi - lay.first] : 0.0f;
+    next_s = mine && row_starts ? row_starts[qi - lay.first] : 0;
+  };
+  const int h_end = (kvh + 1) * lay.G;
+  int h = q_begin < q_stop ? kvh * lay.G : h_end;  // (no tile at all: no head)
+  int64_t q0 = q_begin;
+  if (h < h_end) fetch(h, q0);
+  while (h < h_end) {
+    __syncthreads();
+    qf.put(Qs, L::ld_h);
+    df.put(dOs, L::ld_h);
+    if (threadIdx.x < kTile) {
+      Lq[threadIdx.x] = next_l;
+      Dq[threadIdx.x] = next_d;
+      Sq[threadIdx.x] = next_s;
     }
+    __syncthreads();
+    const int64_t qt = q0;  // this tile's first query
+    q0 += kTile;
+    if (q0 >= q_stop) {
+      q0 = q_begin;
+      ++h;
+    }
+    if (h < h_end) fetch(h, q0);
+    scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
+    scores<T, MAXD>(dPtw, Vs + warp * 16 * L::ld_h, dOs, D);
+    __syncwarp();
+    // Whole: every query of the tile after the warp's last key and before
+    // the end, every key before Tn, and the tile's last (latest) document
+    // start at or before the warp's first key.
+    const int64_t warp_k0 = k0 + warp * 16;
+    const bool whole =
+        qt >= warp_k0 + 15 && qt + kTile <= qend && warp_k0 + 16 <= Tn && Sq[kTile - 1] <= warp_k0;
+    masked_or_whole(whole, [&](auto masked) {
+      // In runs of 8 columns (16 bytes of P and of dS), few registers held.
+      for (int c0 = half * 32; c0 < half * 32 + 32; c0 += kRun) {
+        float z[kRun], dp[kRun], lq[kRun], dq[kRun];
+        load_run(Stw + r * L::ld_s + c0, z);
+        load_run(dPtw + r * L::ld_s + c0, dp);
+        load_run(Lq + c0, lq);
+        load_run(Dq + c0, dq);
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) {
+          const float zj = lay.capped(z[j] * scale);
+          float p = __expf(zj - lq[j]);
+          if constexpr (masked) {
+            const int64_t qi = qt + c0 + j;
+            if (!(qi >= key && qi < qend && key < Tn && Sq[c0 + j] <= key)) p = 0.0f;
+          }
+          z[j] = p;
+          dp[j] = p * (dp[j] - dq[j]) * lay.cap_slope(zj);  // dS
+        }
+        store_run(Ptw + r * L::ld_p + c0, z);
+        store_run(dStw + r * L::ld_p + c0, dp);
+      }
+    });
+    __syncwarp();
+    accumulate<T, MAXD>(dv, Ptw, dOs, D);
+    accumulate<T, MAXD>(dk, dStw, Qs, D);
   }
   T* dst = dkv_out + b * Tn * lay.kvs;
   write_rows<T, MAXD>(dk, Stw, dst + lay.k(kvh), lay.kvs, k0 + warp * 16, Tn, D, scale);
