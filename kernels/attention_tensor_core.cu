@@ -38,7 +38,8 @@ template <int MAXD>
 struct Layout {
   static constexpr int ld_h = MAXD + 8;   // 16-bit rows (ldm multiple of 8, 32-byte aligned tiles)
   static constexpr int ld_s = kTile + 4;  // f32 score rows
-  static constexpr int ld_p = kTile + 8;  // 16-bit probability rows
+  // P and dS as 16-bit rows over the f32 scores they come from (over_scores)
+  static constexpr int ld_ps = 2 * ld_s;
 };
 
 constexpr size_t align128(size_t n) {
@@ -107,20 +108,16 @@ __device__ void load_rows(T* tile, int ld, const T* base, int64_t stride, int64_
 // fetched into the block's registers by fetch() and written into a shared
 // tile by put(): a loop fetches its next tile as soon as it has put the
 // current one, so those loads are in flight while the warps multiply. Rows
-// past Tn are zero. Without kHold, or for rows not on 16-byte boundaries,
-// nothing is held: put() copies the rows then, as load_rows does.
+// past Tn are zero; rows not on 16-byte boundaries are not held (put()
+// copies them then, as load_rows does).
 //
-// Holding a tile takes kRows * MAXD / 512 int4 registers a thread (16 32-bit
-// registers at MAXD 64). A kernel holds its tiles only where that costs no
-// block a multiprocessor (ptxas registers against the blocks its shared
-// memory allows, sm_90):
-//  - the forward at MAXD 128 (shared memory allows 2 blocks; 167 -> 255
-//    registers), not at 64 or 32 (4 and 5 blocks; 128 -> 168 registers at
-//    64 would leave 3);
-//  - dq at every width (2, 2 and 3 blocks by shared memory);
-//  - dk/dv at 64 and 32 (2 and 3 blocks), not at 128, where the kernel
-//    already takes about 250 registers.
-template <class T, int MAXD, bool kHold>
+// A tile takes kRows * MAXD / 512 int4 registers a thread. Only dq holds
+// its tiles: its shared memory caps it at 4, 3 and 2 blocks a
+// multiprocessor at MAXD 32, 64 and 128, which its registers holding K and
+// V (ptxas, sm_90: 128, 168 and 255) still allow. The forward (4 blocks at
+// MAXD 64 by its 126 registers; 168 holding) and dk/dv (about 250 registers
+// at MAXD 128 already) would each lose a block.
+template <class T, int MAXD>
 class RowFetch {
  public:
   __device__ RowFetch(int64_t stride, int64_t Tn, int D) : stride_(stride), Tn_(Tn), D_(D) {}
@@ -128,7 +125,7 @@ class RowFetch {
   __device__ void fetch(const T* base, int64_t r0) {
     base_ = base;
     r0_ = r0;
-    held_ = kHold && rows_packed(base, stride_);
+    held_ = rows_packed(base, stride_);
     if (!held_) return;
     const int packs = D_ / V;
 #pragma unroll
@@ -156,7 +153,7 @@ class RowFetch {
 
  private:
   static constexpr int V = kPack<T>, kThreads = 32 * kWarps;
-  static constexpr int kPer = kHold ? (kRows * MAXD / V + kThreads - 1) / kThreads : 1;
+  static constexpr int kPer = (kRows * MAXD / V + kThreads - 1) / kThreads;
   const T* base_ = nullptr;
   int64_t stride_, Tn_, r0_ = 0;
   int D_;
@@ -256,16 +253,33 @@ __device__ void scores(float* out, const T* a, const T* b, int D) {
   }
 }
 
-// acc[dn] += P[16][kTile] . M[kTile][dn*16 : dn*16+16] for every dn < D/16:
-// each 16-key slice of P is loaded once for all dn (kk outermost); each
-// accumulator still takes its kk slices in order.
+// Where a warp's P (or dS) goes: over the scores it comes from, so neither
+// needs shared memory of its own. Lane (r, half) writes its 32 16-bit values
+// over the first 64 of the 128 bytes its 32 f32 scores took: bytes no other
+// lane reads, and, a run of 8 at a time, only scores it has already read.
+// Row r then holds columns 0-31 at 16-bit index r * ld_ps and columns 32-63
+// 64 after (p_slice).
+template <class T>
+__device__ __forceinline__ T* over_scores(float* tile, int ld_s, int r, int col) {
+  const int half = col / 32;
+  return reinterpret_cast<T*>(tile + r * ld_s + half * 32) + (col - half * 32);
+}
+// The 16-column slice kk of such a tile.
+template <class T>
+__device__ __forceinline__ const T* p_slice(const float* tile, int kk) {
+  return reinterpret_cast<const T*>(tile) + (kk / 2) * 64 + (kk % 2) * 16;
+}
+
+// acc[dn] += P[16][kTile] . M[kTile][dn*16 : dn*16+16] for every dn < D/16
+// (P over the scores of `p`, over_scores): each 16-key slice of P is loaded once for all dn (kk
+// outermost); each accumulator still takes its kk slices in order.
 template <class T, int MAXD>
-__device__ void accumulate(FragC (&acc)[MAXD / 16], const T* p, const T* m, int D) {
+__device__ void accumulate(FragC (&acc)[MAXD / 16], const float* p, const T* m, int D) {
   constexpr int ld = Layout<MAXD>::ld_h;
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
     FragA<T> fa;
-    wmma::load_matrix_sync(fa, p + kk * 16, Layout<MAXD>::ld_p);
+    wmma::load_matrix_sync(fa, p_slice<T>(p, kk), Layout<MAXD>::ld_ps);
 #pragma unroll
     for (int dn = 0; dn < MAXD / 16; ++dn) {
       if (dn >= D / 16) break;
@@ -366,8 +380,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   T* Qs = carve.take<T>(kRows * L::ld_h);
   T* Ks = carve.take<T>(kTile * L::ld_h);
   T* Vs = carve.take<T>(kTile * L::ld_h);
-  float* Ss = carve.take<float>(kWarps * 16 * L::ld_s);
-  T* Ps = carve.take<T>(kWarps * 16 * L::ld_p);
+  float* Ss = carve.take<float>(kWarps * 16 * L::ld_s);  // scores, then P over them
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int D = lay.D;
   const int bh = blockIdx.x, b = bh / lay.NH, h = bh % lay.NH;
@@ -380,7 +393,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t Tq = lay.qrows, qend = lay.query_end();
   load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.first, lay.qrows, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
-  T* Pw = Ps + warp * 16 * L::ld_p;
   const T* Qw = Qs + warp * 16 * L::ld_h;
   const int64_t q = q0 + warp * 16 + r;
   const int64_t warp_last = q0 + warp * 16 + 15;
@@ -390,18 +402,11 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(o[dn], 0.0f);
   float m = -INFINITY, l = 0.0f;
   const int64_t end = min(Tn, q0 + kRows);
-  RowFetch<T, MAXD, (MAXD >= 128)> kf(lay.kvs, Tn, D), vf(lay.kvs, Tn, D);
-  kf.fetch(k_base, docs.block_first_key);
-  vf.fetch(v_base, docs.block_first_key);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
-    kf.put(Ks, L::ld_h);
-    vf.put(Vs, L::ld_h);
+    load_rows(Ks, L::ld_h, k_base, lay.kvs, k0, Tn, D);
+    load_rows(Vs, L::ld_h, v_base, lay.kvs, k0, Tn, D);
     __syncthreads();
-    if (k0 + kTile < end) {  // the next tile's loads, in flight under this one's work
-      kf.fetch(k_base, k0 + kTile);
-      vf.fetch(v_base, k0 + kTile);
-    }
     if (k0 > warp_last) continue;  // every key of this tile is in the warp's future
     if (k0 + kTile <= docs.warp_first_start) continue;  // or in its rows' earlier documents
     scores<T, MAXD>(Sw, Qw, Ks, D);
@@ -434,12 +439,14 @@ __global__ void __launch_bounds__(32 * kWarps)
       }
       m = m_new;
     });
-    store_run(Pw + r * L::ld_p + half * 32, s);
     sum += __shfl_xor_sync(kFull, sum, 1);
     l = l * corr + sum;
     __syncwarp();  // (every lane has read its scores out of Sw)
+    // (rescaling stages through Sw: before P goes there)
     if (__any_sync(kFull, corr != 1.0f)) scale_rows<MAXD>(o, Sw, D, corr);
-    accumulate<T, MAXD>(o, Pw, Vs, D);
+    store_run(over_scores<T>(Sw, L::ld_s, r, half * 32), s);
+    __syncwarp();
+    accumulate<T, MAXD>(o, Sw, Vs, D);
     __syncwarp();
   }
   // (A query that sees no key: out 0, lse -inf.)
@@ -467,7 +474,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   T* Vs = carve.take<T>(kTile * L::ld_h);
   float* Ss = carve.take<float>(kWarps * 16 * L::ld_s);
   float* dPs = carve.take<float>(kWarps * 16 * L::ld_s);
-  T* dSs = carve.take<T>(kWarps * 16 * L::ld_p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int D = lay.D;
   const int bh = blockIdx.x, b = bh / lay.NH, h = bh % lay.NH;
@@ -482,7 +488,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   load_rows(dOs, L::ld_h, dout + b * Tq * lay.C + h * D, lay.C, q0 - lay.first, Tq, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   float* dPw = dPs + warp * 16 * L::ld_s;
-  T* dSw = dSs + warp * 16 * L::ld_p;
   const int64_t q = q0 + warp * 16 + r;
   const float lq = q < qend ? lse[int64_t(bh) * Tq + q - lay.first] : 0.0f;
   const float dq_delta = q < qend ? delta[int64_t(bh) * Tq + q - lay.first] : 0.0f;
@@ -492,7 +497,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(acc[dn], 0.0f);
   const int64_t end = min(Tn, q0 + kRows);
-  RowFetch<T, MAXD, true> kf(lay.kvs, Tn, D), vf(lay.kvs, Tn, D);
+  // (the next tile's loads in flight under this one's work: RowFetch)
+  RowFetch<T, MAXD> kf(lay.kvs, Tn, D), vf(lay.kvs, Tn, D);
   kf.fetch(k_base, docs.block_first_key);
   vf.fetch(v_base, docs.block_first_key);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
@@ -527,12 +533,13 @@ __global__ void __launch_bounds__(32 * kWarps)
           }
           z[j] = p * (dp[j] - dq_delta) * lay.cap_slope(zj);  // dS
         }
-        store_run(dSw + r * L::ld_p + c0, z);
+        store_run(over_scores<T>(Sw, L::ld_s, r, c0), z);  // dS over the scores
       }
     });
     __syncwarp();
-    accumulate<T, MAXD>(acc, dSw, Ks, D);
+    accumulate<T, MAXD>(acc, Sw, Ks, D);
   }
+  __syncwarp();  // (the last dS read before Sw stages the output)
   write_rows<T, MAXD>(acc, Sw, dq_out + b * lay.qrows * lay.qs + lay.q(h), lay.qs,
                       q0 - lay.first + warp * 16, lay.qrows, D, scale);
 #else
@@ -557,8 +564,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   int* Sq = carve.take<int>(kTile);  // the queries' document starts
   float* Sts = carve.take<float>(kWarps * 16 * L::ld_s);
   float* dPts = carve.take<float>(kWarps * 16 * L::ld_s);
-  T* Pts = carve.take<T>(kWarps * 16 * L::ld_p);
-  T* dSts = carve.take<T>(kWarps * 16 * L::ld_p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int D = lay.D;
   const int bkv = blockIdx.x, b = bkv / lay.NKV, kvh = bkv % lay.NKV;
@@ -570,8 +575,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   load_rows(Vs, L::ld_h, kv_row + lay.v(kvh), lay.kvs, k0, Tn, D);
   float* Stw = Sts + warp * 16 * L::ld_s;
   float* dPtw = dPts + warp * 16 * L::ld_s;
-  T* Ptw = Pts + warp * 16 * L::ld_p;
-  T* dStw = dSts + warp * 16 * L::ld_p;
   const int64_t key = k0 + warp * 16 + r;
   FragC dk[MAXD / 16], dv[MAXD / 16];
 #pragma unroll
@@ -583,87 +586,62 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t Tq = lay.qrows, qend = lay.query_end();
   const int32_t* row_starts = starts ? starts + b * Tq : nullptr;
   const int64_t block_last_key = min(Tn, k0 + kRows) - 1;
-  // The query tiles each head of the group meets: from the block's first key
-  // (or the first query) to the end, or to the first tile whose queries
-  // belong to documents after every key of the block.
-  const int64_t q_begin = max(k0, lay.first);
-  int64_t q_stop = q_begin;
-  while (q_stop < qend && !(row_starts && row_starts[q_stop - lay.first] > block_last_key)) {
-    q_stop += kTile;
-  }
-  // The group's query heads one after another, each over those tiles. The
-  // next (head, tile)'s rows and per-query values are fetched while this
-  // one's are multiplied (the rows held in registers where RowFetch says).
-  static_assert(32 * kWarps >= kTile, "a thread per query of a tile");
-  RowFetch<T, MAXD, (MAXD <= 64)> qf(lay.qs, lay.qrows, D), df(lay.C, Tq, D);
-  float next_l = 0.0f, next_d = 0.0f;
-  int next_s = 0;
-  const auto fetch = [&](int h, int64_t q0) {
-    qf.fetch(q_batch + lay.q(h), q0 - lay.first);
-    df.fetch(dout + b * Tq * lay.C + h * D, q0 - lay.first);
-    const int64_t qi = q0 + threadIdx.x, bh = int64_t(b) * lay.NH + h;
-    const bool mine = threadIdx.x < kTile && qi < qend;
-    next_l = mine ? lse[bh * Tq + qi - lay.first] : 0.0f;
-    next_d = mine ? delta[bh * Tq + qi - lay.first] : 0.0f;
-    next_s = mine && row_starts ? row_starts[qi - lay.first] : 0;
-  };
-  const int h_end = (kvh + 1) * lay.G;
-  int h = q_begin < q_stop ? kvh * lay.G : h_end;  // (no tile at all: no head)
-  int64_t q0 = q_begin;
-  if (h < h_end) fetch(h, q0);
-  while (h < h_end) {
-    __syncthreads();
-    qf.put(Qs, L::ld_h);
-    df.put(dOs, L::ld_h);
-    if (threadIdx.x < kTile) {
-      Lq[threadIdx.x] = next_l;
-      Dq[threadIdx.x] = next_d;
-      Sq[threadIdx.x] = next_s;
-    }
-    __syncthreads();
-    const int64_t qt = q0;  // this tile's first query
-    q0 += kTile;
-    if (q0 >= q_stop) {
-      q0 = q_begin;
-      ++h;
-    }
-    if (h < h_end) fetch(h, q0);
-    scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
-    scores<T, MAXD>(dPtw, Vs + warp * 16 * L::ld_h, dOs, D);
-    __syncwarp();
-    // Whole: every query of the tile after the warp's last key and before
-    // the end, every key before Tn, and the tile's last (latest) document
-    // start at or before the warp's first key.
-    const int64_t warp_k0 = k0 + warp * 16;
-    const bool whole =
-        qt >= warp_k0 + 15 && qt + kTile <= qend && warp_k0 + 16 <= Tn && Sq[kTile - 1] <= warp_k0;
-    masked_or_whole(whole, [&](auto masked) {
-      // In runs of 8 columns (16 bytes of P and of dS), few registers held.
-      for (int c0 = half * 32; c0 < half * 32 + 32; c0 += kRun) {
-        float z[kRun], dp[kRun], lq[kRun], dq[kRun];
-        load_run(Stw + r * L::ld_s + c0, z);
-        load_run(dPtw + r * L::ld_s + c0, dp);
-        load_run(Lq + c0, lq);
-        load_run(Dq + c0, dq);
-#pragma unroll
-        for (int j = 0; j < kRun; ++j) {
-          const float zj = lay.capped(z[j] * scale);
-          float p = __expf(zj - lq[j]);
-          if constexpr (masked) {
-            const int64_t qi = qt + c0 + j;
-            if (!(qi >= key && qi < qend && key < Tn && Sq[c0 + j] <= key)) p = 0.0f;
-          }
-          z[j] = p;
-          dp[j] = p * (dp[j] - dq[j]) * lay.cap_slope(zj);  // dS
-        }
-        store_run(Ptw + r * L::ld_p + c0, z);
-        store_run(dStw + r * L::ld_p + c0, dp);
+  // The query heads of this key/value head's group, one after another.
+  for (int h = kvh * lay.G; h < (kvh + 1) * lay.G; ++h) {
+    const int64_t bh = int64_t(b) * lay.NH + h;
+    const T* qbase = q_batch + lay.q(h);
+    const T* dbase = dout + b * Tq * lay.C + h * D;
+    for (int64_t q0 = max(k0, lay.first); q0 < qend; q0 += kTile) {
+      // Queries from here on belong to documents after every key of the block.
+      if (row_starts && row_starts[q0 - lay.first] > block_last_key) break;
+      __syncthreads();
+      load_rows(Qs, L::ld_h, qbase, lay.qs, q0 - lay.first, lay.qrows, D);
+      load_rows(dOs, L::ld_h, dbase, lay.C, q0 - lay.first, Tq, D);
+      for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+        const int64_t qi = q0 + i;
+        Lq[i] = qi < qend ? lse[bh * Tq + qi - lay.first] : 0.0f;
+        Dq[i] = qi < qend ? delta[bh * Tq + qi - lay.first] : 0.0f;
+        Sq[i] = row_starts && qi < qend ? row_starts[qi - lay.first] : 0;
       }
-    });
-    __syncwarp();
-    accumulate<T, MAXD>(dv, Ptw, dOs, D);
-    accumulate<T, MAXD>(dk, dStw, Qs, D);
+      __syncthreads();
+      scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
+      scores<T, MAXD>(dPtw, Vs + warp * 16 * L::ld_h, dOs, D);
+      __syncwarp();
+      // Whole: every query of the tile after the warp's last key and before
+      // the end, every key before Tn, and the tile's last (latest) document
+      // start at or before the warp's first key.
+      const int64_t warp_k0 = k0 + warp * 16;
+      const bool whole = q0 >= warp_k0 + 15 && q0 + kTile <= qend && warp_k0 + 16 <= Tn &&
+                         Sq[kTile - 1] <= warp_k0;
+      masked_or_whole(whole, [&](auto masked) {
+        // In runs of 8 columns (16 bytes of P and of dS), few registers held.
+        for (int c0 = half * 32; c0 < half * 32 + 32; c0 += kRun) {
+          float z[kRun], dp[kRun], lq[kRun], dq[kRun];
+          load_run(Stw + r * L::ld_s + c0, z);
+          load_run(dPtw + r * L::ld_s + c0, dp);
+          load_run(Lq + c0, lq);
+          load_run(Dq + c0, dq);
+#pragma unroll
+          for (int j = 0; j < kRun; ++j) {
+            const float zj = lay.capped(z[j] * scale);
+            float p = __expf(zj - lq[j]);
+            if constexpr (masked) {
+              const int64_t qi = q0 + c0 + j;
+              if (!(qi >= key && qi < qend && key < Tn && Sq[c0 + j] <= key)) p = 0.0f;
+            }
+            z[j] = p;
+            dp[j] = p * (dp[j] - dq[j]) * lay.cap_slope(zj);  // dS
+          }
+          store_run(over_scores<T>(Stw, L::ld_s, r, c0), z);    // P over S^T
+          store_run(over_scores<T>(dPtw, L::ld_s, r, c0), dp);  // dS over dP^T
+        }
+      });
+      __syncwarp();
+      accumulate<T, MAXD>(dv, Stw, dOs, D);
+      accumulate<T, MAXD>(dk, dPtw, Qs, D);
+    }
   }
+  __syncwarp();  // (the last P read before Stw stages the output)
   T* dst = dkv_out + b * Tn * lay.kvs;
   write_rows<T, MAXD>(dk, Stw, dst + lay.k(kvh), lay.kvs, k0 + warp * 16, Tn, D, scale);
   write_rows<T, MAXD>(dv, Stw, dst + lay.v(kvh), lay.kvs, k0 + warp * 16, Tn, D, 1.0f);
@@ -686,23 +664,20 @@ template <int MAXD, class T>
 size_t forward_bytes() {
   using L = Layout<MAXD>;
   return align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
-         align128(kWarps * 16 * L::ld_s * sizeof(float)) +
-         align128(kWarps * 16 * L::ld_p * sizeof(T));
+         align128(kWarps * 16 * L::ld_s * sizeof(float));
 }
 template <int MAXD, class T>
 size_t dq_bytes() {
   using L = Layout<MAXD>;
   return 2 * align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
-         2 * align128(kWarps * 16 * L::ld_s * sizeof(float)) +
-         align128(kWarps * 16 * L::ld_p * sizeof(T));
+         2 * align128(kWarps * 16 * L::ld_s * sizeof(float));
 }
 template <int MAXD, class T>
 size_t dkdv_bytes() {
   using L = Layout<MAXD>;
   return 2 * align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
          2 * align128(kTile * sizeof(float)) + align128(kTile * sizeof(int)) +
-         2 * align128(kWarps * 16 * L::ld_s * sizeof(float)) +
-         2 * align128(kWarps * 16 * L::ld_p * sizeof(T));
+         2 * align128(kWarps * 16 * L::ld_s * sizeof(float));
 }
 
 template <class K>
