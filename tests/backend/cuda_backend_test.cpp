@@ -368,6 +368,48 @@ TEST(CudaKernels, AttentionOverASlidingWindow) {
   }
 }
 
+// The tensor-core kernels over random shapes (fixed seeds): lengths that
+// are and are not multiples of the 64-row tiles, head dims 16 to 128,
+// grouped and multi-query heads, packed documents with random boundaries
+// and random windows, alone and together. Each tile is either whole
+// (the per-score comparisons skipped) or masked, and which depends on the
+// warp's rows, the end of the keys and every row's first key: shapes no
+// hand-picked case thought of check that choice against the CPU.
+TEST(CudaKernels, TensorCoreAttentionOverRandomShapes) {
+  std::mt19937 rng(20261206);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t B = pick(1, 2), T = pick(1, 260), NH = int64_t(1) << pick(0, 2);
+    const int64_t NKV = NH >> pick(0, NH == 4 ? 2 : NH == 2 ? 1 : 0);
+    const int64_t D = 16 * pick(1, 8), C = NH * D;
+    const bool documents = pick(0, 1) == 1;
+    const int64_t window = pick(0, 2) == 0 ? pick(1, T + 8) : 0;
+    Tensor starts;
+    if (documents) {
+      std::vector<int64_t> ids(static_cast<size_t>(B * T), 5);
+      for (int64_t k = pick(0, 4); k > 0; --k) ids[static_cast<size_t>(pick(0, B * T - 1))] = 0;
+      starts = nn::document_layout(from_vector(ids, {B, T}), 0).starts;
+    }
+    if (window > 0) starts = nn::sliding_window_starts(B, T, window, starts);
+    const AttentionHeads heads{NH, NKV};
+    const DType dtype = trial % 2 == 0 ? DType::BF16 : DType::F16;
+    const std::string name =
+        "random" + std::to_string(trial) + "_B" + std::to_string(B) + "_T" + std::to_string(T) +
+        "_C" + std::to_string(C) + "_NH" + std::to_string(NH) + "_KV" + std::to_string(NKV) +
+        (documents ? "_documents" : "") + (window > 0 ? "_window" + std::to_string(window) : "");
+    SCOPED_TRACE(name + " " + dtype_name(dtype));
+    std::printf("[ case ] %s %s\n", name.c_str(), dtype_name(dtype));
+    const std::string why =
+        cuda::attention_kernel_unavailable(cuda::AttentionKernel::TensorCore, dtype, T, C, heads);
+    ASSERT_EQ(why, "") << "every shape drawn here is one the tensor cores take";
+    expect_attention_kernel_matches_cpu(
+        qkv_attention_case(name, B, T, C, heads, starts, 100 + trial, 1.0), dtype,
+        cuda::AttentionKernel::TensorCore);
+  }
+}
+
 // A chunk of queries apart from the keys and values (chunk_attention,
 // context parallelism's all-gather): SIMT and tensor cores against the CPU,
 // the chunk starting inside a block of either's rows and on a block's first
