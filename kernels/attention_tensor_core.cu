@@ -5,15 +5,17 @@
 // no atomics), but every product runs as 16x16x16 WMMA tiles with f32
 // accumulation. A block of 4 warps owns 64 rows (queries, or keys for
 // dk/dv); each warp owns 16 of them and streams the other side in tiles of
-// 64 through shared memory. Scores and probabilities are per-warp tiles in
-// shared memory; the probabilities (and dS) are rounded to the input type
-// for the second product, as FlashAttention does. Each lane reads its half
-// of a score row in 16-byte loads and writes its probabilities in 16-byte
-// stores. Only the tiles on a warp's diagonal, at the end of the keys or
-// across a document start or a window's edge compare each score's key and
-// query; the tiles wholly inside every row's visible keys (most of a long
-// sequence's) take a copy of the loop without the comparisons, and give the
-// same bits.
+// 64 through shared memory. Scores are per-warp tiles in shared memory;
+// the probabilities (and dS) are rounded to the input type for the second
+// product, as FlashAttention does, and written over the scores they come
+// from (over_scores), so they take no shared memory of their own. Each lane
+// reads its half of a score row in 16-byte loads and writes its
+// probabilities in 16-byte stores. Only the tiles on a warp's diagonal, at
+// the end of the keys or across a document start or a window's edge
+// compare each score's key and query; the tiles wholly inside every row's
+// visible keys (most of a long sequence's) take a copy of the loop without
+// the comparisons, and give the same bits. dq fetches its next key/value
+// tile into registers while it multiplies the current one (RowFetch).
 #include <mma.h>
 
 #include <cfloat>
@@ -270,9 +272,10 @@ __device__ __forceinline__ const T* p_slice(const float* tile, int kk) {
   return reinterpret_cast<const T*>(tile) + (kk / 2) * 64 + (kk % 2) * 16;
 }
 
-// acc[dn] += P[16][kTile] . M[kTile][dn*16 : dn*16+16] for every dn < D/16
-// (P over the scores of `p`, over_scores): each 16-key slice of P is loaded once for all dn (kk
-// outermost); each accumulator still takes its kk slices in order.
+// acc[dn] += P[16][kTile] . M[kTile][dn*16 : dn*16+16] for every dn < D/16,
+// P written over the scores at `p` (over_scores): each 16-key slice of P is
+// loaded once for all dn (kk outermost); each accumulator still takes its
+// kk slices in order.
 template <class T, int MAXD>
 __device__ void accumulate(FragC (&acc)[MAXD / 16], const float* p, const T* m, int D) {
   constexpr int ld = Layout<MAXD>::ld_h;
