@@ -122,12 +122,11 @@ __device__ void load_rows(T* tile, int ld, const T* base, int64_t stride, int64_
 template <class T, int MAXD>
 class RowFetch {
  public:
-  __device__ RowFetch(int64_t stride, int64_t Tn, int D) : stride_(stride), Tn_(Tn), D_(D) {}
+  __device__ RowFetch(const T* base, int64_t stride, int64_t Tn, int D)
+      : base_(base), stride_(stride), Tn_(Tn), D_(D), held_(rows_packed(base, stride)) {}
 
-  __device__ void fetch(const T* base, int64_t r0) {
-    base_ = base;
+  __device__ void fetch(int64_t r0) {
     r0_ = r0;
-    held_ = rows_packed(base, stride_);
     if (!held_) return;
     const int packs = D_ / V;
 #pragma unroll
@@ -135,7 +134,7 @@ class RowFetch {
       const int idx = threadIdx.x + i * kThreads, r = idx / packs, d = (idx - r * packs) * V;
       bits_[i] = make_int4(0, 0, 0, 0);  // zero is all-zero bits in bf16 and f16
       if (idx < kRows * packs && r0 + r < Tn_) {
-        bits_[i] = *reinterpret_cast<const int4*>(base + (r0 + r) * stride_ + d);
+        bits_[i] = *reinterpret_cast<const int4*>(base_ + (r0 + r) * stride_ + d);
       }
     }
   }
@@ -156,10 +155,10 @@ class RowFetch {
  private:
   static constexpr int V = kPack<T>, kThreads = 32 * kWarps;
   static constexpr int kPer = (kRows * MAXD / V + kThreads - 1) / kThreads;
-  const T* base_ = nullptr;
+  const T* base_;
   int64_t stride_, Tn_, r0_ = 0;
   int D_;
-  bool held_ = false;
+  bool held_;
   int4 bits_[kPer] = {};
 };
 
@@ -501,17 +500,17 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(acc[dn], 0.0f);
   const int64_t end = min(Tn, q0 + kRows);
   // (the next tile's loads in flight under this one's work: RowFetch)
-  RowFetch<T, MAXD> kf(lay.kvs, Tn, D), vf(lay.kvs, Tn, D);
-  kf.fetch(k_base, docs.block_first_key);
-  vf.fetch(v_base, docs.block_first_key);
+  RowFetch<T, MAXD> kf(k_base, lay.kvs, Tn, D), vf(v_base, lay.kvs, Tn, D);
+  kf.fetch(docs.block_first_key);
+  vf.fetch(docs.block_first_key);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
     kf.put(Ks, L::ld_h);
     vf.put(Vs, L::ld_h);
     __syncthreads();
     if (k0 + kTile < end) {
-      kf.fetch(k_base, k0 + kTile);
-      vf.fetch(v_base, k0 + kTile);
+      kf.fetch(k0 + kTile);
+      vf.fetch(k0 + kTile);
     }
     if (k0 > warp_last) continue;
     if (k0 + kTile <= docs.warp_first_start) continue;
