@@ -3,7 +3,8 @@
 // over repeated launches on the device's compute stream, against the
 // device's ceilings: achieved GB/s over --hbm-gbs for memory-bound kernels,
 // TFLOP/s over --peak-tflops for GEMMs and attention.
-// One JSON line per kernel.
+// One JSON line per kernel, then the launch-gap probe's two (stream and
+// CUDA graph).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -584,5 +585,56 @@ int main(int argc, char** argv) {
   hp.lr = 1e-4;
   report("adamw_f32_" + std::to_string(P), time_ms([&] { be.adamw(p, g, m, v, hp); }, iters),
          7.0 * P * 4, 0);
+
+  // What a launch costs the device beyond its own work, from the stream's
+  // queue and from a CUDA graph (cuda::capture): 500 one-element fills
+  // queued behind products that keep the device busy until the host has
+  // queued them all, timed by events between the fills. "us_per_launch"
+  // times a training step's launches is what capturing the step would
+  // save, at most; "host_queue_ms" against "blocker_ms" says whether the
+  // device did wait for the host (then the figure is the host's pace).
+  {
+    constexpr int kLaunches = 500;
+    Tensor tiny = triad::empty({1}, DType::F32, gpu);
+    auto fills = [&] {
+      for (int i = 0; i < kLaunches; ++i) be.fill(tiny, static_cast<double>(i));
+    };
+    triad::cuda::Graph graph = triad::cuda::capture(0, fills);
+    Tensor wb = rnd({4 * C, C}, 30), yb = triad::empty({N, 4 * C}, bf, gpu);
+    void* start = triad::cuda::create_timing_event(0);
+    void* mid = triad::cuda::create_timing_event(0);
+    void* end = triad::cuda::create_timing_event(0);
+    auto probe = [&](const std::string& how, const std::function<void()>& queue) {
+      queue();  // warm up
+      triad::cuda::synchronize(0);
+      triad::cuda::record_timing_event(0, start);
+      for (int i = 0; i < 200; ++i) be.gemm(x, wb, yb, false, true, 1, 0);  // the blocker
+      triad::cuda::record_timing_event(0, mid);
+      const auto h0 = std::chrono::steady_clock::now();
+      queue();
+      const double host_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
+      triad::cuda::record_timing_event(0, end);
+      const double blocker_ms = triad::cuda::elapsed_ms(start, mid);
+      const double ms = triad::cuda::elapsed_ms(mid, end);
+      nlohmann::json j{{"kernel", "launch_gap_" + how},
+                       {"ms", ms},
+                       {"launches", kLaunches},
+                       {"us_per_launch", ms * 1e3 / kLaunches},
+                       {"host_queue_ms", host_ms},
+                       {"blocker_ms", blocker_ms},
+                       {"device_waited_for_host", host_ms > blocker_ms}};
+      std::printf("%s\n", j.dump().c_str());
+    };
+    probe("stream", fills);
+    probe("graph", [&] { graph.replay(); });
+    const float check = *triad::to_device(tiny, triad::Device::cpu()).data<float>();
+    if (check != static_cast<float>(kLaunches - 1)) {
+      std::printf("{\"kernel\":\"launch_gap_graph\",\"error\":\"the last fill left %g, not %d\"}\n",
+                  static_cast<double>(check), kLaunches - 1);
+      return 1;
+    }
+    for (void* e : {start, mid, end}) triad::cuda::destroy_timing_event(e);
+  }
   return 0;
 }

@@ -462,6 +462,13 @@ fi
 echo "== training runs side by side"
 python3 benchmarks/gpu/summarize_train.py "$OUT/train.jsonl" ||
   echo "   (summarize_train.py failed; train.jsonl holds every run)"
+# What a CUDA graph of each step could save at most (bench_kernels_gpu's
+# launch-gap probe times the profiled runs' backend calls a step).
+if [ -s "$OUT/kernels.jsonl" ]; then
+  echo "== what a CUDA graph of the step could save"
+  python3 benchmarks/gpu/summarize_train.py --graph-estimate "$OUT/kernels.jsonl" "$OUT/train.jsonl" ||
+    echo "   (summarize_train.py --graph-estimate failed)"
+fi
 took train
 fi
 

@@ -7,6 +7,10 @@ defaults) of the same model and batch: what a session needs to decide
 whether a switch becomes a default.
 
     python3 benchmarks/gpu/summarize_train.py OUT/train.jsonl
+
+--graph-estimate OUT/kernels.jsonl OUT/train.jsonl: what a CUDA graph of
+each model's step could save at most, from bench_kernels_gpu's launch-gap
+probe and the step's op profile.
 """
 import json
 import sys
@@ -159,8 +163,41 @@ def helpful_switches(runs, preset, min_gain_pct):
     return flags
 
 
+def graph_estimate(kernels, runs):
+    """What a CUDA graph of each model's step could save, at most: the
+    step's backend calls (its op profile's; each queues one launch or more)
+    times what the launch-gap probe's device spends a launch from the
+    stream beyond what it spends from a graph. A line per model with a
+    profiled run (its first)."""
+    gap = {k.get("kernel"): k for k in kernels}
+    stream, graph = gap.get("launch_gap_stream"), gap.get("launch_gap_graph")
+    if not stream or not graph or "us_per_launch" not in stream or "us_per_launch" not in graph:
+        return ["(no launch-gap rows among the kernels' lines: no estimate)"]
+    saved_us = stream["us_per_launch"] - graph["us_per_launch"]
+    note = ""
+    if stream.get("device_waited_for_host"):
+        note = " (the device waited for the host's queueing: the stream's figure is the host's pace)"
+    profiled = {}
+    for r in runs:
+        if r.get("impl") == "triad" and "op_profile" in r:
+            profiled.setdefault((r.get("preset"), r.get("batch")), r)
+    lines = []
+    for (preset, batch), r in profiled.items():
+        calls = sum(op.get("calls_per_step", 0.0) for op in r["op_profile"].get("ops", []))
+        ms = calls * saved_us / 1e3
+        step = r.get("step_ms", 0.0)
+        share = f" ({100.0 * ms / step:.2f}%)" if step > 0 else ""
+        lines.append(f"{preset} batch {batch}: {calls:.0f} backend calls a step x "
+                     f"({stream['us_per_launch']:.2f} - {graph['us_per_launch']:.2f}) us a launch "
+                     f"= up to {ms:.2f} ms of its {step:.2f} ms step{share} from a CUDA graph{note}")
+    return lines or ["(no profiled Triad run: no estimate)"]
+
+
 def main():
     args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "--graph-estimate":
+        print("\n".join(graph_estimate(read(args[1]), read(args[2]))))
+        return
     if len(args) >= 3 and args[0] == "--helpful-switches":
         # --helpful-switches PRESET [--min-gain PCT] TRAIN_JSONL
         preset, rest = args[1], args[2:]
@@ -172,7 +209,8 @@ def main():
             return
     if len(args) != 1:
         sys.exit("usage: summarize_train.py TRAIN_JSONL\n"
-                 "       summarize_train.py --helpful-switches PRESET [--min-gain PCT] TRAIN_JSONL")
+                 "       summarize_train.py --helpful-switches PRESET [--min-gain PCT] TRAIN_JSONL\n"
+                 "       summarize_train.py --graph-estimate KERNELS_JSONL TRAIN_JSONL")
     print("\n".join(summarize(read(args[0]))))
 
 

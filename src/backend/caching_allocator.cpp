@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "triad/core/error.h"
@@ -18,14 +19,17 @@ size_t CachingAllocator::round_size(size_t nbytes) {
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mutex_);
   free_cached_locked();
+  for (auto& [graph, pool] : graph_pools_)
+    for (auto& [size, ptr] : pool) raw_.deallocate(ptr, size);
   // Blocks still handed out are the caller's leak; give them back too.
   for (auto& [ptr, b] : live_) raw_.deallocate(ptr, b.size);
   live_.clear();
 }
 
-std::pair<void*, size_t> CachingAllocator::take_cached(size_t size, uint64_t pool, bool larger) {
-  auto p = pools_.find(pool);
-  if (p == pools_.end()) return {nullptr, 0};
+std::pair<void*, size_t> CachingAllocator::take_cached(Pools& pools, size_t size, uint64_t pool,
+                                                       bool larger) {
+  auto p = pools.find(pool);
+  if (p == pools.end()) return {nullptr, 0};
   // Blocks are never split: a larger one wastes its surplus while it is
   // handed out, so only one less than twice the size is taken, the
   // smallest there is.
@@ -45,9 +49,17 @@ void* CachingAllocator::allocate_on(size_t nbytes, uint64_t stream) {
   // mixture's tokens per expert) reuses a block of a nearby class instead
   // of asking the device for one each time.
   std::pair<void*, size_t> taken{nullptr, 0};
+  // (A capture takes its own freed blocks first: its replays reuse them in
+  // the order the capture did.)
+  const uint64_t graph =
+      capturing_ != 0 && std::this_thread::get_id() == capturer_ ? capturing_ : 0;
+  if (graph != 0) {
+    for (bool larger : {false, true})
+      if (!taken.first) taken = take_cached(graph_pools_, size, graph, larger);
+  }
   for (bool larger : {false, true}) {
-    if (!taken.first) taken = take_cached(size, stream, larger);
-    if (!taken.first) taken = take_cached(size, kShared, larger);
+    if (!taken.first) taken = take_cached(pools_, size, stream, larger);
+    if (!taken.first) taken = take_cached(pools_, size, kShared, larger);
   }
   void* ptr = taken.first;
   if (ptr) size = taken.second;
@@ -67,7 +79,7 @@ void* CachingAllocator::allocate_on(size_t nbytes, uint64_t stream) {
     stats_.reserved += static_cast<int64_t>(size);
     ++stats_.system_allocs;
   }
-  live_[ptr] = {size, stream};
+  live_[ptr] = {size, stream, graph};
   stats_.allocated += static_cast<int64_t>(size);
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
   ++stats_.num_allocs;
@@ -81,7 +93,41 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
   const Block b = it->second;
   live_.erase(it);
   stats_.allocated -= static_cast<int64_t>(b.size);
+  // A block freed during a capture may be read by the graph's replays; one
+  // of a graph is written by them.
+  const uint64_t graph = capturing_ != 0 ? capturing_ : b.graph;
+  if (graph != 0 && graph_pools_.count(graph)) {
+    graph_pools_[graph].emplace(b.size, ptr);
+    return;
+  }
   pools_[b.stream].emplace(b.size, ptr);
+}
+
+void CachingAllocator::begin_capture(uint64_t graph) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (graph == 0) throw Error("CachingAllocator::begin_capture: graph 0 (expected a nonzero id)");
+  if (capturing_ != 0) {
+    throw Error("CachingAllocator::begin_capture: graph " + std::to_string(capturing_) +
+                " is being captured on " + raw_.device().str() + " (one capture at a time)");
+  }
+  capturing_ = graph;
+  capturer_ = std::this_thread::get_id();
+  graph_pools_[graph];
+}
+
+void CachingAllocator::end_capture() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capturing_ = 0;
+}
+
+void CachingAllocator::release_graph(uint64_t graph, uint64_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto g = graph_pools_.find(graph);
+  if (g == graph_pools_.end()) return;
+  pools_[stream].insert(g->second.begin(), g->second.end());
+  graph_pools_.erase(g);
+  for (auto& [ptr, b] : live_)
+    if (b.graph == graph) b.graph = 0;
 }
 
 void CachingAllocator::release_stream(uint64_t stream) {

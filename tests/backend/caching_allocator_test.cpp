@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "triad/core/error.h"
@@ -139,6 +140,79 @@ TEST(CachingAllocator, OutOfMemoryFreesTheCacheThenFailsClearly) {
   }
   a.deallocate(mid, 5 << 20);
   EXPECT_THROW(a.deallocate(reinterpret_cast<void*>(0x1234), 8), Error);
+}
+
+// A CUDA graph's replays write the addresses its capture saw: from the
+// capture until the graph is released, the blocks it was handed or that
+// were freed during it go to no other request. Inside the capture its own
+// freed blocks are reused (its replays run in the capture's order).
+TEST(CachingAllocator, AGraphsBlocksStayItsOwnUntilItIsReleased) {
+  FakeDevice dev(64 << 20);
+  CachingAllocator a(dev);
+  void* before = a.allocate_on(1000, 1);  // an input the capture reads, freed during it
+  void* cached = a.allocate_on(4096, 1);
+  a.deallocate(cached, 4096);  // in the cache before the capture: the capture may take it
+  a.begin_capture(7);
+  EXPECT_THROW(a.begin_capture(8), Error);  // one at a time
+  void* t = a.allocate_on(4096, 1);
+  EXPECT_EQ(t, cached);
+  a.deallocate(t, 4096);                 // a temporary of the capture
+  EXPECT_EQ(a.allocate_on(4000, 1), t);  // reused within it
+  void* out = a.allocate_on(2000, 1);    // an output that outlives the capture
+  a.deallocate(t, 4000);
+  a.deallocate(before, 1000);
+  a.end_capture();
+  const int calls = dev.calls();
+  // Other work gets neither the temporary's block nor the freed input's.
+  void* x = a.allocate_on(4096, 1);
+  void* y = a.allocate_on(1000, 1);
+  EXPECT_NE(x, t);
+  EXPECT_NE(y, before);
+  EXPECT_EQ(dev.calls(), calls + 2);
+  // The output freed after the capture returns to the graph, not the cache.
+  a.deallocate(out, 2000);
+  void* z = a.allocate_on(2000, 1);
+  EXPECT_NE(z, out);
+  // empty_cache keeps the graph's blocks: its replays use them.
+  a.deallocate(x, 4096);
+  a.deallocate(y, 1000);
+  a.deallocate(z, 2000);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 4096 + 1024 + 2048);
+  // Released (its last replay queued on stream 1): the blocks are that
+  // stream's cache.
+  a.release_graph(7, 1);
+  EXPECT_EQ(a.allocate_on(4096, 1), t);
+  EXPECT_EQ(a.allocate_on(1000, 1), before);
+  EXPECT_EQ(a.allocate_on(2000, 1), out);
+  a.deallocate(t, 4096);
+  a.deallocate(before, 1000);
+  a.deallocate(out, 2000);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0);
+}
+
+// Another thread's requests during a capture are not the graph's (a
+// communication thread's buffers); the capturing thread's are.
+TEST(CachingAllocator, OnlyTheCapturingThreadsRequestsJoinTheGraph) {
+  FakeDevice dev(64 << 20);
+  CachingAllocator a(dev);
+  a.begin_capture(3);
+  void* mine = a.allocate_on(1000, 1);
+  void* theirs = nullptr;
+  std::thread([&] { theirs = a.allocate_on(1000, 1); }).join();
+  a.end_capture();
+  a.deallocate(theirs, 1000);  // an ordinary block: back to the cache
+  EXPECT_EQ(a.allocate_on(1000, 1), theirs);
+  a.deallocate(mine, 1000);  // the graph's
+  void* other = a.allocate_on(1000, 1);
+  EXPECT_NE(other, mine);
+  a.deallocate(other, 1000);
+  a.deallocate(theirs, 1000);
+  a.release_graph(3, 1);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0);
+  EXPECT_THROW(a.begin_capture(0), Error);
 }
 
 }  // namespace

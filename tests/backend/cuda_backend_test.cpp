@@ -2321,6 +2321,88 @@ TEST(CudaRuntime, CachingAllocatorReportsAndReusesMemory) {
   EXPECT_EQ(cuda::memory_stats(0).reserved, after_free.reserved);
 }
 
+// CUDA graphs (cuda::capture): a capture runs nothing; each replay runs the
+// captured ops on whatever the inputs hold by then, with the same bits as
+// running them again.
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ha = to_device(a, Device::cpu()), hb = to_device(b, Device::cpu());
+  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
+}
+
+TEST(CudaRuntime, AGraphReplaysItsOpsOnNewInputs) {
+  autograd::NoGradGuard no_grad;
+  Tensor x = to_device(rand_uniform({48, 32}, 1, 1, -1, 1, DType::BF16), kGpu);
+  const Tensor w = to_device(rand_uniform({64, 32}, 2, 1, -0.5, 0.5, DType::BF16), kGpu);
+  const Tensor b = to_device(rand_uniform({64}, 3, 1, -0.5, 0.5, DType::BF16), kGpu);
+  const Tensor r = to_device(rand_uniform({48, 64}, 4, 1, -1, 1, DType::BF16), kGpu);
+  auto block = [&] { return add(scale(gelu(linear(x, w, b)), 2.0), r); };
+  Tensor y;  // made during the capture: its memory is the graph's
+  cuda::Graph g = cuda::capture(0, [&] { y = block(); });
+  ASSERT_FALSE(g.empty());
+  ASSERT_TRUE(y.defined());
+  for (uint64_t round = 0; round < 3; ++round) {
+    const Tensor fresh = to_device(rand_uniform({48, 32}, 10 + round, 1, -1, 1, DType::BF16), kGpu);
+    backend_for(x).copy(fresh, x);  // the input refilled in place
+    g.replay();
+    const Tensor expected = block();
+    EXPECT_TRUE(same_bytes(y, expected)) << "replay " << round;
+  }
+  // Moved, it still replays; an empty one says so.
+  cuda::Graph moved = std::move(g);
+  EXPECT_TRUE(g.empty());  // NOLINT(bugprone-use-after-move): a moved-from graph is empty
+  moved.replay();
+  EXPECT_TRUE(same_bytes(y, block()));
+  EXPECT_THROW(g.replay(), Error);
+}
+
+// The graph's replays write the memory its capture was given, so no other
+// tensor may be handed that memory while it lives: here the temporary `t`,
+// freed during the capture, whose block an ordinary cache would give the
+// next request of its size.
+TEST(CudaRuntime, AGraphsMemoryIsNotHandedToOtherTensors) {
+  autograd::NoGradGuard no_grad;
+  const int64_t n = 1 << 16;
+  const Tensor x = to_device(full({n}, 1.0, DType::F32), kGpu);
+  Tensor out;
+  cuda::Graph g = cuda::capture(0, [&] {
+    const Tensor t = scale(x, 3.0);
+    out = add(t, t);
+  });
+  std::vector<Tensor> others;
+  for (int i = 0; i < 4; ++i) others.push_back(to_device(full({n}, 7.0, DType::F32), kGpu));
+  g.replay();
+  g.replay();
+  EXPECT_TRUE(same_bytes(out, full({n}, 6.0, DType::F32)));
+  for (const Tensor& o : others) EXPECT_TRUE(same_bytes(o, full({n}, 7.0, DType::F32)));
+  // Destroyed, its memory is the cache's again (behind its last replay).
+  const AllocatorStats held = cuda::memory_stats(0);
+  g = cuda::Graph();
+  out = Tensor();
+  const Tensor again = to_device(full({n}, 5.0, DType::F32), kGpu);
+  EXPECT_EQ(cuda::memory_stats(0).reserved, held.reserved);
+  EXPECT_TRUE(same_bytes(again, full({n}, 5.0, DType::F32)));
+}
+
+// What a capture cannot hold fails it, naming the capture, and leaves the
+// stream as it was: here a read of a value (a wait for the device).
+TEST(CudaRuntime, ACaptureThatWaitsForTheDeviceFailsClearly) {
+  autograd::NoGradGuard no_grad;
+  const Tensor x = to_device(full({256}, 2.0, DType::F32), kGpu);
+  try {
+    cuda::capture(0, [&] { (void)item(sum(scale(x, 0.5))); });
+    FAIL() << "a capture that reads a value back succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cuda::capture"), std::string::npos) << m;
+    EXPECT_NE(m.find("StreamCapture"), std::string::npos) << m;
+  }
+  EXPECT_DOUBLE_EQ(item(sum(scale(x, 0.5))), 256.0);  // the stream works as before
+  cuda::set_op_profiling(true);
+  EXPECT_THROW(cuda::capture(0, [&] { (void)scale(x, 2.0); }), Error);
+  cuda::set_op_profiling(false);
+  (void)cuda::op_profile(0);
+}
+
 // DeviceTimer on a GPU: its marks are events on the compute stream, so
 // timing work costs the host no wait until the reading (one), and a span is
 // the device's time for the work between its marks, not the host's time to

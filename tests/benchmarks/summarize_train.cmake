@@ -55,3 +55,25 @@ foreach(
                         "expected '${expected}'")
   endif()
 endforeach()
+
+# --graph-estimate: the first profiled run of each model, its backend calls
+# a step (1000 here: 96 + 49 + 855) times the probe's stream-less-graph
+# device time a launch (2.5 - 1.2 us), against its step (GAP_KERNELS,
+# PROFILED_RUNS); a clear line where the probe or a profile is missing.
+foreach(
+  case
+  "${GAP_KERNELS}|${PROFILED_RUNS}|350m batch 16: 1000 backend calls a step x \\(2.50 - 1.20\\) us a launch = up to 1.30 ms of its 80.00 ms step \\(1.62%\\) from a CUDA graph$"
+  "${RUNS}|${PROFILED_RUNS}|^\\(no launch-gap rows among the kernels' lines: no estimate\\)$"
+  "${GAP_KERNELS}|${RUNS}|^\\(no profiled Triad run: no estimate\\)$")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 kernels)
+  list(GET parts 1 runs)
+  list(GET parts 2 want)
+  execute_process(COMMAND ${PYTHON} ${SCRIPT} --graph-estimate ${kernels} ${runs}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "${want}")
+    message(FATAL_ERROR "--graph-estimate ${kernels} ${runs}: '${out}' (exit ${rc}: ${err}), "
+                        "expected a match of '${want}'")
+  endif()
+endforeach()

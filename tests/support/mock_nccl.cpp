@@ -240,8 +240,15 @@ void deliver(cudaStream_t stream, void* out, std::vector<unsigned char> bytes) {
 }
 
 // Runs `op` now, or at ncclGroupEnd inside a group; first what its stream
-// has queued before it.
+// has queued before it. (It runs when issued, so it cannot be part of a
+// CUDA graph: a call on a capturing stream is refused, where NCCL would
+// join the graph.)
 ncclResult_t issue(cudaStream_t stream, std::function<ncclResult_t()> op) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+      capture != cudaStreamCaptureStatusNone) {
+    return ncclInvalidUsage;
+  }
   if (g_group_depth > 0) {
     g_collectives.push_back({stream, std::move(op)});
     return ncclSuccess;

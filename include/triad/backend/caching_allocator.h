@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -47,8 +48,25 @@ class CachingAllocator final : public Allocator {
   // Moves the blocks freed on `stream` to the shared pool (any stream may
   // then reuse them). Call after the stream has been synchronised.
   void release_stream(uint64_t stream);
-  // Returns every cached (free) block to the device.
+  // Returns every cached (free) block to the device (a graph's private
+  // blocks stay: its replays use them).
   void empty_cache();
+
+  // CUDA graphs (cuda::capture). A graph's replays write the addresses its
+  // capture saw, so from begin_capture(graph) until release_graph(graph)
+  // those blocks are the graph's alone. While the capture is open, every
+  // block the capturing thread is handed, and every block anyone frees,
+  // joins the graph: a request is served from the graph's own freed blocks
+  // first (its replays run in the capture's order, so that reuse is safe),
+  // then from the cache or the device; a freed block goes to the graph's
+  // private pool, never back to the cache. After end_capture the graph's
+  // blocks freed later still return to its pool. release_graph (the graph
+  // destroyed; its last replay queued on `stream`) hands its pool to that
+  // stream's cache, and its blocks still handed out are ordinary from then
+  // on. One capture at a time; throws Error when one is already open.
+  void begin_capture(uint64_t graph);
+  void end_capture();
+  void release_graph(uint64_t graph, uint64_t stream);
   // The size class a request is rounded to.
   static size_t round_size(size_t nbytes);
 
@@ -57,16 +75,25 @@ class CachingAllocator final : public Allocator {
   struct Block {
     size_t size;
     uint64_t stream;
+    uint64_t graph = 0;  // the graph it belongs to (0: none)
   };
-  // A cached block of `size` in `pool`, or with `larger` the smallest below
-  // twice it; {null, 0} when there is none. Returns the block and its size.
-  std::pair<void*, size_t> take_cached(size_t size, uint64_t pool, bool larger);
+  using Pools = std::map<uint64_t, std::multimap<size_t, void*>>;  // key -> size -> free blocks
+  // A cached block of `size` in pools[pool], or with `larger` the smallest
+  // below twice it; {null, 0} when there is none. Returns the block and its
+  // size.
+  static std::pair<void*, size_t> take_cached(Pools& pools, size_t size, uint64_t pool,
+                                              bool larger);
   void free_cached_locked();
 
   RawMemory& raw_;
   mutable std::mutex mutex_;
-  std::unordered_map<void*, Block> live_;                   // handed out
-  std::map<uint64_t, std::multimap<size_t, void*>> pools_;  // stream -> size -> free blocks
+  std::unordered_map<void*, Block> live_;  // handed out
+  Pools pools_;                            // stream -> size -> free blocks
+  // graph -> size -> its freed blocks; a graph is here from begin_capture
+  // to release_graph, and so are its blocks still handed out (by graph).
+  Pools graph_pools_;
+  uint64_t capturing_ = 0;  // the graph being captured (0: none)
+  std::thread::id capturer_;
   AllocatorStats stats_;
 };
 

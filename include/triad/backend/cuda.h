@@ -7,6 +7,7 @@
 // streams against it with the event helpers. Handles are opaque pointers so
 // this header needs no CUDA headers.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,44 @@ size_t device_memory(int device);
 AllocatorStats memory_stats(int device);
 // Returns the cached free blocks of `device` to the driver.
 void empty_cache(int device);
+
+// CUDA graphs: the work a call queues on a device's compute stream,
+// captured once and queued again as one launch. A graph runs on the
+// addresses its capture saw: refill its inputs in place between replays,
+// and read its outputs after one. Tensors made during the capture keep
+// their memory for the graph while it lives (the caching allocator holds
+// it, CachingAllocator::begin_capture), whether or not the caller keeps
+// them; memory freed during the capture stays held too. Moving a Graph is
+// cheap; destroying one releases that memory behind its last replay.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(Graph&& other) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  // Queues the captured work on the device's compute stream, behind what
+  // is queued there (never waits). Throws Error on an empty Graph.
+  void replay() const;
+  bool empty() const { return exec_ == nullptr; }
+
+ private:
+  friend Graph capture(int device, const std::function<void()>& record);
+  void release();
+  int device_ = 0;
+  void* exec_ = nullptr;  // cudaGraphExec_t
+  uint64_t id_ = 0;       // its blocks in the device's caching allocator
+};
+// Calls `record` with `device`'s compute stream in capture: what it queues
+// there becomes the returned Graph instead of running (nothing runs now).
+// Throws Error, with nothing of it queued and the stream as before, when
+// `record` throws (its error, prefixed) or makes a call that a capture does
+// not allow: anything that waits for the device (reading a value back, a
+// synchronisation), a copy from or to pageable host memory, a collective
+// under the CUDA simulator. Refused while op profiling is on (its events
+// would be captured) and while another capture is open on the device.
+Graph capture(int device, const std::function<void()>& record);
 
 // GPU time per backend op, to see where a step goes on a machine whose
 // hardware counters cannot be read. While profiling is on, every backend

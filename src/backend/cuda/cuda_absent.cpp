@@ -30,6 +30,16 @@ bool tune_attention(int, DType, int64_t, int64_t, int64_t, AttentionHeads, Atten
 void* compute_stream(int) {
   absent("compute_stream");
 }
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+void Graph::replay() const {
+  absent("Graph::replay");
+}
+void Graph::release() {}
+Graph capture(int, const std::function<void()>&) {
+  absent("capture");
+}
 size_t device_memory(int) {
   absent("device_memory");
 }

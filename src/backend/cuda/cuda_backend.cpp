@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/embedding_order.h"
@@ -2003,6 +2005,105 @@ int device_count() {
 
 void* compute_stream(int device) {
   return cuda_backend().state(device).stream;
+}
+
+namespace {
+std::atomic<uint64_t> g_next_graph{1};
+}  // namespace
+
+Graph::~Graph() {
+  release();
+}
+
+Graph::Graph(Graph&& other) noexcept
+    : device_(other.device_),
+      exec_(std::exchange(other.exec_, nullptr)),
+      id_(std::exchange(other.id_, 0)) {}
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this != &other) {
+    release();
+    device_ = other.device_;
+    exec_ = std::exchange(other.exec_, nullptr);
+    id_ = std::exchange(other.id_, 0);
+  }
+  return *this;
+}
+
+void Graph::release() {
+  if (exec_ == nullptr) return;
+  // (A launch still queued keeps its work; the blocks go to the compute
+  // stream's cache, so whatever takes them next is queued after it.)
+  cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  exec_ = nullptr;
+  cuda_backend().state(device_).allocator.release_graph(id_, 0);
+}
+
+void Graph::replay() const {
+  if (exec_ == nullptr) throw Error("cuda::Graph::replay: an empty graph (nothing captured)");
+  detail::DeviceGuard g(device_);
+  detail::check(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda_backend().state(device_).stream),
+      "cudaGraphLaunch");
+}
+
+Graph capture(int device, const std::function<void()>& record) {
+  if (op_profiling()) {
+    throw Error(
+        "cuda::capture: op profiling is on (cuda::set_op_profiling); its events cannot be "
+        "part of a graph");
+  }
+  detail::CudaBackend::DeviceState& s = cuda_backend().state(device);
+  detail::DeviceGuard g(device);
+  const uint64_t id = g_next_graph++;
+  s.allocator.begin_capture(id);
+  const cudaError_t began = cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal);
+  if (began != cudaSuccess) {
+    s.allocator.end_capture();
+    s.allocator.release_graph(id, 0);
+    detail::check(began, "cudaStreamBeginCapture");
+  }
+  // Ends the capture whatever happened; the graph, when it succeeded.
+  auto finish = [&]() -> std::pair<cudaError_t, cudaGraph_t> {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(s.stream, &graph);
+    s.allocator.end_capture();
+    return {ended, graph};
+  };
+  try {
+    record();
+  } catch (const std::exception& e) {
+    auto [ended, graph] = finish();
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // (the capture's own error, if it failed too)
+    s.allocator.release_graph(id, 0);
+    throw Error(std::string("cuda::capture: ") + e.what());
+  } catch (...) {
+    auto [ended, graph] = finish();
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    s.allocator.release_graph(id, 0);
+    throw;
+  }
+  auto [ended, graph] = finish();
+  if (ended != cudaSuccess) {
+    s.allocator.release_graph(id, 0);
+    detail::check(ended,
+                  "cudaStreamEndCapture (a call the capture does not allow: a wait for the "
+                  "device, a copy from or to pageable memory, an event or a collective)");
+  }
+  Graph out;
+  out.device_ = device;
+  out.id_ = id;
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (made != cudaSuccess) {
+    s.allocator.release_graph(id, 0);
+    detail::check(made, "cudaGraphInstantiate");
+  }
+  out.exec_ = exec;
+  return out;
 }
 
 size_t device_memory(int device) {

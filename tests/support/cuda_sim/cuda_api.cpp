@@ -3,7 +3,9 @@
 // guard page, so reading or writing past the end of one faults at once.
 // Streams are queues of work that runs when the host needs it (sim.h);
 // events mark a point in a stream's queue and take the host time when the
-// queue runs past them.
+// queue runs past them. A stream in capture (cudaStreamBeginCapture) keeps
+// what is issued to it as a graph instead; a graph's launch queues its
+// work again.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
@@ -30,14 +32,22 @@ void set_max_dynamic_shared(const void* kernel, size_t bytes);
 
 namespace triad_sim {
 namespace {
+// A stream capture: the work issued to the stream since it began, and
+// whether a call not allowed during it has spoilt it.
+struct Capture {
+  std::vector<std::function<void()>> ops;
+  std::thread::id thread;  // the thread that began it
+  bool invalidated = false;
+};
 // One stream's queue: `done` of the `issued` items have run (items are
 // numbered from 1 in issue order); `ops` holds the rest.
 struct Queue {
   std::deque<std::function<void()>> ops;
   uint64_t issued = 0, done = 0;
   int device = 0;
-  bool legacy = false;    // the device's legacy default stream
-  bool blocking = false;  // created without cudaStreamNonBlocking
+  bool legacy = false;               // the device's legacy default stream
+  bool blocking = false;             // created without cudaStreamNonBlocking
+  std::shared_ptr<Capture> capture;  // while the stream is in capture
 };
 // When an event's point in its queue has run: the host time then.
 struct Mark {
@@ -48,6 +58,12 @@ struct Mark {
 
 struct CUstream_st {
   std::shared_ptr<triad_sim::Queue> queue;
+};
+struct CUgraph_st {
+  std::vector<std::function<void()>> ops;
+};
+struct CUgraphExec_st {
+  std::shared_ptr<const std::vector<std::function<void()>>> ops;
 };
 struct CUevent_st {
   std::shared_ptr<triad_sim::Queue> queue;  // null until recorded
@@ -197,6 +213,36 @@ void run_every_queue() {
   }
 }
 
+// The captures open on any stream.
+std::vector<std::shared_ptr<Capture>> open_captures() {
+  std::lock_guard<std::recursive_mutex> lock(state().mutex);
+  std::vector<std::shared_ptr<Capture>> all;
+  for (auto& q : state().created)
+    if (q->capture) all.push_back(q->capture);
+  return all;
+}
+
+// A call CUDA does not allow during a capture: made on the capturing stream
+// (`q`, when not null), or one that would synchronise the device made by a
+// thread that has a capture open (`device_wide`). It spoils the capture, as
+// on a GPU (cudaStreamEndCapture then fails), and the call fails.
+bool spoils_capture(Queue* q, bool device_wide) {
+  std::lock_guard<std::recursive_mutex> lock(state().mutex);
+  bool spoilt = false;
+  if (q != nullptr && q->capture) {
+    q->capture->invalidated = true;
+    spoilt = true;
+  }
+  if (device_wide) {
+    for (auto& c : open_captures()) {
+      if (c->thread != std::this_thread::get_id()) continue;
+      c->invalidated = true;
+      spoilt = true;
+    }
+  }
+  return spoilt;
+}
+
 // Appends an item that waits until `other` has run its first `upto` items.
 void push_wait(Queue& q, std::shared_ptr<Queue> other, uint64_t upto) {
   q.ops.push_back([other = std::move(other), upto] { run_until(*other, upto); });
@@ -207,6 +253,10 @@ void push_wait(Queue& q, std::shared_ptr<Queue> other, uint64_t upto) {
 // returns its number.
 uint64_t push(Queue& q, std::function<void()> work) {
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  if (q.capture) {  // kept for the graph, not run
+    q.capture->ops.push_back(std::move(work));
+    return q.issued;
+  }
   if (q.legacy) {
     // The legacy stream waits for all earlier work of the device's blocking streams...
     for (auto& other : state().created)
@@ -284,6 +334,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 cudaError_t cudaFree(void* p) {
   if (triad_sim::runtime_unloading()) return set(cudaErrorCudartUnloading);
   if (p == nullptr) return cudaSuccess;
+  if (triad_sim::spoils_capture(nullptr, true)) return set(cudaErrorStreamCaptureUnsupported);
   triad_sim::run_every_queue();  // cudaFree synchronises the device
   std::lock_guard<std::mutex> lock(memory().mutex);
   auto it = memory().device.find(p);
@@ -304,6 +355,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
 cudaError_t cudaFreeHost(void* p) {
   if (triad_sim::runtime_unloading()) return set(cudaErrorCudartUnloading);
   if (p == nullptr) return cudaSuccess;
+  if (triad_sim::spoils_capture(nullptr, true)) return set(cudaErrorStreamCaptureUnsupported);
   triad_sim::run_every_queue();  // as cudaFree
   {
     std::lock_guard<std::mutex> lock(memory().mutex);
@@ -329,6 +381,10 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "unspecified launch failure";
     case cudaErrorCudartUnloading:
       return "driver shutting down";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
     default:
       return "cuda_sim error";
   }
@@ -349,6 +405,10 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorLaunchFailure";
     case cudaErrorCudartUnloading:
       return "cudaErrorCudartUnloading";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
     default:
       return "cudaErrorUnknown";
   }
@@ -380,6 +440,7 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+  if (triad_sim::spoils_capture(nullptr, true)) return set(cudaErrorStreamCaptureUnsupported);
   triad_sim::run_every_queue();
   return cudaSuccess;
 }
@@ -482,12 +543,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   auto q = triad_sim::queue_of(s);
+  if (triad_sim::spoils_capture(q.get(), q->legacy)) return set(cudaErrorStreamCaptureUnsupported);
   triad_sim::host_wait(*q, q->issued);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   auto q = triad_sim::queue_of(s);
+  if (triad_sim::spoils_capture(q.get(), false)) return set(cudaErrorStreamCaptureUnsupported);
   if (q->done >= q->issued) return cudaSuccess;
   // As cudaEventQuery: a not-ready query, which lets the stream progress.
   triad_sim::note_not_ready_query();
@@ -496,10 +559,13 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
-  // Waits for the event's last record; one never recorded is no wait.
-  if (!e->queue) return cudaSuccess;
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   auto q = triad_sim::queue_of(s);
+  // (Captures here are of one stream, without events: a capture that
+  // waits on one fails, where a GPU would join the event's stream to it.)
+  if (triad_sim::spoils_capture(q.get(), false)) return set(cudaErrorStreamCaptureUnsupported);
+  // Waits for the event's last record; one never recorded is no wait.
+  if (!e->queue) return cudaSuccess;
   if (e->queue->done < e->seq) {
     triad_sim::push(*q, [other = e->queue, upto = e->seq] { triad_sim::run_until(*other, upto); });
   }
@@ -525,6 +591,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   auto q = triad_sim::queue_of(s);
+  if (triad_sim::spoils_capture(q.get(), false)) return set(cudaErrorStreamCaptureUnsupported);
   auto mark = std::make_shared<triad_sim::Mark>();
   e->queue = q;
   e->mark = mark;
@@ -575,6 +642,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
   const bool host_src = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost;
   const bool host_dst = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost;
   auto q = triad_sim::queue_of(stream);
+  // A graph cannot hold a copy from or to pageable memory.
+  if (((host_src && !is_pinned(src)) || (host_dst && !is_pinned(dst))) &&
+      triad_sim::spoils_capture(q.get(), false)) {
+    return set(cudaErrorStreamCaptureUnsupported);
+  }
   if (host_src && !is_pinned(src)) {
     // From pageable memory the source is staged before the call returns.
     auto staged = std::make_shared<std::vector<unsigned char>>(
@@ -598,6 +670,63 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
 cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
   if (count != 0 && p == nullptr) return set(cudaErrorInvalidValue);
   if (count != 0) triad_sim::enqueue(stream, [p, value, count] { std::memset(p, value, count); });
+  return cudaSuccess;
+}
+
+// ---- graphs ---------------------------------------------------------------------
+// A capture holds one stream's work, in issue order; what a graph launch
+// queues runs it again, in that order.
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode) {
+  if (reinterpret_cast<uintptr_t>(s) <= 2) return set(cudaErrorStreamCaptureUnsupported);
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  if (s->queue->capture) return set(cudaErrorIllegalState);
+  s->queue->capture = std::make_shared<triad_sim::Capture>();
+  s->queue->capture->thread = std::this_thread::get_id();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  if (graph == nullptr) return set(cudaErrorInvalidValue);
+  *graph = nullptr;
+  if (reinterpret_cast<uintptr_t>(s) <= 2) return set(cudaErrorIllegalState);
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  std::shared_ptr<triad_sim::Capture> c = std::move(s->queue->capture);
+  s->queue->capture.reset();
+  if (!c) return set(cudaErrorIllegalState);
+  if (c->thread != std::this_thread::get_id()) return set(cudaErrorStreamCaptureWrongThread);
+  if (c->invalidated) return set(cudaErrorStreamCaptureInvalidated);
+  *graph = new CUgraph_st{std::move(c->ops)};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* status) {
+  if (status == nullptr) return set(cudaErrorInvalidValue);
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  const auto& c = triad_sim::queue_of(s)->capture;
+  *status = !c               ? cudaStreamCaptureStatusNone
+            : c->invalidated ? cudaStreamCaptureStatusInvalidated
+                             : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (exec == nullptr || graph == nullptr) return set(cudaErrorInvalidValue);
+  *exec =
+      new CUgraphExec_st{std::make_shared<const std::vector<std::function<void()>>>(graph->ops)};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (exec == nullptr) return set(cudaErrorInvalidValue);
+  auto q = triad_sim::queue_of(s);
+  if (triad_sim::spoils_capture(q.get(), false)) return set(cudaErrorStreamCaptureUnsupported);
+  triad_sim::push(*q, [ops = exec->ops] {
+    for (const auto& op : *ops) op();
+  });
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;  // a launch still queued keeps its work
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
   return cudaSuccess;
 }
 
