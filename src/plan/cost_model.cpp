@@ -101,21 +101,32 @@ std::vector<LayerTraining> layer_training(const nn::GptConfig& m, const Parallel
   return out;
 }
 
-// Fraction of the GPU a GEMM with an (M, N) output keeps busy: cuBLAS cuts
-// the output into 128 x 128 tiles, one per SM at a time, so partial tiles
-// (tile quantisation) and a last partial wave of tiles (wave quantisation)
-// leave SMs idle. Small GEMMs lose most.
-double shape_efficiency(double M, double N, const ClusterSpec& c) {
+// Fraction of the GPU a GEMM with an (M, N) output and inner size K keeps
+// busy: cuBLAS cuts the output into 128 x 128 tiles, one per SM at a time,
+// so partial tiles (tile quantisation) and a last partial wave of tiles
+// (wave quantisation) leave SMs idle. A product with fewer tiles than SMs
+// and a long K (a weight gradient: K is the tokens) also splits K over
+// several tiles of the same output (cuBLAS's split-K), up to the split that
+// fills the waves best, each part at least kMinSplitK deep; the partial
+// sums' reduction is left out (a few megabytes). Small GEMMs lose most.
+double shape_efficiency(double M, double N, double K, const ClusterSpec& c) {
+  constexpr double kMinSplitK = 1024;
   const double tile = 128.0;
   const double tm = std::ceil(M / tile), tn = std::ceil(N / tile);
   const double tiles = tm * tn;
-  const double waves = std::ceil(tiles / c.sm_count);
-  return (M * N) / (tm * tn * tile * tile) * tiles / (waves * c.sm_count);
+  const double filled = (M * N) / (tiles * tile * tile);
+  double best = 0;
+  for (double split = 1;
+       split == 1 || (tiles * (split - 1) < c.sm_count && K / split >= kMinSplitK); ++split) {
+    const double waves = std::ceil(tiles * split / c.sm_count);
+    best = std::max(best, filled * tiles * split / (waves * c.sm_count));
+  }
+  return best;
 }
 
 // Seconds for a GEMM producing an (M, N) output with inner size K.
 double gemm_time(double M, double N, double K, const ClusterSpec& c) {
-  return 2.0 * M * N * K / (c.peak_flops * c.gemm_efficiency * shape_efficiency(M, N, c));
+  return 2.0 * M * N * K / (c.peak_flops * c.gemm_efficiency * shape_efficiency(M, N, K, c));
 }
 
 // Forward, input-gradient and weight-gradient time of a linear layer with
@@ -503,7 +514,8 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
   const double tokens = static_cast<double>(p.micro_batch) * m.seq_len / p.cp;
   const double v = static_cast<double>(m.vocab_size) / p.tp, h = static_cast<double>(m.d_model);
   const LinearTimes lt = linear_times(tokens, h, v, c);
-  // Cross entropy over fp32 logits, which the head's product writes. A
+  // Cross entropy over the half-precision logits the head's product
+  // writes (f32 only in its registers: bf16 or fp16 in memory, 2 bytes). A
   // rank holding the whole vocabulary (tp 1) reads them once for the loss
   // and writes their gradient over them in the same forward pass
   // (linear_cross_entropy's expected_grad, a z-loss's gradient with it; the
@@ -520,8 +532,8 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
   // head: read and written forward, and its gradient's backward.
   const double scale_bytes = m.logit_scale != 1.0 ? tokens * h * kFp16 : 0.0;
   const double bandwidth = c.memory_bandwidth * c.memory_efficiency;
-  const double ce_fwd = (tokens * v * 4.0 * forward_passes + scale_bytes) / bandwidth;
-  const double ce_bwd = (tokens * v * 4.0 * backward_passes + scale_bytes) / bandwidth;
+  const double ce_fwd = (tokens * v * kFp16 * forward_passes + scale_bytes) / bandwidth;
+  const double ce_bwd = (tokens * v * kFp16 * backward_passes + scale_bytes) / bandwidth;
   // (A frozen head, as under model.lora: no weight gradient.)
   const double head_dw =
       trains(m, p, m.tie_embeddings ? "wte.weight" : "lm_head.weight") ? lt.dw : 0.0;
