@@ -95,6 +95,12 @@ class Graph {
 // synchronisation), a copy from or to pageable host memory, a collective
 // under the CUDA simulator. Refused while op profiling is on (its events
 // would be captured) and while another capture is open on the device.
+// Run the same work once before capturing it, as with any CUDA graph:
+// what a library sets up on first use (cuDNN's attention plans, an
+// autotuned product's timing) may not be capturable. (cuBLASLt's handle
+// and workspace are made before the capture begins; blocks the caching
+// allocator must ask the device for during it are asked for with the
+// thread's capture mode relaxed, which CUDA 13 requires.)
 Graph capture(int device, const std::function<void()>& record);
 
 // GPU time per backend op, to see where a step goes on a machine whose

@@ -1,5 +1,6 @@
 #include "cublaslt_gemm.h"
 
+#include "capture_safe_malloc.h"
 #include "cublaslt_library.h"
 
 #include <algorithm>
@@ -87,10 +88,10 @@ CublasLtGemm::CublasLtGemm(int device) : device_(device) {
   cublasLtHandle_t h = nullptr;
   check_lt(cublaslt().Create(&h), "Create");
   handle_ = h;
-  check_rt(cudaMalloc(&workspace_, kWorkspaceBytes), "gemm workspace cudaMalloc");
+  check_rt(detail::capture_safe_malloc(&workspace_, kWorkspaceBytes), "gemm workspace cudaMalloc");
   scratch_ = [](size_t bytes) -> std::shared_ptr<void> {
     void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    if (detail::capture_safe_malloc(&p, bytes) != cudaSuccess) {
       cudaGetLastError();  // (cleared: the caller falls back, nothing is wrong)
       return nullptr;
     }

@@ -19,6 +19,7 @@
 
 #include "backend/embedding_order.h"
 #include "backend/expert_choice.h"
+#include "capture_safe_malloc.h"
 #include "cublaslt_gemm.h"
 #include "cudnn_attention.h"
 #include "gemm_check_record.h"
@@ -112,7 +113,8 @@ class CudaRawMemory final : public RawMemory {
   void* allocate(size_t nbytes) override {
     DeviceGuard g(device_);
     void* p = nullptr;
-    if (cudaMalloc(&p, nbytes) != cudaSuccess) {
+    // (A graph's capture may need a block the cache does not have.)
+    if (capture_safe_malloc(&p, nbytes) != cudaSuccess) {
       cudaGetLastError();  // clear the sticky out-of-memory error
       return nullptr;
     }
@@ -2055,6 +2057,9 @@ Graph capture(int device, const std::function<void()>& record) {
   }
   detail::CudaBackend::DeviceState& s = cuda_backend().state(device);
   detail::DeviceGuard g(device);
+  // (cuBLASLt's handle and workspace are made on first use: before the
+  // capture, whose thread may not make them.)
+  s.gemm();
   const uint64_t id = g_next_graph++;
   s.allocator.begin_capture(id);
   const cudaError_t began = cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal);

@@ -37,8 +37,13 @@ namespace {
 struct Capture {
   std::vector<std::function<void()>> ops;
   std::thread::id thread;  // the thread that began it
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   bool invalidated = false;
 };
+// The calling thread's capture interaction mode
+// (cudaThreadExchangeStreamCaptureMode): relaxed lets a thread with a
+// capture open make the calls a capture would otherwise refuse.
+thread_local cudaStreamCaptureMode g_thread_capture_mode = cudaStreamCaptureModeGlobal;
 // One stream's queue: `done` of the `issued` items have run (items are
 // numbered from 1 in issue order); `ops` holds the rest.
 struct Queue {
@@ -233,9 +238,10 @@ bool spoils_capture(Queue* q, bool device_wide) {
     q->capture->invalidated = true;
     spoilt = true;
   }
-  if (device_wide) {
+  if (device_wide && g_thread_capture_mode != cudaStreamCaptureModeRelaxed) {
     for (auto& c : open_captures()) {
-      if (c->thread != std::this_thread::get_id()) continue;
+      if (c->thread != std::this_thread::get_id() || c->mode == cudaStreamCaptureModeRelaxed)
+        continue;
       c->invalidated = true;
       spoilt = true;
     }
@@ -309,6 +315,9 @@ extern "C" {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (p == nullptr) return set(cudaErrorInvalidValue);
+  // (Not stream work: refused from a capturing thread unless relaxed, as by
+  // CUDA 13.)
+  if (triad_sim::spoils_capture(nullptr, true)) return set(cudaErrorStreamCaptureUnsupported);
   if (bytes == 0) {
     *p = nullptr;
     return cudaSuccess;
@@ -676,12 +685,18 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t strea
 // ---- graphs ---------------------------------------------------------------------
 // A capture holds one stream's work, in issue order; what a graph launch
 // queues runs it again, in that order.
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
   if (reinterpret_cast<uintptr_t>(s) <= 2) return set(cudaErrorStreamCaptureUnsupported);
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   if (s->queue->capture) return set(cudaErrorIllegalState);
   s->queue->capture = std::make_shared<triad_sim::Capture>();
   s->queue->capture->thread = std::this_thread::get_id();
+  s->queue->capture->mode = mode;
+  return cudaSuccess;
+}
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
+  if (mode == nullptr) return set(cudaErrorInvalidValue);
+  std::swap(*mode, triad_sim::g_thread_capture_mode);
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
