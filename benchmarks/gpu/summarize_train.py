@@ -187,9 +187,16 @@ def graph_estimate(kernels, runs):
         ms = calls * saved_us / 1e3
         step = r.get("step_ms", 0.0)
         share = f" ({100.0 * ms / step:.2f}%)" if step > 0 else ""
+        host = ""
+        queued = r.get("host_queue_ms", {}).get("forward_backward")
+        phases = r.get("phases_ms", {})
+        if queued is not None and "forward" in phases and "backward" in phases:
+            host = (f" (the host queued its passes in {queued:.2f} ms of the device's "
+                    f"{phases['forward'] + phases['backward']:.2f})")
         lines.append(f"{preset} batch {batch}: {calls:.0f} backend calls a step x "
                      f"({stream['us_per_launch']:.2f} - {graph['us_per_launch']:.2f}) us a launch "
-                     f"= up to {ms:.2f} ms of its {step:.2f} ms step{share} from a CUDA graph{note}")
+                     f"= up to {ms:.2f} ms of its {step:.2f} ms step{share} from a CUDA graph{note}"
+                     f"{host}")
     return lines or ["(no profiled Triad run: no estimate)"]
 
 

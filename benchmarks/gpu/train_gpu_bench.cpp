@@ -196,12 +196,23 @@ int run(int argc, char** argv) {
   };
   triad::DeviceTimer phases(device);
   bool timing = false;  // (the timed steps' phases)
+  // The host's time to queue the timed steps' forward and backward passes
+  // (on a GPU the device runs them meanwhile; each step's read of the norm
+  // left it with only the last optimizer step queued): against the
+  // device's time for them ("phases_ms"), how close the host comes to
+  // holding the device up, and what capturing the passes would save it.
+  double host_queue_ms = 0;
   auto run_step = [&] {
+    const auto h0 = std::chrono::steady_clock::now();
     const triad::DeviceTimer::Mark m0 = phases.mark();
     triad::Tensor l = model.loss(ids, targets);
     const triad::DeviceTimer::Mark m1 = phases.mark();
     triad::autograd::backward({l});
     const triad::DeviceTimer::Mark m2 = phases.mark();
+    if (timing) {
+      host_queue_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
+    }
     clip_and_step(l);
     model.zero_grad();
     const triad::DeviceTimer::Mark m3 = phases.mark();
@@ -257,35 +268,38 @@ int run(int argc, char** argv) {
   // router and top k experts in its layers; the count the trainer's MFU uses.
   const double flops_per_token = cfg.training_flops(1.0) / static_cast<double>(T);
   const double tflops = tokens_per_s * flops_per_token / 1e12;
-  nlohmann::json j{{"impl", "triad"},
-                   {"preset", preset},
-                   {"precision", precision},
-                   {"sync_free", sync_free},
-                   {"attention_kernel", attention},
-                   {"attention_deterministic", !nondeterministic},
-                   {"bias_grad_epilogue", bias_grad_epilogue},
-                   {"dgelu_bias_grad_epilogue", dgelu_bias_grad_epilogue},
-                   {"add_norm_bias_sums", add_norm_bias_sums},
-                   {"recompute", recompute},
-                   {"activation", activation},
-                   {"moment_precision", moments},
-                   {"grad_precision", grads},
-                   {"device", device.str()},
-                   {"batch", batch},
-                   {"seq", T},
-                   {"vocab", cfg.vocab_size},
-                   {"params", model.num_parameters()},
-                   {"experts", experts},
-                   {"top_k", experts > 0 ? top_k : 0},
-                   {"capacity_factor", experts > 0 ? capacity_factor : 0.0},
-                   {"moe_z_loss", experts > 0 ? moe_z_loss : 0.0},
-                   {"active_params", cfg.active_parameter_count()},
-                   {"tokens_per_s", tokens_per_s},
-                   {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
-                   {"model_tflops", tflops},
-                   {"mfu", peak_tflops > 0 ? tflops / peak_tflops : 0.0},
-                   {"loss", loss},
-                   {"phases_ms", phases_ms}};
+  nlohmann::json j{
+      {"impl", "triad"},
+      {"preset", preset},
+      {"precision", precision},
+      {"sync_free", sync_free},
+      {"attention_kernel", attention},
+      {"attention_deterministic", !nondeterministic},
+      {"bias_grad_epilogue", bias_grad_epilogue},
+      {"dgelu_bias_grad_epilogue", dgelu_bias_grad_epilogue},
+      {"add_norm_bias_sums", add_norm_bias_sums},
+      {"recompute", recompute},
+      {"activation", activation},
+      {"moment_precision", moments},
+      {"grad_precision", grads},
+      {"device", device.str()},
+      {"batch", batch},
+      {"seq", T},
+      {"vocab", cfg.vocab_size},
+      {"params", model.num_parameters()},
+      {"experts", experts},
+      {"top_k", experts > 0 ? top_k : 0},
+      {"capacity_factor", experts > 0 ? capacity_factor : 0.0},
+      {"moe_z_loss", experts > 0 ? moe_z_loss : 0.0},
+      {"active_params", cfg.active_parameter_count()},
+      {"tokens_per_s", tokens_per_s},
+      {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
+      {"model_tflops", tflops},
+      {"mfu", peak_tflops > 0 ? tflops / peak_tflops : 0.0},
+      {"loss", loss},
+      {"phases_ms", phases_ms},
+      {"host_queue_ms",
+       {{"forward_backward", host_queue_ms / static_cast<double>(std::max<int64_t>(steps, 1))}}}};
 #ifdef TRIAD_CUDA_SIM
   j["host_waits_per_step"] = host_waits;
 #endif

@@ -58,11 +58,12 @@ endforeach()
 
 # --graph-estimate: the first profiled run of each model, its backend calls
 # a step (1000 here: 96 + 49 + 855) times the probe's stream-less-graph
-# device time a launch (2.5 - 1.2 us), against its step (GAP_KERNELS,
+# device time a launch (2.5 - 1.2 us), against its step, and the host's
+# time to queue its passes against the device's (GAP_KERNELS,
 # PROFILED_RUNS); a clear line where the probe or a profile is missing.
 foreach(
   case
-  "${GAP_KERNELS}|${PROFILED_RUNS}|350m batch 16: 1000 backend calls a step x \\(2.50 - 1.20\\) us a launch = up to 1.30 ms of its 80.00 ms step \\(1.62%\\) from a CUDA graph$"
+  "${GAP_KERNELS}|${PROFILED_RUNS}|350m batch 16: 1000 backend calls a step x \\(2.50 - 1.20\\) us a launch = up to 1.30 ms of its 80.00 ms step \\(1.62%\\) from a CUDA graph \\(the host queued its passes in 9.25 ms of the device's 74.75\\)$"
   "${RUNS}|${PROFILED_RUNS}|^\\(no launch-gap rows among the kernels' lines: no estimate\\)$"
   "${GAP_KERNELS}|${RUNS}|^\\(no profiled Triad run: no estimate\\)$")
   string(REPLACE "|" ";" parts "${case}")
