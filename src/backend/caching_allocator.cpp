@@ -65,8 +65,9 @@ void* CachingAllocator::allocate_on(size_t nbytes, uint64_t stream) {
   if (ptr) size = taken.second;
   if (!ptr) {
     ptr = raw_.allocate(size);
-    if (!ptr) {
-      // Out of memory: hand every cached block back and try once more.
+    if (!ptr && graph == 0) {
+      // Out of memory: hand every cached block back and try once more (not
+      // during a capture, whose thread may not free device memory).
       free_cached_locked();
       ptr = raw_.allocate(size);
     }
@@ -74,7 +75,8 @@ void* CachingAllocator::allocate_on(size_t nbytes, uint64_t stream) {
       throw Error("out of memory on " + raw_.device().str() + ": " + std::to_string(nbytes) +
                   " bytes requested (" + std::to_string(size) + " rounded); " +
                   std::to_string(stats_.allocated) + " bytes allocated, " +
-                  std::to_string(stats_.reserved) + " reserved");
+                  std::to_string(stats_.reserved) + " reserved" +
+                  (graph != 0 ? " (during a CUDA graph's capture: the cache was kept)" : ""));
     }
     stats_.reserved += static_cast<int64_t>(size);
     ++stats_.system_allocs;

@@ -142,6 +142,31 @@ TEST(CachingAllocator, OutOfMemoryFreesTheCacheThenFailsClearly) {
   EXPECT_THROW(a.deallocate(reinterpret_cast<void*>(0x1234), 8), Error);
 }
 
+// During a capture the cache is not handed back on running out (freeing
+// device memory would spoil the capture): the request fails, saying so,
+// and the cached blocks stay.
+TEST(CachingAllocator, OutOfMemoryDuringACaptureKeepsTheCache) {
+  FakeDevice dev(6 << 20);
+  CachingAllocator a(dev);
+  void* big = a.allocate(4 << 20);
+  a.deallocate(big, 4 << 20);  // cached
+  a.begin_capture(5);
+  try {
+    a.allocate(5 << 20);
+    FAIL() << "expected out of memory";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("during a CUDA graph's capture"), std::string::npos) << m;
+  }
+  EXPECT_EQ(dev.in_use(), 4u << 20);
+  a.end_capture();
+  void* mid = a.allocate(5 << 20);  // outside it, the cache goes back first
+  EXPECT_NE(mid, nullptr);
+  a.deallocate(mid, 5 << 20);
+  a.release_graph(5, 0);
+  a.empty_cache();
+}
+
 // A CUDA graph's replays write the addresses its capture saw: from the
 // capture until the graph is released, the blocks it was handed or that
 // were freed during it go to no other request. Inside the capture its own
