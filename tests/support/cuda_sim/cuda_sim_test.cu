@@ -9,6 +9,7 @@
 #include <mma.h>
 
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -597,6 +598,97 @@ TEST(CudaSim, PinnedSourcesAreReadWhenTheCopyRuns) {
   cudaEventDestroy(done);
   cudaFreeHost(pinned);
   cudaFree(d);
+  cudaStreamDestroy(s);
+}
+
+// A capture runs nothing: its work is the graph's, and each launch of the
+// graph runs it again, in order, on whatever its inputs hold by then
+// (pinned sources read when the copy runs).
+TEST(CudaSim, AGraphRunsItsCapturedWorkAtEachLaunch) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  float* a = device_copy(std::vector<float>(64, 0.0f));
+  float* b = device_copy(std::vector<float>(64, 0.0f));
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, sizeof(float), cudaHostAllocPortable), cudaSuccess);
+  cudaDeviceSynchronize();
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  EXPECT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  cudaMemcpyAsync(a, pinned, sizeof(float), cudaMemcpyHostToDevice, s);
+  add_one_kernel<<<1, 64, 0, s>>>(a, b, 64);
+  EXPECT_EQ(triad_sim::pending_work(), 0);  // nothing queued
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(read_back(b, 1), std::vector<float>{0.0f});
+  for (float v : {2.0f, 5.0f}) {
+    *static_cast<float*>(pinned) = v;
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    cudaStreamSynchronize(s);
+    EXPECT_EQ(read_back(b, 2), (std::vector<float>{v + 1.0f, 1.0f}));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaFreeHost(pinned);
+  cudaFree(a);
+  cudaFree(b);
+  cudaStreamDestroy(s);
+}
+
+// What CUDA refuses during a capture fails the call and spoils the
+// capture, whose end then fails: a synchronisation of the capturing
+// stream, a copy from pageable memory, and (CUDA 13) cudaMalloc from the
+// capturing thread unless its capture mode is relaxed. Another thread's
+// cudaMalloc is its own business.
+TEST(CudaSim, ACaptureRefusesWhatAGpuRefuses) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  float* a = device_copy(std::vector<float>(4, 0.0f));
+  cudaDeviceSynchronize();
+  float pageable = 1.0f;
+  const std::vector<std::function<cudaError_t()>> refused = {
+      [&] { return cudaStreamSynchronize(s); },
+      [&] { return cudaMemcpyAsync(a, &pageable, sizeof(float), cudaMemcpyHostToDevice, s); },
+      [&] {
+        void* p = nullptr;
+        return cudaMalloc(&p, 256);
+      },
+  };
+  for (const auto& call : refused) {
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    fill_kernel<<<1, 4, 0, s>>>(a, 3.0f, 4);
+    EXPECT_EQ(call(), cudaErrorStreamCaptureUnsupported);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(s, &status);
+    EXPECT_EQ(status, cudaStreamCaptureStatusInvalidated);
+    cudaGraph_t graph = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+    EXPECT_EQ(graph, nullptr);
+  }
+  cudaGetLastError();
+  // Relaxed for the call, cudaMalloc is allowed; so is another thread's.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  void* mine = nullptr;
+  void* theirs = nullptr;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&mine, 256), cudaSuccess);
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(mode, cudaStreamCaptureModeRelaxed);
+  std::thread([&] { EXPECT_EQ(cudaMalloc(&theirs, 256), cudaSuccess); }).join();
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphDestroy(graph);
+  // The legacy stream cannot be captured.
+  EXPECT_EQ(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeThreadLocal),
+            cudaErrorStreamCaptureUnsupported);
+  cudaGetLastError();
+  cudaFree(mine);
+  cudaFree(theirs);
+  cudaFree(a);
   cudaStreamDestroy(s);
 }
 
