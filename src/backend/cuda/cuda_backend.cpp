@@ -2058,8 +2058,12 @@ Graph capture(int device, const std::function<void()>& record) {
   detail::CudaBackend::DeviceState& s = cuda_backend().state(device);
   detail::DeviceGuard g(device);
   // (cuBLASLt's handle and workspace are made on first use: before the
-  // capture, whose thread may not make them.)
-  s.gemm();
+  // capture, whose thread may not make them. Where cuBLASLt cannot load, a
+  // product in the capture says so itself.)
+  try {
+    s.gemm();
+  } catch (const Error&) {
+  }
   const uint64_t id = g_next_graph++;
   s.allocator.begin_capture(id);
   const cudaError_t began = cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal);
@@ -2075,19 +2079,21 @@ Graph capture(int device, const std::function<void()>& record) {
     s.allocator.end_capture();
     return {ended, graph};
   };
-  try {
-    record();
-  } catch (const std::exception& e) {
-    auto [ended, graph] = finish();
+  // A capture `record` failed: nothing of it is queued, and its blocks go
+  // back to the cache.
+  auto abandon = [&] {
+    const auto [ended, graph] = finish();
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();  // (the capture's own error, if it failed too)
     s.allocator.release_graph(id, 0);
+  };
+  try {
+    record();
+  } catch (const std::exception& e) {
+    abandon();
     throw Error(std::string("cuda::capture: ") + e.what());
   } catch (...) {
-    auto [ended, graph] = finish();
-    if (graph) cudaGraphDestroy(graph);
-    cudaGetLastError();
-    s.allocator.release_graph(id, 0);
+    abandon();
     throw;
   }
   auto [ended, graph] = finish();
