@@ -311,6 +311,47 @@ Status check_cross_entropy(ScalarType type, int64_t N, int64_t V, int64_t ld) {
   return Status::fine();
 }
 
+namespace {
+constexpr int kCountThreads = 1024;
+
+// (The count is an integer sum: the same in any order.)
+__global__ void __launch_bounds__(kCountThreads)
+    inverse_target_count_kernel(const void* targets, bool t64, int64_t N, int64_t ignore_index,
+                                int64_t V, float* inv32, double* inv64, unsigned long long* bad) {
+  __shared__ int64_t scratch[32];
+  int64_t counted = 0;
+  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+    const int64_t t = load_id(targets, t64, i);
+    if (t == ignore_index) continue;
+    ++counted;
+    if ((t < 0 || t >= V) && bad) atomicMin(bad, static_cast<unsigned long long>(i));
+  }
+  counted = block_sum(counted, scratch);
+  if (threadIdx.x != 0) return;
+  const double inv = counted ? 1.0 / static_cast<double>(counted) : 0.0;
+  if (inv32) *inv32 = static_cast<float>(inv);
+  if (inv64) *inv64 = inv;
+}
+}  // namespace
+
+void inverse_target_count(const void* targets, bool targets64, int64_t N, int64_t ignore_index,
+                          int64_t V, void* inv_count, ScalarType inv_type, unsigned long long* bad,
+                          cudaStream_t stream) {
+  if (inv_type != ScalarType::F32 && inv_type != ScalarType::F64) {
+    throw std::invalid_argument(std::string("inverse_target_count: result type ") +
+                                scalar_name(inv_type) + " (expected f32 or f64)");
+  }
+  if (N < 0 || V <= 0) {
+    throw std::invalid_argument("inverse_target_count: " + std::to_string(N) + " targets over " +
+                                std::to_string(V) + " classes");
+  }
+  const bool f32 = inv_type == ScalarType::F32;
+  inverse_target_count_kernel<<<1, kCountThreads, 0, stream>>>(
+      targets, targets64, N, ignore_index, V, f32 ? static_cast<float*>(inv_count) : nullptr,
+      f32 ? nullptr : static_cast<double*>(inv_count), bad);
+  check_launch("inverse_target_count");
+}
+
 void cross_entropy_forward(const void* logits, ScalarType type, const void* targets, bool targets64,
                            int64_t N, int64_t V, int64_t ld, int64_t ignore_index, float* losses,
                            float* lse, cudaStream_t stream) {

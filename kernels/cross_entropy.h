@@ -48,6 +48,14 @@ void cross_entropy_forward_backward(const void* logits, ScalarType type, const v
                                     int64_t ld, int64_t ignore_index, double softcap,
                                     double z_scale, float* losses, float* lse, void* dlogits,
                                     cudaStream_t stream);
+// *inv_count = 1 / (the targets of N not equal to ignore_index), as the
+// host forms it (in f64, rounded once to inv_type: f32 or f64; 0 when every
+// target is ignored). A target outside [0, V) and not ignored lowers *bad
+// (when given) to its position (atomicMin): the device's check of targets
+// a CUDA graph's capture cannot bring to the host. One block.
+void inverse_target_count(const void* targets, bool targets64, int64_t N, int64_t ignore_index,
+                          int64_t V, void* inv_count, ScalarType inv_type, unsigned long long* bad,
+                          cudaStream_t stream);
 // x (rows, cols, rows ld apart; f32, bf16 or f16) *= *actual / expected
 // (f32 arithmetic), unless *actual == (float)expected: then nothing is read
 // but *actual. A gradient computed ahead with the gradient it expected,

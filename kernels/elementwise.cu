@@ -119,6 +119,14 @@ __global__ void fill_kernel(T* dst, int64_t n, compute_t<T> value) {
 }
 
 template <class T>
+__global__ void arange_kernel(T* dst, int64_t n, int64_t start) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    dst[i] = static_cast<T>(start + i);
+  }
+}
+
+template <class T>
 __global__ void binary_kernel(BinaryKind op, const T* a, StridedView av, const T* b, StridedView bv,
                               T* out, int64_t n) {
   using C = compute_t<T>;
@@ -693,6 +701,22 @@ void fill(void* dst, ScalarType type, int64_t n, double value, cudaStream_t stre
     }
   });
   check_launch("fill");
+}
+
+void arange(void* dst, ScalarType type, int64_t n, int64_t start, cudaStream_t stream) {
+  if (n < 0) throw std::invalid_argument("arange: negative element count " + std::to_string(n));
+  if (n == 0) return;
+  if (type == ScalarType::I64) {
+    arange_kernel<int64_t>
+        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<int64_t*>(dst), n, start);
+  } else if (type == ScalarType::I32) {
+    arange_kernel<int32_t>
+        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<int32_t*>(dst), n, start);
+  } else {
+    throw std::invalid_argument(std::string("arange: element type ") + scalar_name(type) +
+                                " is not supported (i32 or i64)");
+  }
+  check_launch("arange");
 }
 
 void binary(BinaryKind op, const void* a, StridedView a_view, const void* b, StridedView b_view,

@@ -21,6 +21,8 @@ void copy(const void* src, ScalarType src_type, StridedView src_view, void* dst,
           ScalarType dst_type, StridedView dst_view, cudaStream_t stream);
 // dst[0, n) = value.
 void fill(void* dst, ScalarType type, int64_t n, double value, cudaStream_t stream);
+// dst[i] = start + i for i in [0, n); i32 or i64.
+void arange(void* dst, ScalarType type, int64_t n, int64_t start, cudaStream_t stream);
 // out[i] = a[a_view(i)] (op) b[b_view(i)] for the n elements of the (shared)
 // view shape; out contiguous. Broadcast dimensions have stride 0.
 void binary(BinaryKind op, const void* a, StridedView a_view, const void* b, StridedView b_view,

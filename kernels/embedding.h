@@ -15,9 +15,14 @@
 namespace triad::kernels {
 
 Status check_embedding(ScalarType type, int64_t V, int64_t C, int64_t N);
-// Ids must already be known to lie in [0, V).
+// Ids are checked on the host first where they can be. The kernel reads no
+// row for an id outside [0, V): it writes zeros there and, with `bad`,
+// lowers *bad to that position (atomicMin; the caller sets the word to all
+// ones first and reads it after: a CUDA graph's check, which cannot wait
+// for the device mid-capture).
 void embedding_forward(const void* weight, ScalarType type, const void* ids, bool ids64, int64_t V,
-                       int64_t C, int64_t N, void* out, cudaStream_t stream);
+                       int64_t C, int64_t N, void* out, cudaStream_t stream,
+                       unsigned long long* bad = nullptr);
 
 // The backward's work (src/backend/embedding_order.h, as device arrays):
 // piece p sums dout's rows order[piece_start[p], piece_start[p+1]) in order,
@@ -33,7 +38,26 @@ struct EmbeddingPlan {
   const int64_t* long_id = nullptr;
   int64_t longs = 0;
   float* partials = nullptr;  // needed when longs > 0
+  // A plan built on the device (embedding_plan_on_device): the actual
+  // counts of pieces and long segments, device memory, read by the kernels;
+  // `pieces` and `longs` are then their upper bounds (the grids).
+  const int64_t* counts = nullptr;
 };
+
+// The plan built on the device from device ids, in the same order as the
+// host's (src/backend/embedding_order.h, so the same bits): a stable sort
+// of (id, position) keys, then the pieces cut by one block. No host work
+// and no wait, which is what a CUDA graph's capture needs (the grids are
+// sized for the most pieces N ids can make). `workspace` holds
+// embedding_device_plan_bytes(N) bytes; `partials` the f32 scratch of
+// embedding_device_plan_slots(N) x C (16-byte aligned; may be null when
+// that is 0). Ids outside [0, V) join no piece and lower *bad to their
+// position, as embedding_forward's do. N >= 1.
+size_t embedding_device_plan_bytes(int64_t N);
+int64_t embedding_device_plan_slots(int64_t N);
+EmbeddingPlan embedding_plan_on_device(const void* ids, bool ids64, int64_t N, int64_t V,
+                                       void* workspace, float* partials, unsigned long long* bad,
+                                       cudaStream_t stream);
 
 // dweight (V, C) is overwritten, or with `accumulate` added to in the rows
 // the pieces reach (and not written elsewhere). dweight is of the tensor

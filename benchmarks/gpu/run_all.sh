@@ -22,6 +22,7 @@
 #      gradients from the add-norm backward, 350M with its bias gradients
 #      from the weight GEMM's epilogue (none by the column-sum kernel), both
 #      models with a step that never waits for the device (--sync-free),
+#      both models with their passes captured as a CUDA graph (--cuda-graph),
 #      350M with every one of those switches that made it faster alone, all
 #      on at once, the example trainer (triad-train) on 350M's batch, a
 #      mixture of SwiGLU experts (grouped products), a mixture under an
@@ -389,6 +390,12 @@ bench_train --preset 350m --batch "$(batch_of 350m)" --bias-grad-epilogue
 # loss each step, as triad-train does.
 for preset in 124m 350m; do
   bench_train --preset $preset --batch "$(batch_of $preset)" --sync-free
+done
+# Both models with their forward and backward passes captured once and
+# replayed as one launch a step (--cuda-graph): what the launch gaps and
+# the graph estimate above predict it saves.
+for preset in 124m 350m; do
+  bench_train --preset $preset --batch "$(batch_of $preset)" --cuda-graph
 done
 # 350M with every switch above that made it faster alone (by at least
 # MIN_GAIN_PCT, default 0.2%, against its first run), all on at once: the

@@ -29,6 +29,7 @@ DEFAULTS = {
     "experts": 0,
     "activation": "gelu",
     "sync_free": False,
+    "cuda_graph": False,
 }
 
 
@@ -124,7 +125,7 @@ def summarize(runs):
 # by its key in the run's JSON line ("--" and the key with dashes), and the
 # autotuning's, which also takes its count of candidates.
 SWITCHES = ("gemm_autotune", "dgelu_bias_grad_epilogue", "add_norm_bias_sums",
-            "bias_grad_epilogue", "sync_free")
+            "bias_grad_epilogue", "sync_free", "cuda_graph")
 
 
 def switch_flags(run):

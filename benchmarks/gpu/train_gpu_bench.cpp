@@ -6,7 +6,8 @@
 // optimizer, the device's time over the same timed steps (events on the
 // compute stream, DeviceTimer: the host does not wait between phases).
 // --recompute selective|full measures what activation recomputation saves
-// (peak_memory_gib) and costs (tokens/s).
+// (peak_memory_gib) and costs (tokens/s). --cuda-graph captures the forward
+// and backward passes once and replays them each step (cuda::capture).
 //   bench_train_gpu --preset 124m --batch 16 --precision bf16 --peak-tflops 989
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -107,6 +108,12 @@ int run(int argc, char** argv) {
                "clip on the device (AdamW::step_clipped) and read the loss only after the timed "
                "steps: no step waits for the device, as PyTorch's loop in train_gpu_torch.py "
                "(the default reads the norm and the loss each step, as triad-train does)");
+  bool cuda_graph = false;
+  app.add_flag("--cuda-graph", cuda_graph,
+               "capture the forward and backward passes once after the warm-up "
+               "(cuda::capture) and replay them each step as one launch, the batch refilled "
+               "in device tensors first; clipping and AdamW stay outside the graph (the "
+               "profiled steps of --profile-steps run uncaptured)");
   int64_t profile_steps = 0;
   app.add_option("--profile-steps", profile_steps,
                  "after the timed steps, this many more with the device's time per backend op "
@@ -115,6 +122,21 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (grads == "bf16" && precision != "bf16") {
     std::fprintf(stderr, "--grad-precision bf16 needs --precision bf16\n");
+    return 2;
+  }
+  if (cuda_graph && warmup < 2) {
+    // (Eager steps first, so that what libraries set up on first use is not
+    // captured; the graph's first replay is the last warm-up step.)
+    std::fprintf(stderr, "--cuda-graph needs --warmup 2 or more (got %lld)\n",
+                 static_cast<long long>(warmup));
+    return 2;
+  }
+  if (cuda_graph && experts > 0) {
+    // (Each mixture layer reads its routing's counts on the host.)
+    std::fprintf(stderr,
+                 "--cuda-graph: a mixture of experts (--experts %lld) waits for its "
+                 "routing in every layer, which a CUDA graph cannot hold\n",
+                 static_cast<long long>(experts));
     return 2;
   }
 
@@ -202,7 +224,31 @@ int run(int argc, char** argv) {
   // device's time for them ("phases_ms"), how close the host comes to
   // holding the device up, and what capturing the passes would save it.
   double host_queue_ms = 0;
+  // --cuda-graph: the passes captured after the warm-up, on the batch in
+  // device tensors (refilled before each replay, as a trainer refills them
+  // from its loader); the gradients the graph writes stay between steps.
+  triad::cuda::Graph graph;
+  triad::Tensor dev_ids, dev_targets, graph_loss;
+  auto replay_step = [&] {
+    const auto h0 = std::chrono::steady_clock::now();
+    const triad::DeviceTimer::Mark m0 = phases.mark();
+    triad::copy_(dev_ids, ids);
+    triad::copy_(dev_targets, targets);
+    graph.replay();
+    const triad::DeviceTimer::Mark m1 = phases.mark();
+    if (timing) {
+      host_queue_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
+    }
+    clip_and_step(graph_loss);
+    const triad::DeviceTimer::Mark m2 = phases.mark();
+    last_loss = graph_loss;
+    if (!timing) return;
+    phases.add("forward_backward", m0, m1);
+    phases.add("clip_and_optimizer", m1, m2);
+  };
   auto run_step = [&] {
+    if (!graph.empty()) return replay_step();
     const auto h0 = std::chrono::steady_clock::now();
     const triad::DeviceTimer::Mark m0 = phases.mark();
     triad::Tensor l = model.loss(ids, targets);
@@ -222,9 +268,23 @@ int run(int argc, char** argv) {
     phases.add("backward", m1, m2);
     phases.add("clip_and_optimizer", m2, m3);
   };
-  for (int64_t i = 0; i < warmup; ++i) {
+  for (int64_t i = 0; i < warmup - (cuda_graph ? 1 : 0); ++i) {
     run_step();
     phases.read();  // (the warm-up's marks, dropped)
+  }
+  if (cuda_graph) {
+    // (After the warm-up: cuDNN's plans, the attention's choice and the
+    // products' algorithms are made; zero_grad left no gradients, so the
+    // capture's backward writes new ones rather than adding.)
+    dev_ids = triad::to_device(ids, device);
+    dev_targets = triad::to_device(targets, device);
+    graph = triad::cuda::capture(device.index, [&] {
+      graph_loss = model.loss(dev_ids, dev_targets);
+      triad::autograd::backward({graph_loss});
+    });
+    run_step();  // (its first replay: the last warm-up step)
+    graph.check();
+    phases.read();
   }
 #ifdef TRIAD_CUDA_SIM
   // On the simulator: how often one step makes the host wait for the
@@ -257,6 +317,9 @@ int run(int argc, char** argv) {
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // (The replays' checks of the ids and targets, after the clock: the batch
+  // is the same each step, and the device is idle by now.)
+  if (!graph.empty()) graph.check();
   const double tokens_per_s = static_cast<double>(steps * batch * T) / secs;
   // (That read has made the host wait for the phases: no wait here.)
   nlohmann::json phases_ms = nlohmann::json::object();
@@ -273,6 +336,7 @@ int run(int argc, char** argv) {
       {"preset", preset},
       {"precision", precision},
       {"sync_free", sync_free},
+      {"cuda_graph", cuda_graph},
       {"attention_kernel", attention},
       {"attention_deterministic", !nondeterministic},
       {"bias_grad_epilogue", bias_grad_epilogue},
@@ -331,6 +395,12 @@ int run(int argc, char** argv) {
     // per step, against the step's own time.
     triad::cuda::op_profile(device.index);  // drop anything recorded before
     triad::cuda::set_op_profiling(true);
+    // (A graph's replay cannot be timed op by op: the profiled steps run
+    // uncaptured, after the graph is gone, its gradients dropped first.)
+    if (!graph.empty()) {
+      graph = triad::cuda::Graph();
+      model.zero_grad();
+    }
     const auto p0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < profile_steps; ++i) run_step();
     phases.read();  // (also waits for a --sync-free run's last step)

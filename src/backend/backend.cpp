@@ -53,6 +53,34 @@ void add_scaled_into(Backend& be, const Tensor& part, Tensor& acc, double beta) 
 
 }  // namespace
 
+void Backend::arange(Tensor& dst, int64_t start) {
+  if (!dst.is_contiguous() || (dst.dtype() != DType::I64 && dst.dtype() != DType::I32)) {
+    throw ValueError("arange: destination must be a contiguous i32 or i64 tensor, got " +
+                     std::string(dtype_name(dst.dtype())));
+  }
+  Tensor host = empty(dst.shape(), DType::I64, Device::cpu());
+  int64_t* p = host.data<int64_t>();
+  for (int64_t i = 0; i < host.numel(); ++i) p[i] = start + i;
+  copy(host, dst);
+}
+
+void Backend::inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
+                                   Tensor& inv, const char* op) {
+  Tensor host = empty(targets.shape(), DType::I64, Device::cpu());
+  copy(targets, host);
+  const int64_t* p = host.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    if (p[i] == ignore_index) continue;
+    if (p[i] < 0 || p[i] >= classes) {
+      throw ValueError(std::string(op) + ": target " + std::to_string(p[i]) + " at row " +
+                       std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
+    }
+    ++count;
+  }
+  fill(inv, count ? 1.0 / static_cast<double>(count) : 0.0);
+}
+
 void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                              Tensor* gelu_input) {
   Tensor& pre = gelu_input ? *gelu_input : y;

@@ -1243,9 +1243,7 @@ Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx, int64_t start) c
                        shape_str(ids.shape()) + " (expected the ids' shape)");
     }
   } else {
-    std::vector<int64_t> pos(T);
-    for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
-    positions = from_vector(pos, {T}, DType::I64, ids.device());
+    positions = arange(start, T, DType::I64, ids.device());  // (made on the device)
   }
   Tensor x = add(scale_token_embeddings(cfg_, wte_->forward(ids)), wpe_->forward(positions));
   return site_dropout(x, cfg_.dropout, ctx, 0, "embed");

@@ -12,6 +12,15 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   backend_for(device.type).fill(t, value);
   return t;
 }
+Tensor arange(int64_t start, int64_t n, DType dtype, Device device) {
+  if (dtype != DType::I64 && dtype != DType::I32) {
+    throw ValueError(std::string("arange: dtype ") + dtype_name(dtype) + " (expected i32 or i64)");
+  }
+  if (n < 0) throw ValueError("arange: negative length " + std::to_string(n));
+  Tensor t = empty({n}, dtype, device);
+  backend_for(device.type).arange(t, start);
+  return t;
+}
 Tensor zeros(const Shape& shape, DType dtype, Device device) {
   return full(shape, 0.0, dtype, device);
 }

@@ -213,6 +213,14 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
                      std::to_string(at.row_stride) + " apart overlap (elements would share draws)");
   }
   if (p == 0.0) return x;
+  if (backend_for(x).capturing(x.device())) {
+    // The seed and offsets are the kernel's arguments: a graph would draw
+    // the same mask at every replay.
+    throw NotSupportedError(
+        "dropout (p " + std::to_string(p) +
+        ") inside a CUDA graph's capture: its seed and offsets would be the same at every replay "
+        "(train with dropout 0, or uncaptured)");
+  }
   const Tensor kc = keys.defined() ? contiguous(keys) : keys;
   if (kc.defined() && kc.device().is_cpu()) {
     const int64_t* k = kc.data<int64_t>();

@@ -689,6 +689,9 @@ struct CrossEntropyParts {
   Tensor targets;  // (N) on the logits' device
   Tensor lse;      // (N) log-sum-exp per row, stat dtype
   int64_t count = 0;
+  // Inside a CUDA graph's capture: 1 / count on the device (one element of
+  // the stat dtype), which `count` then does not hold.
+  Tensor inv_count;
   // Nonzero: the forward pass already wrote the logits' gradient for a
   // loss gradient of this value (cross_entropy_forward's expected_grad).
   double ahead = 0.0;
@@ -701,11 +704,18 @@ struct CrossEntropyParts {
 // Each row's loss gradient (N, stat dtype) from the mean loss's gradient g
 // (a scalar): g / count, formed on g's device in one way for a gradient
 // that came and one expected ahead, so that both give the same bits.
-Tensor row_grads(const Tensor& g, int64_t N, int64_t count, DType sd) {
-  const double mean = count ? 1.0 / static_cast<double>(count) : 0.0;
+// With the count on the device (ce.inv_count), g times that inverse: the
+// same product, the same bits.
+Tensor row_grads(const Tensor& g, int64_t N, const CrossEntropyParts& ce, DType sd) {
   Tensor gl = cast(g, sd);
   Tensor dl = empty({N}, sd, gl.device());
   backend_for(gl).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
+  if (ce.inv_count.defined()) {
+    const Tensor inv = ce.inv_count;
+    backend_for(dl).binary(BinaryOp::Mul, dl, make_view(inv, {N}, {0}, inv.offset()), dl);
+    return dl;
+  }
+  const double mean = ce.count ? 1.0 / static_cast<double>(ce.count) : 0.0;
   backend_for(dl).affine(dl, mean, 0.0, dl);
   return dl;
 }
@@ -727,9 +737,24 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
   const int64_t N = lc.size(0), V = lc.size(1);
   CrossEntropyParts r;
   std::vector<double> keep;  // with a z-loss: 1 for the rows counted, 0 for the others
-  // One host pass over the targets (they are small): every backend gets
-  // them checked, and the non-ignored rows counted.
-  {
+  const DType sd = stat_dtype(lc.dtype());
+  Backend& be = backend_for(lc);
+  if (be.capturing(lc.device())) {
+    // A CUDA graph's capture cannot read the targets: they are counted and
+    // checked on the device (a bad one is reported by cuda::Graph::check).
+    if (z_loss) {
+      throw NotSupportedError(std::string(op) +
+                              ": a z-loss inside a CUDA graph's capture (its row weights are "
+                              "made on the host)");
+    }
+    if (tc.device() != lc.device()) {
+      throw NotSupportedError(std::string(op) + ": targets on " + tc.device().str() +
+                              " inside a CUDA graph's capture (expected them on the logits' " +
+                              "device " + lc.device().str() + ", refilled before each replay)");
+    }
+    r.inv_count = empty({}, sd, lc.device());
+    be.inverse_target_count(tc, ignore_index, V, r.inv_count, op);
+  } else {
     Tensor th = cast(to_device(tc, Device::cpu()), DType::I64);
     const int64_t* p = th.data<int64_t>();
     if (z_loss) keep.assign(static_cast<size_t>(N), 0.0);
@@ -744,13 +769,11 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
     }
   }
   r.targets = tc.device() == lc.device() ? tc : to_device(tc, lc.device()).detach();
-  const DType sd = stat_dtype(lc.dtype());
   Tensor losses = empty({N}, sd, lc.device());
   r.lse = empty({N}, sd, lc.device());
-  Backend& be = backend_for(lc);
   if (z_loss && z_coef > 0) r.z_scale = 2.0 * z_coef;
   if (expected_grad != 0.0 && (!z_loss || r.z_scale != 0.0)) {
-    const Tensor dl = row_grads(full({}, expected_grad, sd, lc.device()), N, r.count, sd);
+    const Tensor dl = row_grads(full({}, expected_grad, sd, lc.device()), N, r, sd);
     Tensor dlogits = lc;  // (the logits, overwritten)
     be.cross_entropy_forward_backward(lc, r.targets, ignore_index, losses, r.lse, dl, dlogits,
                                       softcap, r.z_scale);
@@ -761,7 +784,8 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
   Tensor total = empty({}, sd, lc.device());
   be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
   const double mean = r.count ? 1.0 / static_cast<double>(r.count) : 0.0;
-  *loss = cast(scale(total, mean), sd).detach();  // f32 for half logits
+  *loss = r.inv_count.defined() ? mul(total, r.inv_count).detach()
+                                : cast(scale(total, mean), sd).detach();  // f32 for half logits
   if (z_loss) {
     Tensor weights;  // ignored rows weigh 0
     if (r.count < N) {
@@ -793,7 +817,7 @@ void cross_entropy_backward(const Tensor& lc, const CrossEntropyParts& ce, int64
     backend_for(lc).scale_by_ratio(cast(g[0], sd), ce.ahead, dlogits);
     return;
   }
-  const Tensor dl = row_grads(g[0], N, ce.count, sd);
+  const Tensor dl = row_grads(g[0], N, ce, sd);
   // (The backend gives ignored rows no gradient: dlse needs no mask.)
   const Tensor dlse = ce.z_scale != 0.0                ? joined_z_loss_dlse(ce.lse, dl, ce.z_scale)
                       : g.size() > 1 && g[1].defined() ? z_loss_dlse(ce.lse, g[1], {}, mean)

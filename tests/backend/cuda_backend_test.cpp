@@ -3855,6 +3855,174 @@ TEST(CudaTraining, AStepWaitsForTheDeviceOnlyForTheGradientNormAndTheLoss) {
 }
 #endif
 
+// A training step's forward and backward captured once into a CUDA graph
+// and replayed on new batches trains exactly as the same steps run eagerly:
+// the same losses and the same weights, bit for bit. The ids and targets
+// stay on the device, where the capture checks and counts them (the token
+// table's backward sorts its ids there: here one id fills 50 positions, a
+// long segment of two pieces), and the positions are made there. The
+// optimizer steps outside the graph, on the gradients the graph writes.
+TEST(CudaGraphs, ACapturedStepTrainsAsTheEagerSteps) {
+  const nn::GptConfig cfg{
+      .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 64, .dropout = 0.0};
+  nn::Gpt eager(cfg, 5), graphed(cfg, 5);
+  for (nn::Gpt* m : {&eager, &graphed}) {
+    m->to(kGpu);
+    m->to(DType::BF16);
+  }
+  optim::AdamW eager_opt(eager.named_parameters(), {}), graphed_opt(graphed.named_parameters(), {});
+  auto batch = [](int64_t k) {
+    const int64_t B = 2, T = 64;
+    std::vector<int64_t> tokens(B * T), targets(B * T);
+    for (int64_t i = 0; i < B * T; ++i) {
+      tokens[i] = (i * 31 + 7 * k + 3) % 97;
+      targets[i] = i % 11 == 5 ? -100 : (i * 17 + k) % 97;  // some rows ignored
+    }
+    for (int64_t i = 10; i < 60; ++i) tokens[i] = (k * 13) % 97;
+    return std::pair{from_vector(tokens, {B, T}, DType::I64),
+                     from_vector(targets, {B, T}, DType::I64)};
+  };
+  auto eager_step = [&](nn::Gpt& m, optim::AdamW& opt, const Tensor& ids, const Tensor& tg) {
+    Tensor loss = m.loss(ids, tg, {.training = true});
+    autograd::backward({loss});
+    optim::clip_grad_norm(m.parameters(), 1.0);
+    opt.step(1e-3);
+    m.zero_grad();
+    return item(loss);
+  };
+  // One eager step each first (plans, the attention's choice, products).
+  const auto [ids0, tg0] = batch(0);
+  EXPECT_EQ(eager_step(eager, eager_opt, ids0, tg0), eager_step(graphed, graphed_opt, ids0, tg0));
+  // The graph's inputs: device tensors, refilled in place before each replay.
+  Tensor dev_ids = to_device(ids0, kGpu), dev_tg = to_device(tg0, kGpu);
+  Tensor loss;
+  cuda::Graph g = cuda::capture(0, [&] {
+    loss = graphed.loss(dev_ids, dev_tg, {.training = true});
+    autograd::backward({loss});
+  });
+  for (int64_t k = 1; k <= 3; ++k) {
+    SCOPED_TRACE("step " + std::to_string(k));
+    const auto [ids, tg] = batch(k);
+    const double expected = eager_step(eager, eager_opt, ids, tg);
+    backend_for(dev_ids).copy(ids, dev_ids);
+    backend_for(dev_tg).copy(tg, dev_tg);
+    g.replay();
+    g.check();
+    EXPECT_EQ(item(loss), expected);
+    // (The gradients stay the graph's: each replay writes them again.)
+    optim::clip_grad_norm(graphed.parameters(), 1.0);
+    graphed_opt.step(1e-3);
+  }
+  const auto a = eager.named_parameters(), b = graphed.named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(same_bytes(a[i].second, b[i].second)) << a[i].first;
+  }
+}
+
+// The token table's backward inside a capture sorts its ids on the device
+// (tiles of 1024, then merges) into the pieces the host would cut: the same
+// gradient, bit for bit, over several tiles and ids of every count (one
+// id at 700 positions, long segments of 33 and 64, ids seen once), for
+// i32 and i64 ids and f32 and bf16 tables.
+TEST(CudaGraphs, TheTokenTablesGradientSortsItsIdsOnTheDevice) {
+  const int64_t V = 300, C = 24, N = 3000;
+  std::vector<int64_t> ids(N);
+  for (int64_t i = 0; i < N; ++i) ids[i] = (i * 7919 + i / 5) % V;
+  for (int64_t i = 0; i < 700; ++i) ids[(i * 37) % N] = 11;
+  for (int64_t i = 0; i < 33; ++i) ids[2000 + i] = 299;
+  for (int64_t i = 0; i < 64; ++i) ids[100 + 3 * i] = 0;
+  for (DType table : {DType::F32, DType::BF16}) {
+    for (DType id_type : {DType::I64, DType::I32}) {
+      SCOPED_TRACE(std::string(dtype_name(table)) + " table, " + dtype_name(id_type) + " ids");
+      const Tensor w0 = to_device(randn({V, C}, 3, 1, 1.0, table), kGpu);
+      const Tensor dy = to_device(randn({N, C}, 4, 1, 1.0, table), kGpu);
+      const Tensor dev_ids = to_device(cast(from_vector(ids, {N}, DType::I64), id_type), kGpu);
+      auto grad_of = [&](const Tensor& w) {
+        Tensor out = embedding(w, dev_ids);
+        autograd::backward({out}, {dy});
+        return w.grad();
+      };
+      Tensor w_eager = w0.detach().set_requires_grad(true);
+      const Tensor expected = grad_of(w_eager);
+      Tensor w_graph = w0.detach().set_requires_grad(true);
+      Tensor got;
+      cuda::Graph g = cuda::capture(0, [&] { got = grad_of(w_graph); });
+      g.replay();
+      g.check();
+      EXPECT_TRUE(same_bytes(got, expected));
+    }
+  }
+}
+
+// Dropout's seed and offsets are its kernel's arguments, so a graph would
+// draw the same mask at every replay: the capture refuses it, naming why,
+// and the stream works on as before.
+TEST(CudaGraphs, ACaptureRefusesDropout) {
+  const nn::GptConfig cfg{
+      .n_layer = 1, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.1};
+  nn::Gpt model(cfg, 5);
+  model.to(kGpu);
+  const auto [ids, tg] = token_batch(2, 16);
+  const double before = item(model.loss(ids, tg, {.training = true, .seed = 1, .call = 1}));
+  const Tensor dev_ids = to_device(ids, kGpu), dev_tg = to_device(tg, kGpu);
+  try {
+    cuda::capture(0,
+                  [&] { model.loss(dev_ids, dev_tg, {.training = true, .seed = 1, .call = 2}); });
+    ADD_FAILURE() << "captured dropout";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dropout (p 0.1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("same at every replay"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(item(model.loss(ids, tg, {.training = true, .seed = 1, .call = 1})), before);
+}
+
+// What the capture could not check on the host, its replay checks on the
+// device: a token id or a target out of range is named by Graph::check
+// (with its position), and the kernels read no memory for it.
+TEST(CudaGraphs, AReplayNamesABadTokenIdAndABadTarget) {
+  const nn::GptConfig cfg{
+      .n_layer = 1, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
+  nn::Gpt model(cfg, 5);
+  model.to(kGpu);
+  const auto [ids, tg] = token_batch(2, 16);
+  {
+    Tensor loss = model.loss(ids, tg, {.training = true});
+    autograd::backward({loss});
+    model.zero_grad();
+  }
+  Tensor dev_ids = to_device(ids, kGpu), dev_tg = to_device(tg, kGpu);
+  Tensor loss;
+  cuda::Graph g = cuda::capture(0, [&] {
+    loss = model.loss(dev_ids, dev_tg, {.training = true});
+    autograd::backward({loss});
+  });
+  g.replay();
+  EXPECT_NO_THROW(g.check());
+  auto expect_named = [&](const std::string& needle) {
+    g.replay();
+    try {
+      g.check();
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  std::vector<int64_t> bad_ids(32, 3);
+  bad_ids[21] = 97;
+  backend_for(dev_ids).copy(from_vector(bad_ids, {2, 16}, DType::I64), dev_ids);
+  expect_named("token id 97 at position 21 is outside [0, 97)");
+  backend_for(dev_ids).copy(ids, dev_ids);
+  std::vector<int64_t> bad_targets(32, 4);
+  bad_targets[7] = -3;
+  backend_for(dev_tg).copy(from_vector(bad_targets, {2, 16}, DType::I64), dev_tg);
+  expect_named("target -3 at position 7 is outside [0, 97)");
+  backend_for(dev_tg).copy(tg, dev_tg);
+  g.replay();
+  EXPECT_NO_THROW(g.check());
+  EXPECT_TRUE(std::isfinite(item(loss)));
+}
+
 // End to end: the trainer on the GPU against the trainer on the CPU (fp32,
 // tight), and bf16 against fp32 on a GPT-2 124M-shaped model.
 train::Config train_config(const testing::TempDir& dir, const std::string& model,

@@ -73,6 +73,9 @@ class Backend {
   // equal shape; one of them may live on the host (the other on this device).
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void fill(Tensor& dst, double value) = 0;
+  // dst[i] = start + i (dst contiguous, i32 or i64). The default makes the
+  // values on the host and copies them; a device backend makes them there.
+  virtual void arange(Tensor& dst, int64_t start);
 
   // out = a (op) b. `a` and `b` are views already expanded to out's shape
   // (broadcast dimensions have stride 0); out is contiguous and may alias a.
@@ -365,6 +368,23 @@ class Backend {
                                               int64_t ignore_index, Tensor& losses, Tensor& lse,
                                               const Tensor& dlosses, Tensor& dlogits,
                                               double softcap, double z_scale = 0.0);
+  // Whether this thread is capturing work for `device` into a CUDA graph
+  // (cuda::capture): nothing may then wait for the device or copy from the
+  // host, and ops take their device-side paths (a loss counts its targets
+  // on the device).
+  virtual bool capturing(const Device& device) const {
+    (void)device;
+    return false;
+  }
+  // inv = 1 / (the targets not equal to ignore_index), 0 when there are
+  // none: one element of f32 or f64 on targets' device, formed in f64 and
+  // rounded once, as 1.0 / count on the host. Every other target must lie
+  // in [0, classes). The default reads the targets on the host and throws
+  // ValueError naming `op` and the first bad one; the CUDA backend, while
+  // capturing, counts on the device and leaves a bad one to
+  // cuda::Graph::check.
+  virtual void inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
+                                    Tensor& inv, const char* op);
   // x *= actual / expected, unless actual == expected: then x is left as it
   // is (and on a GPU nothing reads it). actual: one element of x's
   // statistics dtype on x's device (a gradient as it arrived); expected

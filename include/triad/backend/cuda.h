@@ -8,12 +8,17 @@
 // this header needs no CUDA headers.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "triad/core/allocator.h"
 #include "triad/core/attention_heads.h"
 #include "triad/core/dtype.h"
+
+namespace triad::detail {
+struct CaptureChecks;
+}  // namespace triad::detail
 
 namespace triad::cuda {
 
@@ -78,6 +83,12 @@ class Graph {
   // Queues the captured work on the device's compute stream, behind what
   // is queued there (never waits). Throws Error on an empty Graph.
   void replay() const;
+  // Waits for the last replay and throws ValueError naming the first index
+  // it found out of range: token ids and targets on the device, which a
+  // capture cannot bring to the host to check, are checked by its kernels
+  // (a bad one reads no memory). Returns at once when the capture left
+  // nothing to check. Call it before using a replay's results.
+  void check() const;
   bool empty() const { return exec_ == nullptr; }
 
  private:
@@ -86,6 +97,7 @@ class Graph {
   int device_ = 0;
   void* exec_ = nullptr;  // cudaGraphExec_t
   uint64_t id_ = 0;       // its blocks in the device's caching allocator
+  std::shared_ptr<detail::CaptureChecks> checks_;
 };
 // Calls `record` with `device`'s compute stream in capture: what it queues
 // there becomes the returned Graph instead of running (nothing runs now).

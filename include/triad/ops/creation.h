@@ -12,6 +12,9 @@ Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = Device
 Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
             Device device = Device::cpu());
 Tensor zeros_like(const Tensor& t);
+// start, start + 1, ..., start + n - 1 (i32 or i64), made on `device`
+// (on a GPU by a kernel: no copy from the host, so a CUDA graph can hold it).
+Tensor arange(int64_t start, int64_t n, DType dtype = DType::I64, Device device = Device::cpu());
 
 // A tensor holding `values` (converted to dtype), of the given shape.
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::F32,

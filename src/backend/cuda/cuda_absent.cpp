@@ -36,6 +36,9 @@ Graph& Graph::operator=(Graph&&) noexcept = default;
 void Graph::replay() const {
   absent("Graph::replay");
 }
+void Graph::check() const {
+  absent("Graph::check");
+}
 void Graph::release() {}
 Graph capture(int, const std::function<void()>&) {
   absent("capture");

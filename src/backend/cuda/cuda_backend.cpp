@@ -319,6 +319,29 @@ std::vector<int64_t> host_indices(CudaBackend& be, const Tensor& ids) {
   return std::vector<int64_t>(host.data<int64_t>(), host.data<int64_t>() + host.numel());
 }
 
+// The capture open on this thread (cuda::capture), if any.
+thread_local CaptureChecks* t_capture = nullptr;
+
+// t itself when contiguous, else a contiguous copy on its device.
+Tensor contiguous_on_device(CudaBackend& be, const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor c = empty(t.shape(), t.dtype(), t.device());
+  be.copy(t, c);
+  return c;
+}
+
+// The word a capture's kernel lowers to the first index out of [0, bound)
+// (set to all ones, in the graph, before that kernel), registered with the
+// capture for cuda::Graph::check.
+unsigned long long* check_word(CudaBackend::DeviceState& s, CaptureChecks& capture,
+                               const std::string& what, const Tensor& indices, int64_t bound) {
+  Tensor word = empty({1}, DType::I64, Device::cuda(s.index));
+  check(cudaMemsetAsync(word.raw_data(), 0xFF, sizeof(int64_t), s.stream),
+        std::string(what) + ": cudaMemsetAsync");
+  capture.checks.push_back({what, indices, bound, word});
+  return static_cast<unsigned long long*>(word.raw_data());
+}
+
 void require_index(const char* op, const Tensor& t) {
   if (t.dtype() != DType::I32 && t.dtype() != DType::I64) {
     throw ValueError(std::string(op) + ": indices must be i32 or i64, got " +
@@ -327,6 +350,10 @@ void require_index(const char* op, const Tensor& t) {
 }
 
 }  // namespace
+
+CaptureChecks* open_capture(int device) {
+  return t_capture != nullptr && t_capture->device == device ? t_capture : nullptr;
+}
 
 CudaBackend::CudaBackend() = default;
 CudaBackend::~CudaBackend() = default;
@@ -444,6 +471,43 @@ void CudaBackend::fill(Tensor& dst, double value) {
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "fill",
          [&] { k::fill(dst.raw_data(), scalar(dst.dtype()), dst.numel(), value, s.stream); });
+}
+
+bool CudaBackend::capturing(const Device& device) const {
+  return device.is_cuda() && open_capture(device.index) != nullptr;
+}
+
+void CudaBackend::inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
+                                       Tensor& inv, const char* op) {
+  require_index(op, targets);
+  CaptureChecks* capture = open_capture(inv.device().index);
+  if (!capture || targets.device() != inv.device()) {
+    Backend::inverse_target_count(targets, ignore_index, classes, inv, op);
+    return;
+  }
+  if (inv.numel() != 1 || (inv.dtype() != DType::F32 && inv.dtype() != DType::F64)) {
+    throw ValueError(std::string(op) + ": the inverse count must be one f32 or f64 element, got " +
+                     shape_str(inv.shape()) + " " + dtype_name(inv.dtype()));
+  }
+  DeviceState& s = state(inv.device().index);
+  DeviceGuard g(s.index);
+  const Tensor t = contiguous_on_device(*this, targets);
+  unsigned long long* bad = check_word(s, *capture, std::string(op) + ": target", t, classes);
+  launch(s.index, s.stream, "inverse_target_count", [&] {
+    k::inverse_target_count(t.raw_data(), t.dtype() == DType::I64, t.numel(), ignore_index, classes,
+                            inv.raw_data(), scalar(inv.dtype()), bad, s.stream);
+  });
+}
+
+void CudaBackend::arange(Tensor& dst, int64_t start) {
+  if (!dst.is_contiguous() || (dst.dtype() != DType::I64 && dst.dtype() != DType::I32)) {
+    throw ValueError("arange: destination must be a contiguous i32 or i64 tensor, got " +
+                     std::string(dtype_name(dst.dtype())));
+  }
+  DeviceState& s = state(dst.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "arange",
+         [&] { k::arange(dst.raw_data(), scalar(dst.dtype()), dst.numel(), start, s.stream); });
 }
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
@@ -1437,6 +1501,20 @@ void CudaBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Ten
   require_nn("embedding", weight.dtype());
   require_index("embedding", ids);
   const int64_t V = weight.size(0), C = weight.size(1), N = ids.numel();
+  if (CaptureChecks* capture = open_capture(out.device().index);
+      capture && ids.device() == out.device()) {
+    // A capture cannot wait for the ids: the kernel checks them, and the
+    // graph's replays report a bad one (cuda::Graph::check).
+    DeviceState& s = state(out.device().index);
+    DeviceGuard g(s.index);
+    const Tensor dev_ids = contiguous_on_device(*this, ids);
+    unsigned long long* bad = check_word(s, *capture, "embedding: token id", dev_ids, V);
+    launch(s.index, s.stream, "embedding_forward", [&] {
+      k::embedding_forward(weight.raw_data(), scalar(weight.dtype()), dev_ids.raw_data(),
+                           dev_ids.dtype() == DType::I64, V, C, N, out.raw_data(), s.stream, bad);
+    });
+    return;
+  }
   // Ids are checked on the host so a bad one is an error, not a wild read
   // (ids already on the host are read there; ids on the GPU are copied back,
   // which waits for the queued work).
@@ -1480,6 +1558,32 @@ void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, 
   require_nn("embedding_backward", dout.dtype());
   require_index("embedding_backward", ids);
   const int64_t V = dweight.size(0), C = dweight.size(1), N = ids.numel();
+  const bool f32_grad = dweight.dtype() == DType::F32 && dout.dtype() != DType::F32;
+  if (CaptureChecks* capture = open_capture(dweight.device().index);
+      capture && ids.device() == dweight.device()) {
+    // In a capture the ids cannot come to the host: the device sorts them
+    // into the same pieces (kernels/embedding.h), its grids sized for the
+    // most pieces N ids can make.
+    DeviceState& s = state(dweight.device().index);
+    DeviceGuard g(s.index);
+    const Tensor dev_ids = contiguous_on_device(*this, ids);
+    unsigned long long* bad = check_word(s, *capture, "embedding_backward: token id", dev_ids, V);
+    k::EmbeddingPlan plan;
+    Scratch ws(s.allocator, N > 0 ? k::embedding_device_plan_bytes(N) : 0);
+    const int64_t slots = N > 0 ? k::embedding_device_plan_slots(N) : 0;
+    Tensor partials;
+    if (slots > 0) partials = empty({slots, C}, DType::F32, dweight.device());
+    launch(s.index, s.stream, "embedding_backward", [&] {
+      if (N > 0) {
+        plan = k::embedding_plan_on_device(dev_ids.raw_data(), dev_ids.dtype() == DType::I64, N, V,
+                                           ws.get(), slots > 0 ? partials.data<float>() : nullptr,
+                                           bad, s.stream);
+      }
+      k::embedding_backward(plan, dout.raw_data(), scalar(dout.dtype()), V, C, dweight.raw_data(),
+                            s.stream, f32_grad, accumulate);
+    });
+    return;
+  }
   const std::vector<int64_t> host = host_indices(*this, ids);
   detail::EmbeddingPieces pieces;
   std::vector<int64_t> order;
@@ -1516,8 +1620,7 @@ void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, 
   plan.partials = L > 0 ? partials.data<float>() : nullptr;
   launch(s.index, s.stream, "embedding_backward", [&] {
     k::embedding_backward(plan, dout.raw_data(), scalar(dout.dtype()), V, C, dweight.raw_data(),
-                          s.stream, dweight.dtype() == DType::F32 && dout.dtype() != DType::F32,
-                          accumulate);
+                          s.stream, f32_grad, accumulate);
   });
 }
 
@@ -2020,7 +2123,8 @@ Graph::~Graph() {
 Graph::Graph(Graph&& other) noexcept
     : device_(other.device_),
       exec_(std::exchange(other.exec_, nullptr)),
-      id_(std::exchange(other.id_, 0)) {}
+      id_(std::exchange(other.id_, 0)),
+      checks_(std::move(other.checks_)) {}
 
 Graph& Graph::operator=(Graph&& other) noexcept {
   if (this != &other) {
@@ -2028,6 +2132,7 @@ Graph& Graph::operator=(Graph&& other) noexcept {
     device_ = other.device_;
     exec_ = std::exchange(other.exec_, nullptr);
     id_ = std::exchange(other.id_, 0);
+    checks_ = std::move(other.checks_);
   }
   return *this;
 }
@@ -2038,7 +2143,28 @@ void Graph::release() {
   // stream's cache, so whatever takes them next is queued after it.)
   cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   exec_ = nullptr;
+  checks_.reset();  // (its words are the graph's blocks)
   cuda_backend().state(device_).allocator.release_graph(id_, 0);
+}
+
+void Graph::check() const {
+  if (exec_ == nullptr) throw Error("cuda::Graph::check: an empty graph (nothing captured)");
+  if (!checks_ || checks_->checks.empty()) return;
+  // (The first copy waits for the last replay.)
+  detail::CudaBackend& be = cuda_backend();
+  for (const detail::CaptureChecks::Check& c : checks_->checks) {
+    Tensor word = triad::empty({1}, DType::I64, Device::cpu());
+    be.copy(c.word, word);
+    const int64_t at = word.data<int64_t>()[0];
+    if (at == -1) continue;
+    Tensor ids = triad::empty(c.indices.shape(), c.indices.dtype(), Device::cpu());
+    be.copy(c.indices, ids);
+    const int64_t value =
+        ids.dtype() == DType::I64 ? ids.data<int64_t>()[at] : int64_t{ids.data<int32_t>()[at]};
+    throw ValueError(c.what + " " + std::to_string(value) + " at position " + std::to_string(at) +
+                     " is outside [0, " + std::to_string(c.bound) +
+                     ") (found by a replay of a CUDA graph)");
+  }
 }
 
 void Graph::replay() const {
@@ -2065,6 +2191,8 @@ Graph capture(int device, const std::function<void()>& record) {
   } catch (const Error&) {
   }
   const uint64_t id = g_next_graph++;
+  auto checks = std::make_shared<detail::CaptureChecks>();
+  checks->device = device;
   s.allocator.begin_capture(id);
   const cudaError_t began = cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal);
   if (began != cudaSuccess) {
@@ -2074,6 +2202,7 @@ Graph capture(int device, const std::function<void()>& record) {
   }
   // Ends the capture whatever happened; the graph, when it succeeded.
   auto finish = [&]() -> std::pair<cudaError_t, cudaGraph_t> {
+    detail::t_capture = nullptr;
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(s.stream, &graph);
     s.allocator.end_capture();
@@ -2085,8 +2214,10 @@ Graph capture(int device, const std::function<void()>& record) {
     const auto [ended, graph] = finish();
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();  // (the capture's own error, if it failed too)
+    checks.reset();      // (its words are the capture's blocks)
     s.allocator.release_graph(id, 0);
   };
+  detail::t_capture = checks.get();
   try {
     record();
   } catch (const std::exception& e) {
@@ -2098,6 +2229,7 @@ Graph capture(int device, const std::function<void()>& record) {
   }
   auto [ended, graph] = finish();
   if (ended != cudaSuccess) {
+    checks.reset();
     s.allocator.release_graph(id, 0);
     detail::check(ended,
                   "cudaStreamEndCapture (a call the capture does not allow: a wait for the "
@@ -2110,10 +2242,12 @@ Graph capture(int device, const std::function<void()>& record) {
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   if (made != cudaSuccess) {
+    checks.reset();
     s.allocator.release_graph(id, 0);
     detail::check(made, "cudaGraphInstantiate");
   }
   out.exec_ = exec;
+  out.checks_ = std::move(checks);
   return out;
 }
 

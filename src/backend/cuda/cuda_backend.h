@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "triad/backend/backend.h"
 #include "triad/backend/caching_allocator.h"
@@ -18,6 +20,23 @@ namespace triad::detail {
 
 class CublasLtGemm;
 class PinnedStaging;
+
+// What a CUDA graph's capture leaves its replays to check: indices on the
+// device (token ids, targets) that the capture could not bring to the host.
+// The kernels that read them lower a word to the first position out of
+// range (kernels/embedding.h); cuda::Graph::check reads the words.
+struct CaptureChecks {
+  struct Check {
+    std::string what;  // e.g. "embedding: token id"
+    Tensor indices;    // on the device, kept for the message
+    int64_t bound = 0;
+    Tensor word;  // one i64, set to all ones (-1) in each replay before its kernel
+  };
+  int device = -1;
+  std::vector<Check> checks;
+};
+// The capture open on this thread for `device` (cuda::capture), or null.
+CaptureChecks* open_capture(int device);
 
 class CudaBackend final : public Backend {
  public:
@@ -28,6 +47,10 @@ class CudaBackend final : public Backend {
   void synchronize() override;
 
   void copy(const Tensor& src, Tensor& dst) override;
+  void arange(Tensor& dst, int64_t start) override;
+  bool capturing(const Device& device) const override;
+  void inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
+                            Tensor& inv, const char* op) override;
   void fill(Tensor& dst, double value) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
   void accumulate(const Tensor& src, Tensor& acc) override;

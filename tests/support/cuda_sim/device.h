@@ -84,6 +84,13 @@ inline int __any_sync(unsigned mask, int predicate) {
 inline int __all_sync(unsigned mask, int predicate) {
   return ::triad_sim::warp_ballot(mask, predicate != 0, "__all_sync") == mask;
 }
+// Integer atomics. The simulator runs one CUDA thread at a time (threads
+// switch only at barriers and exits), so a plain read-modify-write is atomic.
+inline unsigned long long atomicMin(unsigned long long* address, unsigned long long value) {
+  const unsigned long long old = *address;
+  if (value < old) *address = value;
+  return old;
+}
 [[noreturn]] inline void __trap() {
   ::triad_sim::fail("__trap() called");
 }
