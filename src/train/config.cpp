@@ -630,6 +630,27 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)");
   require(t.eps > 0, "train.eps", t.eps, "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
+  if (t.cuda_graph) {
+    // What a captured step would freeze at its capture, or cannot hold.
+    const auto refuse = [](const std::string& what) {
+      throw ConfigError("train.cuda_graph: " + what);
+    };
+    if (c.device == "cpu") refuse("needs device: cuda (it is cpu)");
+    if (t.precision == "fp16")
+      refuse("fp16's loss scale changes between steps and would stay the captured one");
+    if (c.model.dropout > 0)
+      refuse("model.dropout " + std::to_string(c.model.dropout) +
+             ": its masks' offsets would stay the captured step's");
+    if (c.model.moe.experts > 0)
+      refuse("a mixture of experts (model.moe) reads its routing on the host in every layer");
+    if (c.model.z_loss_coef > 0) refuse("model.z_loss_coef's row weights are made on the host");
+    if (c.model.mtp_layers > 0)
+      refuse("model.mtp_layers' losses are summed into a new record each step");
+    if (!t.rampup_batch_size.empty())
+      refuse("train.rampup_batch_size changes the micro-batches a step captures");
+    if (t.loss_average == "tokens")
+      refuse("train.loss_average 'tokens' weighs each micro-batch anew every step");
+  }
   // bf16 gradients are those of bf16 parameters (they are f32 under fp32,
   // and fp16's loss scaling wants f32 sums).
   if (t.grad_precision == "bf16" && t.precision != "bf16") {
@@ -1498,6 +1519,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { t.grad_precision = get_fp32_or_bf16(v, k); }}},
       {"moment_precision",
        {false, [&](auto& v, auto& k) { t.moment_precision = get_fp32_or_bf16(v, k); }}},
+      {"cuda_graph", {false, [&](auto& v, auto& k) { t.cuda_graph = get_bool(v, k); }}},
       {"loss_average",
        {false,
         [&](auto& v, auto& k) {
@@ -2328,6 +2350,7 @@ std::string to_yaml(const Config& c) {
   if (t.grad_precision != "fp32")
     e << YAML::Key << "grad_precision" << YAML::Value << t.grad_precision;
   e << YAML::Key << "loss_average" << YAML::Value << t.loss_average;
+  if (t.cuda_graph) e << YAML::Key << "cuda_graph" << YAML::Value << true;
   e << YAML::Key << "loss_scale_init" << YAML::Value << t.loss_scale_init;
   e << YAML::Key << "loss_scale_window" << YAML::Value << t.loss_scale_window;
   // (Keys newer than the rest only when set: a checkpoint written before

@@ -26,6 +26,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include "train/captured_step.h"
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/backend.h"
@@ -312,6 +313,12 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                               : std::vector<std::vector<int>>{});
   shape.cp_a2a = static_cast<int>(cp_exchange_.a2a);
   check_batch(config_, dp_);
+  if (config_.train.cuda_graph && world_size > 1) {
+    throw ConfigError("train.cuda_graph: one process only (this run has " +
+                      std::to_string(world_size) +
+                      " ranks, whose gradient reduction and pipeline exchanges a graph does not "
+                      "hold yet)");
+  }
   ramp_ = config_.train.batch_ramp();
   const uint64_t seed = config_.train.seed;
   if (world_size == 1) {
@@ -2253,6 +2260,12 @@ Trainer::StepLoss Trainer::forward_backward(int64_t index) {
     if (measure) zb_measured_ = r;                    // priced once the step timer is read
     return {r.loss_sum, static_cast<double>(micro)};  // (summed over the pipeline, not read)
   }
+  if (config_.train.cuda_graph) {
+    // (One step uncaptured first: what libraries set up on first use, and
+    // the attention's choice, happen outside the graph.)
+    if (captured_ || uncaptured_steps_ >= 1) return captured_forward_backward(batches, call);
+    ++uncaptured_steps_;
+  }
   // Summed on the loss's device and read once after the last micro-batch:
   // reading each one would make the host wait for the GPU every time.
   Tensor loss_sum;
@@ -2585,6 +2598,8 @@ StepMetrics Trainer::train_step(int64_t index) {
   double norm = 0, loss = 0;
   std::vector<double> group_squares;  // (log.grad_norms; read with the norm)
   std::tie(norm, loss) = grad_norm_and_loss(step_loss, &group_squares);
+  // A replay's ids and targets out of range, before anything is updated.
+  if (captured_) captured_->graph.check();
   double clip_coef = 1.0;
   std::vector<std::pair<std::string, double>> grad_norms =
       norms_by_group(grad_norm_groups_, /*of_grads=*/true, &group_squares);
@@ -2693,7 +2708,8 @@ StepMetrics Trainer::train_step(int64_t index) {
     trace_host("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   }
   spikes_.record(loss, norm);  // (finite steps only, spikes too)
-  zero_grad();
+  // (A captured step's gradients are its graph's: each replay writes them.)
+  if (!captured_) zero_grad();
   if (const int64_t every = config_.parallel.check_replicas_interval;
       every > 0 && (index + 1) % every == 0)
     check_replicas(index);

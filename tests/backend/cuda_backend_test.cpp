@@ -4072,6 +4072,25 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
 }
 #endif
 
+// train.cuda_graph: the trainer's second step captures its passes (two
+// micro-batches) and the later steps replay them on their own batches: the
+// same losses and weights as the uncaptured trainer's, bit for bit.
+TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
+  testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0}";
+  train::Trainer eager(train_config(dir, model, "cuda", "bf16", 5, 4, 97, "_eager", 2));
+  train::Config config = train_config(dir, model, "cuda", "bf16", 5, 4, 97, "_graph", 2);
+  config.train.cuda_graph = true;
+  train::Trainer graphed(config);
+  const std::vector<double> expected = losses_of(eager, 5), got = losses_of(graphed, 5);
+  EXPECT_EQ(got, expected);
+  EXPECT_NE(expected.front(), expected.back());  // (it trains)
+  const nn::StateDict a = eager.full_state_dict(), b = graphed.full_state_dict();
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, w] : a) EXPECT_TRUE(same_bytes(w, b.at(name))) << name;
+}
+
 #ifdef TRIAD_CUDA_SIM
 // Three bf16 steps of a 2-layer GPT under `settings` in micro-batches of
 // `micro` sequences (2 a step), the stand-in cuBLASLt reset and then set up

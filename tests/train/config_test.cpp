@@ -1110,6 +1110,21 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   EXPECT_EQ(
       parse_config(to_yaml(parse_config(kValid, {"train.loss_average=tokens"}))).train.loss_average,
       "tokens");
+  // train.cuda_graph: on a GPU, and refused where a captured step would
+  // freeze what changes between steps (or read the host mid-pass).
+  EXPECT_TRUE(parse_config(to_yaml(parse_config(kValid, {"train.cuda_graph=true", "device=cuda"})))
+                  .train.cuda_graph);
+  EXPECT_FALSE(parse_config(kValid, {"device=cuda"}).train.cuda_graph);
+  expect_config_error(kValid, {"train.cuda_graph=true"}, "train.cuda_graph: needs device: cuda");
+  for (const auto& [setting, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"train.precision=fp16", "fp16's loss scale"},
+           {"model.dropout=0.1", "model.dropout 0.1"},
+           {"model.z_loss_coef=0.0001", "model.z_loss_coef"},
+           {"train.loss_average=tokens", "train.loss_average 'tokens'"},
+           {"train.rampup_batch_size=[4, 4, 16]", "train.rampup_batch_size"}}) {
+    expect_config_error(kValid, {"train.cuda_graph=true", "device=cuda", setting},
+                        "train.cuda_graph: " + fragment);
+  }
   EXPECT_TRUE(
       parse_config(to_yaml(parse_config(kValid, {"log.tensorboard=true"}))).log_tensorboard);
   EXPECT_FALSE(parse_config(kValid).log_param_norm);

@@ -212,6 +212,14 @@ class Trainer {
   // passes in step_timer() (and, for pipelines, the whole of them as
   // "pipeline").
   StepLoss forward_backward(int64_t index);
+  // train.cuda_graph: the step's passes captured once (the second step)
+  // and replayed on each later step's batches (captured_step.cpp's
+  // CapturedStep: the graph, its device batches and loss). Null until then,
+  // and without train.cuda_graph.
+  struct CapturedStep;
+  std::unique_ptr<CapturedStep> captured_;
+  int64_t uncaptured_steps_ = 0;  // train.cuda_graph: steps run before the capture
+  StepLoss captured_forward_backward(const std::vector<data::Batch>& batches, uint64_t call);
   // The step's MoE routing statistics (model.moe), gathered from every rank
   // into m.
   void moe_metrics_into(StepMetrics& m) const;

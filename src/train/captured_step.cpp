@@ -1,0 +1,80 @@
+// train.cuda_graph: the step's forward and backward passes, every
+// micro-batch's, captured once as a CUDA graph and replayed on later steps'
+// batches (docs/cuda.md, "A captured forward and backward pass").
+//
+// The graph runs on the addresses its capture saw: each micro-batch's ids
+// and targets live in device tensors refilled from the step's batches
+// before a replay, the loss sum is written where the capture put it, and
+// the gradients the captured backward made stay the parameters' between
+// steps (the trainer does not drop them; each replay writes them again).
+// What the capture could not check on the host (an id or target out of
+// range) Graph::check reports after the gradient norm's wait, before the
+// optimizer steps.
+#include "train/captured_step.h"
+
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+#include "triad/autograd/engine.h"
+#include "triad/core/error.h"
+#include "triad/ops.h"
+
+namespace triad::train {
+
+Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Batch>& batches,
+                                                     uint64_t call) {
+  if (!model_ || !device_.is_cuda()) {
+    throw Error("train.cuda_graph: a captured step needs one process on a CUDA device");
+  }
+  const double micro = static_cast<double>(batches.size());
+  DeviceTimer& timer = step_timer();
+  if (captured_) {
+    if (captured_->inputs.size() != batches.size()) {
+      throw Error("train.cuda_graph: the step has " + std::to_string(batches.size()) +
+                  " micro-batches, the captured one " + std::to_string(captured_->inputs.size()));
+    }
+    const DeviceTimer::Mark m0 = timer.mark();
+    for (size_t i = 0; i < batches.size(); ++i) {
+      copy_(captured_->inputs[i], batches[i].inputs);  // (ShapeError if the shape changed)
+      copy_(captured_->targets[i], batches[i].targets);
+    }
+    captured_->graph.replay();
+    const DeviceTimer::Mark m1 = timer.mark();
+    timer.add("forward_backward", m0, m1);
+    timer.trace("replay", "forward_backward", m0, m1);
+    return {captured_->loss_sum, micro};
+  }
+  auto step = std::make_unique<CapturedStep>();
+  for (const data::Batch& b : batches) {
+    step->inputs.push_back(to_device(b.inputs, device_).detach());
+    step->targets.push_back(to_device(b.targets, device_).detach());
+  }
+  const auto& t = config_.train;
+  // (No gradients are held here: the last step dropped them, so the
+  // captured backward writes new ones rather than adding to old.)
+  cuda::Graph graph = cuda::capture(device_.index, [&] {
+    Tensor loss_sum;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      // As the uncaptured step's micro-batch (forward_backward): its mean
+      // loss weighs 1 / micro (train.loss_average microbatches; no fp16
+      // scale, no side losses: validate refuses the others).
+      nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
+      ctx.loss_grad = 1.0 / micro;
+      const Tensor loss = model_->loss(step->inputs[i], step->targets[i], ctx);
+      const Tensor part = cast(loss.detach(), DType::F64);
+      loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
+      autograd::backward({scale(loss, ctx.loss_grad)});
+    }
+    step->loss_sum = loss_sum;
+  });
+  step->graph = std::move(graph);
+  spdlog::info(
+      "train.cuda_graph: captured the step's forward and backward passes ({} micro-batch{})",
+      batches.size(), batches.size() == 1 ? "" : "es");
+  captured_ = std::move(step);
+  // (The capture ran nothing: this step's passes are the first replay.)
+  return captured_forward_backward(batches, call);
+}
+
+}  // namespace triad::train

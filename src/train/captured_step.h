@@ -1,0 +1,22 @@
+#pragma once
+
+// train.cuda_graph: a step's forward and backward passes captured once as a
+// CUDA graph and replayed on later steps' batches (captured_step.cpp).
+#include <cstdint>
+#include <vector>
+
+#include "triad/backend/cuda.h"
+#include "triad/core/tensor.h"
+#include "triad/train/trainer.h"
+
+namespace triad::train {
+
+struct Trainer::CapturedStep {
+  cuda::Graph graph;
+  // Each micro-batch's ids and targets on the device: refilled in place
+  // from the step's batches before each replay.
+  std::vector<Tensor> inputs, targets;
+  Tensor loss_sum;  // f64, one value: written by each replay
+};
+
+}  // namespace triad::train
