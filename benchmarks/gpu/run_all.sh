@@ -417,19 +417,30 @@ fi
 # 350M run). Its files stay out of OUT (only 8 come back).
 if [ ! -x "$BUILD_DIR/examples/triad-train" ]; then
   echo "   (no triad-train in $BUILD_DIR: a pack from before it joined; the trainer's row left out)"
-elif fits "$NEED_TRAINER_RUN" "triad-train 350m"; then
-  trainer_dir="$BUILD_DIR/trainer_run"
-  rm -rf "$trainer_dir" && mkdir -p "$trainer_dir"
-  batch=$(batch_of 350m)
-  python3 benchmarks/gpu/trainer_step_time.py shard "$trainer_dir/tokens.bin" \
-    --tokens $((14 * batch * 1025)) --vocab 50257 &&
-    bounded "$BUILD_DIR/examples/triad-train" --config benchmarks/gpu/trainer_350m.yaml \
-      --set train.global_batch_size="$batch" --set train.micro_batch_size="$batch" \
-      --set data.train="$trainer_dir/tokens.bin" --set output.dir="$trainer_dir/out" \
-      --set log.peak_tflops="$PEAK" >"$trainer_dir/train.log" 2>&1 &&
-    python3 benchmarks/gpu/trainer_step_time.py summary "$trainer_dir/out/metrics.jsonl" \
-      --preset 350m --batch "$batch" --seq 1024 | tee -a "$OUT/train.jsonl"
-  [ "${PIPESTATUS[0]}" = 0 ] || { echo "   (triad-train 350m failed)"; tail -5 "$trainer_dir/train.log"; status=1; }
+else
+  # Twice: as configured, and with its passes captured (train.cuda_graph).
+  for graph in false true; do
+    fits "$NEED_TRAINER_RUN" "triad-train 350m (train.cuda_graph $graph)" || continue
+    trainer_dir="$BUILD_DIR/trainer_run"
+    rm -rf "$trainer_dir" && mkdir -p "$trainer_dir"
+    batch=$(batch_of 350m)
+    graph_flag=""
+    [ "$graph" = true ] && graph_flag="--cuda-graph"
+    python3 benchmarks/gpu/trainer_step_time.py shard "$trainer_dir/tokens.bin" \
+      --tokens $((14 * batch * 1025)) --vocab 50257 &&
+      bounded "$BUILD_DIR/examples/triad-train" --config benchmarks/gpu/trainer_350m.yaml \
+        --set train.global_batch_size="$batch" --set train.micro_batch_size="$batch" \
+        --set train.cuda_graph=$graph \
+        --set data.train="$trainer_dir/tokens.bin" --set output.dir="$trainer_dir/out" \
+        --set log.peak_tflops="$PEAK" >"$trainer_dir/train.log" 2>&1 &&
+      python3 benchmarks/gpu/trainer_step_time.py summary "$trainer_dir/out/metrics.jsonl" \
+        --preset 350m --batch "$batch" --seq 1024 $graph_flag | tee -a "$OUT/train.jsonl"
+    [ "${PIPESTATUS[0]}" = 0 ] || {
+      echo "   (triad-train 350m, train.cuda_graph $graph, failed)"
+      tail -5 "$trainer_dir/train.log"
+      status=1
+    }
+  done
 fi
 batch=$(batch_of 124m)
 # GPT-2's own vocabulary (50257, odd): linear_cross_entropy's padded logits

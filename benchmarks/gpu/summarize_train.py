@@ -100,6 +100,8 @@ def summarize(runs):
         k = key(r)
         name = {"pytorch": "PyTorch", "planner": "the planner's prediction",
                 "triad-train": "triad-train (the example trainer)"}.get(impl) or label(r)
+        if impl == "triad-train" and r.get("cuda_graph"):
+            name = "triad-train (the example trainer, train.cuda_graph)"
         tps = r.get("tokens_per_s", 0.0)
         if impl == "triad-train" and "mfu" not in r and k in first:
             # (The same model and batch as the first run: its MFU at this pace.)

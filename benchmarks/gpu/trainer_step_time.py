@@ -9,10 +9,12 @@ on GPT-2 350M's batch and puts its step time in the same table.
     trainer_step_time.py shard PATH --tokens N [--vocab V] [--seed S]
         random tokens in llm.c's shard format (what data.train reads)
     trainer_step_time.py summary METRICS_JSONL --preset P --batch B --seq T [--skip K]
+                                 [--cuda-graph]
         one JSON line for train.jsonl: the median period of metrics.jsonl's
         steps after the first K (warm-up: attention and GEMM choices), each
         the wall clock from the step before's line to its own, as
-        {"impl": "triad-train", "step_ms", "tokens_per_s", ...}
+        {"impl": "triad-train", "step_ms", "tokens_per_s", ...}; with
+        --cuda-graph (a run with train.cuda_graph) "cuda_graph": true too
 """
 import argparse
 import json
@@ -42,7 +44,7 @@ def write_shard(path, tokens, vocab, seed):
             f.write(struct.pack(f"<{n}H", *(rng.randrange(vocab) for _ in range(n))))
 
 
-def summary(path, preset, batch, seq, skip):
+def summary(path, preset, batch, seq, skip, cuda_graph=False):
     steps = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -65,6 +67,8 @@ def summary(path, preset, batch, seq, skip):
     out = {"impl": "triad-train", "preset": preset, "batch": batch, "seq": seq,
            "step_ms": step_ms, "tokens_per_s": batch * seq / (step_ms / 1e3),
            "steps_timed": len(timed), "loss": steps[-1].get("loss")}
+    if cuda_graph:
+        out["cuda_graph"] = True
     if "peak_memory_bytes" in steps[-1]:
         out["peak_memory_gib"] = steps[-1]["peak_memory_bytes"] / 2**30
     print(json.dumps(out, sort_keys=True))
@@ -84,11 +88,13 @@ def main():
     summ.add_argument("--batch", type=int, required=True)
     summ.add_argument("--seq", type=int, required=True)
     summ.add_argument("--skip", type=int, default=3)
+    summ.add_argument("--cuda-graph", action="store_true",
+                      help="the run had train.cuda_graph on (its row says so)")
     args = parser.parse_args()
     if args.command == "shard":
         write_shard(args.path, args.tokens, args.vocab, args.seed)
     else:
-        summary(args.metrics, args.preset, args.batch, args.seq, args.skip)
+        summary(args.metrics, args.preset, args.batch, args.seq, args.skip, args.cuda_graph)
 
 
 if __name__ == "__main__":

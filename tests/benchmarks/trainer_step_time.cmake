@@ -54,6 +54,17 @@ string(JSON timed GET "${run_output}" steps_timed)
 if(NOT step_ms EQUAL 375 OR NOT timed EQUAL 4)
   message(FATAL_ERROR "summary ${run_output}: expected a step of 375 ms over 4 periods")
 endif()
+string(JSON graph ERROR_VARIABLE no_graph GET "${run_output}" cuda_graph)
+if(NOT no_graph)
+  message(FATAL_ERROR "summary ${run_output}: a run without train.cuda_graph says cuda_graph")
+endif()
+# A run with train.cuda_graph is marked so (its own row in the table).
+run("the summary of a captured run" ${PYTHON} ${SCRIPT} summary ${WORK}/periods.jsonl --preset tiny
+    --batch 4 --seq 64 --skip 2 --cuda-graph)
+string(JSON graph GET "${run_output}" cuda_graph)
+if(NOT graph)
+  message(FATAL_ERROR "summary ${run_output}: expected cuda_graph true")
+endif()
 file(WRITE ${WORK}/untimed.jsonl "{\"step\": 1, \"step_ms\": 1.0}\n{\"step\": 2, \"step_ms\": 1.0}\n")
 run_expecting_error("a summary of steps without elapsed_s" "a step without elapsed_s" ${PYTHON}
                     ${SCRIPT} summary ${WORK}/untimed.jsonl --preset tiny --batch 4 --seq 64)
