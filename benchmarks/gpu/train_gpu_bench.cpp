@@ -278,6 +278,9 @@ int run(int argc, char** argv) {
     // capture's backward writes new ones rather than adding.)
     dev_ids = triad::to_device(ids, device);
     dev_targets = triad::to_device(targets, device);
+    // (The warm-up's cached blocks back to the device: the graph's own pool
+    // takes their place instead of adding to them.)
+    triad::cuda::empty_cache(device.index);
     graph = triad::cuda::capture(device.index, [&] {
       graph_loss = model.loss(dev_ids, dev_targets);
       triad::autograd::backward({graph_loss});

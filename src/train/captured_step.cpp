@@ -51,6 +51,11 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     step->targets.push_back(to_device(b.targets, device_).detach());
   }
   const auto& t = config_.train;
+  // The graph keeps the memory its capture is given for as long as it
+  // lives, in a pool of its own: the blocks the uncaptured step left cached
+  // go back to the device first, so that the pool takes their place rather
+  // than doubling the step's memory.
+  cuda::empty_cache(device_.index);
   // (No gradients are held here: the last step dropped them, so the
   // captured backward writes new ones rather than adding to old.)
   cuda::Graph graph = cuda::capture(device_.index, [&] {
