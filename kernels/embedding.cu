@@ -197,30 +197,34 @@ __global__ void plan_merge_kernel(const int64_t* in, int64_t* out, int64_t N, in
   }
 }
 
-// What sorted position i is: its id (V: a bad one) and, for a good one,
-// whether it starts a piece, a long segment's piece, a long segment.
-struct PlanFlags {
-  int64_t id;
-  bool piece, long_piece, long_segment;
-};
-__device__ __forceinline__ PlanFlags plan_flags(const int64_t* keys, int64_t N, int64_t V,
-                                                int64_t i) {
-  PlanFlags f{keys[i] / N, false, false, false};
-  if (f.id >= V) return f;
-  const int64_t begin = lower_bound_key(keys, 0, i + 1, f.id * N);
-  const int64_t end = lower_bound_key(keys, i, N, (f.id + 1) * N);
-  const bool is_long = end - begin > kPiece;
-  f.piece = (i - begin) % kPiece == 0;
-  f.long_piece = f.piece && is_long;
-  f.long_segment = i == begin && is_long;
-  return f;
+// What sorted position i is, for a good id: whether it starts a piece, a
+// long segment's piece, a long segment (0 for a bad id's). Each position
+// finds its segment's ends by binary search, all positions at once; its
+// place in token order goes to order[i].
+constexpr uint8_t kStartsPiece = 1, kStartsLongPiece = 2, kStartsLongSegment = 4;
+__global__ void plan_flags_kernel(const int64_t* keys, int64_t N, int64_t V, uint8_t* flags,
+                                  int64_t* order) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t id = keys[i] / N;
+    uint8_t f = 0;
+    if (id < V) {
+      order[i] = keys[i] % N;
+      const int64_t begin = lower_bound_key(keys, 0, i + 1, id * N);
+      const int64_t end = lower_bound_key(keys, i, N, (id + 1) * N);
+      const bool is_long = end - begin > kPiece;
+      if ((i - begin) % kPiece == 0) f |= is_long ? kStartsPiece | kStartsLongPiece : kStartsPiece;
+      if (i == begin && is_long) f |= kStartsLongSegment;
+    }
+    flags[i] = f;
+  }
 }
 
-// One block cuts the sorted keys into pieces in two passes over each
+// One block cuts the flagged positions into pieces in two passes over each
 // thread's run of positions: count, then (after a scan of the counts)
 // write. counts = {pieces, long segments}.
 __global__ void __launch_bounds__(kPlanThreads)
-    plan_pieces_kernel(const int64_t* keys, int64_t N, int64_t V, int64_t* order,
+    plan_pieces_kernel(const int64_t* keys, const uint8_t* flags, int64_t N, int64_t V,
                        int64_t* piece_start, int64_t* piece_dest, int64_t* long_first,
                        int64_t* long_id, int64_t* counts) {
   __shared__ int64_t scan[3 * kPlanThreads];  // [count][thread]
@@ -229,10 +233,10 @@ __global__ void __launch_bounds__(kPlanThreads)
   const int64_t lo = min(N, t * per), hi = min(N, lo + per);
   int64_t mine[3] = {0, 0, 0};
   for (int64_t i = lo; i < hi; ++i) {
-    const PlanFlags f = plan_flags(keys, N, V, i);
-    mine[0] += f.piece;
-    mine[1] += f.long_piece;
-    mine[2] += f.long_segment;
+    const uint8_t f = flags[i];
+    mine[0] += (f & kStartsPiece) != 0;
+    mine[1] += (f & kStartsLongPiece) != 0;
+    mine[2] += (f & kStartsLongSegment) != 0;
   }
   for (int q = 0; q < 3; ++q) scan[q * kPlanThreads + t] = mine[q];
   __syncthreads();
@@ -249,16 +253,15 @@ __global__ void __launch_bounds__(kPlanThreads)
   int64_t piece = scan[t] - mine[0], slot = scan[kPlanThreads + t] - mine[1],
           seg = scan[2 * kPlanThreads + t] - mine[2];
   for (int64_t i = lo; i < hi; ++i) {
-    const PlanFlags f = plan_flags(keys, N, V, i);
-    if (f.id < V) order[i] = keys[i] % N;
-    if (f.long_segment) {
+    const uint8_t f = flags[i];
+    if (f == 0) continue;
+    const int64_t id = keys[i] / N;
+    if (f & kStartsLongSegment) {
       long_first[seg] = slot;
-      long_id[seg++] = f.id;
+      long_id[seg++] = id;
     }
-    if (f.piece) {
-      piece_start[piece] = i;
-      piece_dest[piece++] = f.long_piece ? -1 - slot++ : f.id;
-    }
+    piece_start[piece] = i;  // (every flagged position starts a piece)
+    piece_dest[piece++] = (f & kStartsLongPiece) ? -1 - slot++ : id;
   }
   if (t == kPlanThreads - 1) {
     piece_start[piece] = lower_bound_key(keys, 0, N, V * N);  // the good positions
@@ -361,8 +364,9 @@ void embedding_backward(const EmbeddingPlan& plan, const void* dout, ScalarType 
 
 size_t embedding_device_plan_bytes(int64_t N) {
   // keys twice (the merge passes' two buffers), order, piece_start,
-  // piece_dest, long_first, long_id, counts.
-  return static_cast<size_t>(5 * N + 2 * max_longs(N) + 4) * sizeof(int64_t);
+  // piece_dest, long_first, long_id, counts, then the flags.
+  return static_cast<size_t>(5 * N + 2 * max_longs(N) + 4) * sizeof(int64_t) +
+         static_cast<size_t>(N);  // (the flags, a byte each, last)
 }
 
 int64_t embedding_device_plan_slots(int64_t N) {
@@ -399,7 +403,9 @@ EmbeddingPlan embedding_plan_on_device(const void* ids, bool ids64, int64_t N, i
   int64_t* long_first = piece_dest + N;
   int64_t* long_id = long_first + max_longs(N) + 1;
   int64_t* counts = long_id + max_longs(N);
-  plan_pieces_kernel<<<1, kPlanThreads, 0, stream>>>(keys, N, V, order, piece_start, piece_dest,
+  uint8_t* flags = reinterpret_cast<uint8_t*>(counts + 2);
+  plan_flags_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(keys, N, V, flags, order);
+  plan_pieces_kernel<<<1, kPlanThreads, 0, stream>>>(keys, flags, N, V, piece_start, piece_dest,
                                                      long_first, long_id, counts);
   check_launch("embedding_plan_on_device");
   plan.piece_start = piece_start;
