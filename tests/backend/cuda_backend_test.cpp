@@ -3958,11 +3958,23 @@ TEST(CudaGraphs, TheTokenTablesGradientSortsItsIdsOnTheDevice) {
 // Dropout's seed and offsets are its kernel's arguments, so a graph would
 // draw the same mask at every replay: the capture refuses it, naming why,
 // and the stream works on as before.
+// A one-layer GPT on the GPU for the capture tests (vocabulary 97, 16
+// positions), and a batch of 2 x 16 tokens for it.
+std::unique_ptr<nn::Gpt> one_layer_gpt(double dropout) {
+  const nn::GptConfig cfg{.n_layer = 1,
+                          .n_head = 2,
+                          .d_model = 32,
+                          .vocab_size = 97,
+                          .seq_len = 16,
+                          .dropout = dropout};
+  auto model = std::make_unique<nn::Gpt>(cfg, 5);
+  model->to(kGpu);
+  return model;
+}
+
 TEST(CudaGraphs, ACaptureRefusesDropout) {
-  const nn::GptConfig cfg{
-      .n_layer = 1, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.1};
-  nn::Gpt model(cfg, 5);
-  model.to(kGpu);
+  const std::unique_ptr<nn::Gpt> gpt = one_layer_gpt(0.1);
+  nn::Gpt& model = *gpt;
   const auto [ids, tg] = token_batch(2, 16);
   const double before = item(model.loss(ids, tg, {.training = true, .seed = 1, .call = 1}));
   const Tensor dev_ids = to_device(ids, kGpu), dev_tg = to_device(tg, kGpu);
@@ -3981,10 +3993,8 @@ TEST(CudaGraphs, ACaptureRefusesDropout) {
 // device: a token id or a target out of range is named by Graph::check
 // (with its position), and the kernels read no memory for it.
 TEST(CudaGraphs, AReplayNamesABadTokenIdAndABadTarget) {
-  const nn::GptConfig cfg{
-      .n_layer = 1, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
-  nn::Gpt model(cfg, 5);
-  model.to(kGpu);
+  const std::unique_ptr<nn::Gpt> gpt = one_layer_gpt(0.0);
+  nn::Gpt& model = *gpt;
   const auto [ids, tg] = token_batch(2, 16);
   {
     Tensor loss = model.loss(ids, tg, {.training = true});
