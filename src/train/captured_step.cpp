@@ -28,6 +28,15 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     throw Error("train.cuda_graph: a captured step needs one process on a CUDA device");
   }
   const double micro = static_cast<double>(batches.size());
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  if (captured_ && captured_->loss_scale != loss_scale) {
+    // fp16's loss scale moved (it seldom does: after a window of clean
+    // steps, or an overflow), and the graph's backward starts from the old
+    // one: captured anew, the old graph's gradients dropped first so that
+    // the new capture writes its own.
+    captured_.reset();
+    zero_grad();
+  }
   DeviceTimer& timer = step_timer();
   if (captured_) {
     if (captured_->inputs.size() != batches.size()) {
@@ -64,10 +73,10 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     Tensor loss_sum;
     for (size_t i = 0; i < batches.size(); ++i) {
       // As the uncaptured step's micro-batch (forward_backward): its mean
-      // loss weighs 1 / micro (train.loss_average microbatches; no fp16
-      // scale, no side losses: validate refuses the others).
+      // loss weighs 1 / micro (train.loss_average microbatches; no side
+      // losses: validate refuses the others), times fp16's loss scale.
       nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
-      ctx.loss_grad = 1.0 / micro;
+      ctx.loss_grad = loss_scale / micro;
       const Tensor loss = model_->loss(step->inputs[i], step->targets[i], ctx);
       const Tensor part = cast(loss.detach(), DType::F64);
       loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
@@ -76,9 +85,18 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     step->loss_sum = loss_sum;
   });
   step->graph = std::move(graph);
-  spdlog::info(
-      "train.cuda_graph: captured the step's forward and backward passes ({} micro-batch{})",
-      batches.size(), batches.size() == 1 ? "" : "es");
+  step->loss_scale = loss_scale;
+  const char* plural = batches.size() == 1 ? "" : "es";
+  if (scaler_) {
+    spdlog::info(
+        "train.cuda_graph: captured the step's forward and backward passes ({} micro-batch{}, "
+        "loss scale {})",
+        batches.size(), plural, loss_scale);
+  } else {
+    spdlog::info(
+        "train.cuda_graph: captured the step's forward and backward passes ({} micro-batch{})",
+        batches.size(), plural);
+  }
   captured_ = std::move(step);
   // (The capture ran nothing: this step's passes are the first replay.)
   return captured_forward_backward(batches, call);

@@ -17,6 +17,9 @@ struct Trainer::CapturedStep {
   // from the step's batches before each replay.
   std::vector<Tensor> inputs, targets;
   Tensor loss_sum;  // f64, one value: written by each replay
+  // fp16's loss scale its backward starts from (1 without one): a step at
+  // another scale captures anew.
+  double loss_scale = 1.0;
 };
 
 }  // namespace triad::train

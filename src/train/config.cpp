@@ -636,8 +636,6 @@ void validate(const Config& c, bool min_lr_given) {
       throw ConfigError("train.cuda_graph: " + what);
     };
     if (c.device == "cpu") refuse("needs device: cuda (it is cpu)");
-    if (t.precision == "fp16")
-      refuse("fp16's loss scale changes between steps and would stay the captured one");
     if (c.model.dropout > 0)
       refuse("model.dropout " + std::to_string(c.model.dropout) +
              ": its masks' offsets would stay the captured step's");

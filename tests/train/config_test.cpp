@@ -1117,7 +1117,6 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   EXPECT_FALSE(parse_config(kValid, {"device=cuda"}).train.cuda_graph);
   expect_config_error(kValid, {"train.cuda_graph=true"}, "train.cuda_graph: needs device: cuda");
   for (const auto& [setting, fragment] : std::vector<std::pair<std::string, std::string>>{
-           {"train.precision=fp16", "fp16's loss scale"},
            {"model.dropout=0.1", "model.dropout 0.1"},
            {"model.z_loss_coef=0.0001", "model.z_loss_coef"},
            {"train.loss_average=tokens", "train.loss_average 'tokens'"},
