@@ -29,20 +29,18 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   }
   const double micro = static_cast<double>(batches.size());
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  if (captured_ && captured_->loss_scale != loss_scale) {
-    // fp16's loss scale moved (it seldom does: after a window of clean
-    // steps, or an overflow), and the graph's backward starts from the old
-    // one: captured anew, the old graph's gradients dropped first so that
-    // the new capture writes its own.
+  if (captured_ &&
+      (captured_->loss_scale != loss_scale || captured_->inputs.size() != batches.size())) {
+    // fp16's loss scale moved (after a window of clean steps, or an
+    // overflow), or a batch ramp changed the micro-batches a step holds:
+    // both seldom. The graph's backward starts from the old scale and runs
+    // the old micro-batches, so the step is captured anew, the old graph's
+    // gradients dropped first so that the new capture writes its own.
     captured_.reset();
     zero_grad();
   }
   DeviceTimer& timer = step_timer();
   if (captured_) {
-    if (captured_->inputs.size() != batches.size()) {
-      throw Error("train.cuda_graph: the step has " + std::to_string(batches.size()) +
-                  " micro-batches, the captured one " + std::to_string(captured_->inputs.size()));
-    }
     const DeviceTimer::Mark m0 = timer.mark();
     for (size_t i = 0; i < batches.size(); ++i) {
       copy_(captured_->inputs[i], batches[i].inputs);  // (ShapeError if the shape changed)

@@ -4086,20 +4086,24 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
 // micro-batches) and the later steps replay them on their own batches: the
 // same losses and weights as the uncaptured trainer's, bit for bit. Under
 // fp16 the loss scale grows every 2 clean steps here, and each new scale
-// is captured anew.
+// is captured anew; so is each new batch size of a ramp (one micro-batch a
+// step, then two).
 TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
-  for (const std::string precision : {"bf16", "fp16"}) {
-    SCOPED_TRACE(precision);
+  for (const std::string run : {"bf16", "fp16", "bf16 ramp"}) {
+    SCOPED_TRACE(run);
+    const std::string precision = run.substr(0, 4);
     testing::TempDir dir;
     const std::string model =
         "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0}";
-    train::Config config = train_config(dir, model, "cuda", precision, 6, 4, 97, "_eager", 2);
-    config.train.loss_scale_window = 2;
-    train::Trainer eager(config);
-    config = train_config(dir, model, "cuda", precision, 6, 4, 97, "_graph", 2);
-    config.train.loss_scale_window = 2;
-    config.train.cuda_graph = true;
-    train::Trainer graphed(config);
+    auto make = [&](const std::string& tag, bool graph) {
+      train::Config config = train_config(dir, model, "cuda", precision, 6, 4, 97, tag, 2);
+      config.train.loss_scale_window = 2;
+      if (run == "bf16 ramp") config.train.rampup_batch_size = {2, 2, 6};
+      config.train.cuda_graph = graph;
+      return config;
+    };
+    train::Trainer eager(make("_eager", false));
+    train::Trainer graphed(make("_graph", true));
     const std::vector<double> expected = losses_of(eager, 6), got = losses_of(graphed, 6);
     EXPECT_EQ(got, expected);
     EXPECT_NE(expected.front(), expected.back());  // (it trains)

@@ -1120,7 +1120,7 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
            {"model.dropout=0.1", "model.dropout 0.1"},
            {"model.z_loss_coef=0.0001", "model.z_loss_coef"},
            {"train.loss_average=tokens", "train.loss_average 'tokens'"},
-           {"train.rampup_batch_size=[4, 4, 16]", "train.rampup_batch_size"}}) {
+           {"model.mtp_layers=1", "model.mtp_layers"}}) {
     expect_config_error(kValid, {"train.cuda_graph=true", "device=cuda", setting},
                         "train.cuda_graph: " + fragment);
   }

@@ -111,9 +111,9 @@ struct TrainSection {
   // passes, every micro-batch's, are captured once as a CUDA graph (after
   // one uncaptured step) and replayed on the next steps' batches, refilled
   // in device tensors; the optimizer steps outside it. Fewer launches and
-  // no host work a step; for a dense model without dropout or z-loss, at a
-  // fixed batch size (validate says which it refuses). Under fp16 a step at
-  // a new loss scale captures anew.
+  // no host work a step; for a dense model without dropout or z-loss
+  // (validate says which it refuses). A step at a new fp16 loss scale or a
+  // ramp's new batch size captures anew.
   bool cuda_graph = false;
   double loss_scale_init = 65536.0;   // fp16: initial loss scale
   int64_t loss_scale_window = 2000;   // fp16: clean steps before the scale doubles
