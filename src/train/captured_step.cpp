@@ -45,6 +45,11 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     for (size_t i = 0; i < batches.size(); ++i) {
       copy_(captured_->inputs[i], batches[i].inputs);  // (ShapeError if the shape changed)
       copy_(captured_->targets[i], batches[i].targets);
+      if (captured_->seeds.empty()) continue;
+      // train.loss_average tokens: this step's weights of the micro-batches.
+      const double w = batches[i].loss_weight;
+      copy_(captured_->seeds[i], full({}, loss_scale * w, captured_->seeds[i].dtype()));
+      copy_(captured_->factors[i], full({}, w * micro, DType::F64));
     }
     captured_->graph.replay();
     const DeviceTimer::Mark m1 = timer.mark();
@@ -67,18 +72,32 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   cuda::empty_cache(device_.index);
   // (No gradients are held here: the last step dropped them, so the
   // captured backward writes new ones rather than adding to old.)
+  // train.loss_average tokens weighs each micro-batch by its share of the
+  // step's targets, anew every step: those weights come from device
+  // scalars refilled before each replay (the loss's gradient seeds, and
+  // the f64 factors of its sum), and the head's gradient waits for its seed
+  // in the backward pass instead of being written ahead (the same bits).
+  const bool per_token = !batches.empty() && batches.front().loss_weight >= 0;
+  for (size_t i = 0; per_token && i < batches.size(); ++i) {
+    // (Made before the capture, as the batch's tensors are: a tensor made
+    // during it may share memory with the capture's earlier temporaries,
+    // which each replay writes after the refill.)
+    step->seeds.push_back(empty({}, DType::F32, device_));  // (the loss's dtype)
+    step->factors.push_back(empty({}, DType::F64, device_));
+  }
   cuda::Graph graph = cuda::capture(device_.index, [&] {
     Tensor loss_sum;
     for (size_t i = 0; i < batches.size(); ++i) {
       // As the uncaptured step's micro-batch (forward_backward): its mean
-      // loss weighs 1 / micro (train.loss_average microbatches; no side
-      // losses: validate refuses the others), times fp16's loss scale.
+      // loss weighs 1 / micro or its share of the targets, times fp16's
+      // loss scale (no side losses: validate refuses them).
       nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
-      ctx.loss_grad = loss_scale / micro;
+      ctx.loss_grad = per_token ? 0.0 : loss_scale / micro;
       const Tensor loss = model_->loss(step->inputs[i], step->targets[i], ctx);
-      const Tensor part = cast(loss.detach(), DType::F64);
+      Tensor part = cast(loss.detach(), DType::F64);
+      if (per_token) part = mul(part, step->factors[i]);
       loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
-      autograd::backward({scale(loss, ctx.loss_grad)});
+      autograd::backward({per_token ? mul(loss, step->seeds[i]) : scale(loss, ctx.loss_grad)});
     }
     step->loss_sum = loss_sum;
   });

@@ -17,6 +17,10 @@ struct Trainer::CapturedStep {
   // from the step's batches before each replay.
   std::vector<Tensor> inputs, targets;
   Tensor loss_sum;  // f64, one value: written by each replay
+  // train.loss_average tokens: each micro-batch's gradient seed (the
+  // loss's dtype) and loss-sum factor (f64), refilled before each replay;
+  // empty otherwise (the weights are the capture's constants).
+  std::vector<Tensor> seeds, factors;
   // fp16's loss scale its backward starts from (1 without one): a step at
   // another scale captures anew.
   double loss_scale = 1.0;

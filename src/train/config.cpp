@@ -644,8 +644,6 @@ void validate(const Config& c, bool min_lr_given) {
     if (c.model.z_loss_coef > 0) refuse("model.z_loss_coef's row weights are made on the host");
     if (c.model.mtp_layers > 0)
       refuse("model.mtp_layers' losses are summed into a new record each step");
-    if (t.loss_average == "tokens")
-      refuse("train.loss_average 'tokens' weighs each micro-batch anew every step");
   }
   // bf16 gradients are those of bf16 parameters (they are f32 under fp32,
   // and fp16's loss scaling wants f32 sums).

@@ -4089,7 +4089,7 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
 // is captured anew; so is each new batch size of a ramp (one micro-batch a
 // step, then two).
 TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
-  for (const std::string run : {"bf16", "fp16", "bf16 ramp"}) {
+  for (const std::string run : {"bf16", "fp16", "bf16 ramp", "bf16 tokens"}) {
     SCOPED_TRACE(run);
     const std::string precision = run.substr(0, 4);
     testing::TempDir dir;
@@ -4099,6 +4099,13 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
       train::Config config = train_config(dir, model, "cuda", precision, 6, 4, 97, tag, 2);
       config.train.loss_scale_window = 2;
       if (run == "bf16 ramp") config.train.rampup_batch_size = {2, 2, 6};
+      if (run == "bf16 tokens") {
+        // (Targets after an end of document masked: micro-batches of
+        // different weights each step.)
+        config.train.loss_average = "tokens";
+        config.data_eod_mask_loss = true;
+        config.model.eod_token = 5;
+      }
       config.train.cuda_graph = graph;
       return config;
     };

@@ -1119,7 +1119,6 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   for (const auto& [setting, fragment] : std::vector<std::pair<std::string, std::string>>{
            {"model.dropout=0.1", "model.dropout 0.1"},
            {"model.z_loss_coef=0.0001", "model.z_loss_coef"},
-           {"train.loss_average=tokens", "train.loss_average 'tokens'"},
            {"model.mtp_layers=1", "model.mtp_layers"}}) {
     expect_config_error(kValid, {"train.cuda_graph=true", "device=cuda", setting},
                         "train.cuda_graph: " + fragment);
