@@ -18,6 +18,7 @@
 
 #include "triad/autograd/engine.h"
 #include "triad/core/error.h"
+#include "triad/nn/documents.h"
 #include "triad/ops.h"
 
 namespace triad::train {
@@ -85,13 +86,22 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     step->seeds.push_back(empty({}, DType::F32, device_));  // (the loss's dtype)
     step->factors.push_back(empty({}, DType::F64, device_));
   }
+  // A sliding window's key ranges depend on the batch's shape alone: made
+  // (and uploaded) once before the capture, for every micro-batch. (The
+  // ranges of packed documents depend on each batch's ids: validate
+  // refuses those.)
+  nn::ForwardContext layout{true, t.seed, call};
+  if (config_.model.sliding_window > 0) {
+    layout = nn::with_documents(config_.model, batches.front().inputs, layout, device_);
+  }
   cuda::Graph graph = cuda::capture(device_.index, [&] {
     Tensor loss_sum;
     for (size_t i = 0; i < batches.size(); ++i) {
       // As the uncaptured step's micro-batch (forward_backward): its mean
       // loss weighs 1 / micro or its share of the targets, times fp16's
       // loss scale (no side losses: validate refuses them).
-      nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
+      nn::ForwardContext ctx = layout;
+      ctx.call = call + static_cast<uint64_t>(i);
       ctx.loss_grad = per_token ? 0.0 : loss_scale / micro;
       const Tensor loss = model_->loss(step->inputs[i], step->targets[i], ctx);
       Tensor part = cast(loss.detach(), DType::F64);

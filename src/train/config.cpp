@@ -642,6 +642,10 @@ void validate(const Config& c, bool min_lr_given) {
     if (c.model.moe.experts > 0)
       refuse("a mixture of experts (model.moe) reads its routing on the host in every layer");
     if (c.model.z_loss_coef > 0) refuse("model.z_loss_coef's row weights are made on the host");
+    if (c.model.reset_attention_mask || c.model.reset_position_ids)
+      refuse(
+          "data.reset_attention_mask and data.reset_position_ids read each batch's documents "
+          "on the host");
     if (c.model.mtp_layers > 0)
       refuse("model.mtp_layers' losses are summed into a new record each step");
   }

@@ -4087,14 +4087,16 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
 // same losses and weights as the uncaptured trainer's, bit for bit. Under
 // fp16 the loss scale grows every 2 clean steps here, and each new scale
 // is captured anew; so is each new batch size of a ramp (one micro-batch a
-// step, then two).
+// step, then two). Per-token loss averaging and a sliding window too.
 TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
-  for (const std::string run : {"bf16", "fp16", "bf16 ramp", "bf16 tokens"}) {
+  for (const std::string run : {"bf16", "fp16", "bf16 ramp", "bf16 tokens", "bf16 window"}) {
     SCOPED_TRACE(run);
     const std::string precision = run.substr(0, 4);
     testing::TempDir dir;
+    // (A sliding window's key ranges: made once, before the capture.)
     const std::string model =
-        "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0}";
+        "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0" +
+        std::string(run == "bf16 window" ? ", sliding_window: 8}" : "}");
     auto make = [&](const std::string& tag, bool graph) {
       train::Config config = train_config(dir, model, "cuda", precision, 6, 4, 97, tag, 2);
       config.train.loss_scale_window = 2;

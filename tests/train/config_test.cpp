@@ -1119,8 +1119,11 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   for (const auto& [setting, fragment] : std::vector<std::pair<std::string, std::string>>{
            {"model.dropout=0.1", "model.dropout 0.1"},
            {"model.z_loss_coef=0.0001", "model.z_loss_coef"},
-           {"model.mtp_layers=1", "model.mtp_layers"}}) {
-    expect_config_error(kValid, {"train.cuda_graph=true", "device=cuda", setting},
+           {"model.mtp_layers=1", "model.mtp_layers"},
+           {"data.reset_position_ids=true",
+            "data.reset_attention_mask and data.reset_position_ids"}}) {
+    expect_config_error(kValid,
+                        {"train.cuda_graph=true", "device=cuda", "data.eod_token=0", setting},
                         "train.cuda_graph: " + fragment);
   }
   EXPECT_TRUE(
