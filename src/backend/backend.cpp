@@ -64,21 +64,13 @@ void Backend::arange(Tensor& dst, int64_t start) {
   copy(host, dst);
 }
 
-void Backend::inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
-                                   Tensor& inv, const char* op) {
-  Tensor host = empty(targets.shape(), DType::I64, Device::cpu());
-  copy(targets, host);
-  const int64_t* p = host.data<int64_t>();
-  int64_t count = 0;
-  for (int64_t i = 0; i < host.numel(); ++i) {
-    if (p[i] == ignore_index) continue;
-    if (p[i] < 0 || p[i] >= classes) {
-      throw ValueError(std::string(op) + ": target " + std::to_string(p[i]) + " at row " +
-                       std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
-    }
-    ++count;
-  }
-  fill(inv, count ? 1.0 / static_cast<double>(count) : 0.0);
+void Backend::inverse_target_count(const Tensor& targets, int64_t, int64_t, Tensor& inv,
+                                   const char* op) {
+  // (Outside a capture the loss counts its targets on the host, where it
+  // checks them: cross_entropy_forward.)
+  throw NotSupportedError(std::string(op) + ": counting targets on " + targets.device().str() +
+                          " for " + inv.device().str() +
+                          " (only a CUDA device capturing a graph counts them there)");
 }
 
 void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,

@@ -376,13 +376,12 @@ class Backend {
     (void)device;
     return false;
   }
-  // inv = 1 / (the targets not equal to ignore_index), 0 when there are
-  // none: one element of f32 or f64 on targets' device, formed in f64 and
-  // rounded once, as 1.0 / count on the host. Every other target must lie
-  // in [0, classes). The default reads the targets on the host and throws
-  // ValueError naming `op` and the first bad one; the CUDA backend, while
-  // capturing, counts on the device and leaves a bad one to
-  // cuda::Graph::check.
+  // While capturing (capturing()): inv = 1 / (the targets not equal to
+  // ignore_index), 0 when there are none: one element of f32 or f64 on
+  // targets' device, formed in f64 and rounded once, as 1.0 / count on the
+  // host. Every other target must lie in [0, classes); a bad one is left
+  // to cuda::Graph::check. Outside a capture the loss counts on the host;
+  // the default (and the CUDA backend when not capturing) refuses.
   virtual void inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
                                     Tensor& inv, const char* op);
   // x *= actual / expected, unless actual == expected: then x is left as it

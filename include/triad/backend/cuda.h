@@ -69,10 +69,11 @@ void empty_cache(int device);
 // addresses its capture saw: refill its inputs in place between replays,
 // and read its outputs after one. Inputs are tensors made before the
 // capture: one made during it may share memory with the capture's earlier
-// temporaries, which each replay writes after the refill. Tensors made during the capture keep
-// their memory for the graph while it lives (the caching allocator holds
-// it, CachingAllocator::begin_capture), whether or not the caller keeps
-// them; memory freed during the capture stays held too. Moving a Graph is
+// temporaries, which each replay writes after the refill. Tensors made
+// during the capture keep their memory for the graph while it lives (the
+// caching allocator holds it, CachingAllocator::begin_capture), whether or
+// not the caller keeps them; memory freed during the capture stays held
+// too. Moving a Graph is
 // cheap; destroying one releases that memory behind its last replay.
 class Graph {
  public:

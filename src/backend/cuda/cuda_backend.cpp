@@ -322,24 +322,26 @@ std::vector<int64_t> host_indices(CudaBackend& be, const Tensor& ids) {
 // The capture open on this thread (cuda::capture), if any.
 thread_local CaptureChecks* t_capture = nullptr;
 
-// t itself when contiguous, else a contiguous copy on its device.
-Tensor contiguous_on_device(CudaBackend& be, const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = empty(t.shape(), t.dtype(), t.device());
-  be.copy(t, c);
-  return c;
-}
-
-// The word a capture's kernel lowers to the first index out of [0, bound)
-// (set to all ones, in the graph, before that kernel), registered with the
-// capture for cuda::Graph::check.
-unsigned long long* check_word(CudaBackend::DeviceState& s, CaptureChecks& capture,
+// Indices a capture's kernel reads and checks itself: contiguous on the
+// device, and the word that kernel lowers to the first index out of
+// [0, bound) (set to all ones, in the graph, before it), registered with
+// the capture for cuda::Graph::check.
+struct CheckedIndices {
+  Tensor indices;
+  unsigned long long* bad;
+};
+CheckedIndices checked_indices(CudaBackend& be, CudaBackend::DeviceState& s, CaptureChecks& capture,
                                const std::string& what, const Tensor& indices, int64_t bound) {
+  Tensor ids = indices;
+  if (!ids.is_contiguous()) {
+    ids = empty(indices.shape(), indices.dtype(), indices.device());
+    be.copy(indices, ids);
+  }
   Tensor word = empty({1}, DType::I64, Device::cuda(s.index));
   check(cudaMemsetAsync(word.raw_data(), 0xFF, sizeof(int64_t), s.stream),
-        std::string(what) + ": cudaMemsetAsync");
-  capture.checks.push_back({what, indices, bound, word});
-  return static_cast<unsigned long long*>(word.raw_data());
+        what + ": cudaMemsetAsync");
+  capture.checks.push_back({what, ids, bound, word});
+  return {ids, static_cast<unsigned long long*>(word.raw_data())};
 }
 
 void require_index(const char* op, const Tensor& t) {
@@ -482,7 +484,7 @@ void CudaBackend::inverse_target_count(const Tensor& targets, int64_t ignore_ind
   require_index(op, targets);
   CaptureChecks* capture = open_capture(inv.device().index);
   if (!capture || targets.device() != inv.device()) {
-    Backend::inverse_target_count(targets, ignore_index, classes, inv, op);
+    Backend::inverse_target_count(targets, ignore_index, classes, inv, op);  // (refuses)
     return;
   }
   if (inv.numel() != 1 || (inv.dtype() != DType::F32 && inv.dtype() != DType::F64)) {
@@ -491,8 +493,8 @@ void CudaBackend::inverse_target_count(const Tensor& targets, int64_t ignore_ind
   }
   DeviceState& s = state(inv.device().index);
   DeviceGuard g(s.index);
-  const Tensor t = contiguous_on_device(*this, targets);
-  unsigned long long* bad = check_word(s, *capture, std::string(op) + ": target", t, classes);
+  const auto [t, bad] =
+      checked_indices(*this, s, *capture, std::string(op) + ": target", targets, classes);
   launch(s.index, s.stream, "inverse_target_count", [&] {
     k::inverse_target_count(t.raw_data(), t.dtype() == DType::I64, t.numel(), ignore_index, classes,
                             inv.raw_data(), scalar(inv.dtype()), bad, s.stream);
@@ -1507,8 +1509,7 @@ void CudaBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Ten
     // graph's replays report a bad one (cuda::Graph::check).
     DeviceState& s = state(out.device().index);
     DeviceGuard g(s.index);
-    const Tensor dev_ids = contiguous_on_device(*this, ids);
-    unsigned long long* bad = check_word(s, *capture, "embedding: token id", dev_ids, V);
+    const auto [dev_ids, bad] = checked_indices(*this, s, *capture, "embedding: token id", ids, V);
     launch(s.index, s.stream, "embedding_forward", [&] {
       k::embedding_forward(weight.raw_data(), scalar(weight.dtype()), dev_ids.raw_data(),
                            dev_ids.dtype() == DType::I64, V, C, N, out.raw_data(), s.stream, bad);
@@ -1566,8 +1567,8 @@ void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, 
     // most pieces N ids can make.
     DeviceState& s = state(dweight.device().index);
     DeviceGuard g(s.index);
-    const Tensor dev_ids = contiguous_on_device(*this, ids);
-    unsigned long long* bad = check_word(s, *capture, "embedding_backward: token id", dev_ids, V);
+    const auto [dev_ids, bad] =
+        checked_indices(*this, s, *capture, "embedding_backward: token id", ids, V);
     k::EmbeddingPlan plan;
     Scratch ws(s.allocator, N > 0 ? k::embedding_device_plan_bytes(N) : 0);
     const int64_t slots = N > 0 ? k::embedding_device_plan_slots(N) : 0;
