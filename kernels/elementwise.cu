@@ -332,8 +332,10 @@ __global__ void glu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows
 template <class T>
 __global__ void dropout_kernel(const T* x, T* y, int64_t rows, int64_t len, float threshold,
                                compute_t<T> scale, uint64_t seed, uint64_t rng_stream,
-                               uint64_t offset, uint64_t row_stride, const int64_t* keys) {
+                               uint64_t offset, uint64_t row_stride, const int64_t* keys,
+                               const int64_t* calls, uint64_t per_call) {
   using C = compute_t<T>;
+  if (calls) offset += static_cast<uint64_t>(*calls) * per_call;  // (philox::Counters::after_calls)
   const uint64_t n = static_cast<uint64_t>(len), per_row = n / 4 + 2;
   const uint64_t total = static_cast<uint64_t>(rows) * per_row;
   for (uint64_t t = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; t < total;
@@ -912,7 +914,7 @@ Status check_dropout(double p, int64_t n, const philox::Counters& at, bool keyed
 
 void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint64_t seed,
              uint64_t rng_stream, const philox::Counters& at, const int64_t* keys,
-             cudaStream_t stream) {
+             cudaStream_t stream, const int64_t* calls) {
   require(check_dropout(p, n, at, keys != nullptr), "dropout");
   if (n == 0) return;
   const int64_t len = at.row_length > 0 ? static_cast<int64_t>(at.row_length) : n;
@@ -922,7 +924,8 @@ void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint6
     using C = compute_t<T>;
     dropout_kernel<T><<<grid_for(rows * (len / 4 + 2), kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), rows, len, static_cast<float>(p),
-        static_cast<C>(1.0 / (1.0 - p)), seed, rng_stream, at.offset, at.row_stride, keys);
+        static_cast<C>(1.0 / (1.0 - p)), seed, rng_stream, at.offset, at.row_stride, keys, calls,
+        at.per_call);
   };
   if (type == ScalarType::F64) {
     launch(double{});

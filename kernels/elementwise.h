@@ -51,10 +51,13 @@ void glu_backward(const void* x, const void* dy, void* dx, ScalarType type, int6
 // y = x * keep / (1 - p), keep = philox::uniform(seed, rng_stream, at.at(i)) >= p: the
 // CPU backend's mask, bit for bit. at.row_length (0: one row) must divide n.
 // With `keys` (device i64, one non-negative key per row of at.row_length;
-// null: none) row r's element c draws at.keyed(keys[r], c) instead.
+// null: none) row r's element c draws at.keyed(keys[r], c) instead. With
+// `calls` (one device i64; null: none) the draws are at.after_calls(*calls),
+// read by the kernel: a CUDA graph's replay draws the mask of the call
+// written there before it.
 void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint64_t seed,
              uint64_t rng_stream, const philox::Counters& at, const int64_t* keys,
-             cudaStream_t stream);
+             cudaStream_t stream, const int64_t* calls = nullptr);
 Status check_dropout(double p, int64_t n = 0, const philox::Counters& at = {}, bool keyed = false);
 // x viewed as (outer, n, inner) reduced over n into out (outer, inner);
 // for Max, indices (i64, may be null for Sum) receive the arg-max. Long

@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
   report("dropout",
          time_ms(
              [&] {
-               be.dropout(x, 0.1, 1, 2, {3, 0, 0}, {}, y);
+               be.dropout(x, 0.1, 1, 2, {3, 0, 0}, {}, {}, y);
              },
              iters),
          2 * N * C * h, 0);
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
   report("dropout_rows",
          time_ms(
              [&] {
-               be.dropout(x, 0.1, 1, 2, {3, row, 3 * row + 1}, {}, y);
+               be.dropout(x, 0.1, 1, 2, {3, row, 3 * row + 1}, {}, {}, y);
              },
              iters),
          2 * N * C * h, 0);
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
     report("dropout_keyed",
            time_ms(
                [&] {
-                 be.dropout(x, 0.1, 1, 2, {3, row, row}, keys, y);
+                 be.dropout(x, 0.1, 1, 2, {3, row, row}, keys, {}, y);
                },
                iters),
            2 * N * C * h + 8.0 * static_cast<double>(N), 0);

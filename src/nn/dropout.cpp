@@ -35,8 +35,11 @@ SequencePieces SequencePieces::slice(int64_t first, int64_t count) const {
 }
 
 Tensor sequence_dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t call,
-                        const SequencePieces* pieces) {
-  if (!pieces) return dropout(x, p, seed, stream, call * static_cast<uint64_t>(x.numel()));
+                        const SequencePieces* pieces, const Tensor& calls) {
+  if (!pieces) {
+    const auto n = static_cast<uint64_t>(x.numel());
+    return dropout(x, p, seed, stream, philox::Counters{call * n, 0, 0, n}, Tensor{}, calls);
+  }
   const int64_t held = pieces->held();
   if (x.dim() < 1) throw ShapeError("dropout: a scalar is not rows of a sequence's tokens");
   const int64_t features = x.size(-1), rows = features > 0 ? x.numel() / features : 0;
@@ -59,7 +62,8 @@ Tensor sequence_dropout(const Tensor& x, double p, uint64_t seed, uint64_t strea
     const auto [first, count] = pieces->runs[r];
     parts[r] = dropout(parts[r], p, seed, stream,
                        philox::Counters{base + static_cast<uint64_t>(first) * C,
-                                        static_cast<uint64_t>(count) * C, T * C});
+                                        static_cast<uint64_t>(count) * C, T * C, B * T * C},
+                       Tensor{}, calls);
   }
   return reshape(parts.size() == 1 ? parts[0] : concat(parts, 1), x.shape());
 }

@@ -46,7 +46,7 @@ void require_positive(int64_t v, const char* name) {
 Tensor site_dropout(const Tensor& x, double p, const ForwardContext& ctx, int64_t layer,
                     const char* site) {
   if (!ctx.training || p == 0.0) return x;
-  return sequence_dropout(x, p, ctx.seed, site_stream(site, layer), ctx.call, nullptr);
+  return sequence_dropout(x, p, ctx.seed, site_stream(site, layer), ctx.call, nullptr, ctx.calls);
 }
 
 }  // namespace

@@ -39,8 +39,14 @@ Tensor LinearBase::add_lora(const Tensor& y, const Tensor& x, const DropoutDraw&
   if (draw.training && p > 0.0) {
     const int64_t features = x.size(-1), rows = x.numel() / features;
     const int64_t full = lora_in_full_ > 0 ? lora_in_full_ : features;
-    const uint64_t call = draw.call * static_cast<uint64_t>(rows * full);
+    const auto per_call = static_cast<uint64_t>(rows * full);
+    const uint64_t call = draw.call * per_call;
     if (draw.keys.defined()) {
+      if (draw.calls.defined()) {
+        throw NotSupportedError(
+            "LoRA dropout of a mixture's keyed rows with the call count in device memory (the "
+            "keys are formed from the call on the host)");
+      }
       // Row r is row keys[r] of the whole input's masks, by row: a shard's
       // features [f0, f0 + features) of it draw f0 on.
       in = dropout(x, p, draw.seed, lora_dropout_.stream,
@@ -50,13 +56,16 @@ Tensor LinearBase::add_lora(const Tensor& y, const Tensor& x, const DropoutDraw&
     } else if (draw.pieces) {
       in = lora_dropout_pieces(x, draw);
     } else if (!lora_dropout_.by_feature) {
-      in = dropout(x, p, draw.seed, lora_dropout_.stream, call);
+      in = dropout(x, p, draw.seed, lora_dropout_.stream, philox::Counters{call, 0, 0, per_call},
+                   Tensor{}, draw.calls);
     } else {
       // The transposed input's flat index is f * M + m: a shard's features
       // are one contiguous run of the whole's counters.
       const Tensor t = contiguous(transpose(reshape(x, {rows, features}), 0, 1));
-      const Tensor d = dropout(t, p, draw.seed, lora_dropout_.stream,
-                               call + static_cast<uint64_t>(lora_in_offset_ * rows));
+      const Tensor d = dropout(
+          t, p, draw.seed, lora_dropout_.stream,
+          philox::Counters{call + static_cast<uint64_t>(lora_in_offset_ * rows), 0, 0, per_call},
+          Tensor{}, draw.calls);
       in = reshape(contiguous(transpose(d, 0, 1)), x.shape());
     }
   }
@@ -67,7 +76,7 @@ Tensor LinearBase::lora_dropout_pieces(const Tensor& x, const DropoutDraw& draw)
   const SequencePieces& s = *draw.pieces;
   const double p = lora_dropout_.p;
   if (!lora_dropout_.by_feature) {
-    return sequence_dropout(x, p, draw.seed, lora_dropout_.stream, draw.call, &s);
+    return sequence_dropout(x, p, draw.seed, lora_dropout_.stream, draw.call, &s, draw.calls);
   }
   const int64_t held = s.held();
   const int64_t features = x.size(-1), rows = x.numel() / features;
@@ -90,9 +99,10 @@ Tensor LinearBase::lora_dropout_pieces(const Tensor& x, const DropoutDraw& draw)
     const auto n = static_cast<uint64_t>(s.runs[r].second);
     const Tensor t = permute(parts[r], {2, 0, 1});
     const auto f0 = static_cast<uint64_t>(lora_in_offset_);
-    parts[r] = permute(
-        dropout(t, p, draw.seed, lora_dropout_.stream, philox::Counters{base + f0 * M + t0, n, T}),
-        {1, 2, 0});
+    parts[r] =
+        permute(dropout(t, p, draw.seed, lora_dropout_.stream,
+                        philox::Counters{base + f0 * M + t0, n, T, M * full}, Tensor{}, draw.calls),
+                {1, 2, 0});
   }
   return reshape(concat(parts, 1), x.shape());
 }

@@ -749,7 +749,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const Tensor keys =
       ctx.training && keyed_dropout_ ? assignment_keys(routing, N, mask, x.device()) : Tensor{};
   auto draw = [&mask](const Tensor& k) {
-    return DropoutDraw{mask.training, mask.seed, mask.call, {}, k};
+    return DropoutDraw{mask.training, mask.seed, mask.call, {}, k, mask.calls};
   };
   Tensor outputs;  // (M, C), in rows' order
   if (placement_) {

@@ -180,6 +180,11 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
                const philox::Counters& at, const Tensor& keys) {
+  return dropout(x, p, seed, stream, at, keys, Tensor{});
+}
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+               const philox::Counters& at, const Tensor& keys, const Tensor& calls) {
   detail::check_floating(x, "dropout", "x");
   if (!(p >= 0.0 && p < 1.0)) {
     throw ValueError("dropout: probability " + std::to_string(p) + " must be in [0, 1)");
@@ -212,15 +217,26 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
     throw ValueError("dropout: rows of " + std::to_string(at.row_length) + " draws " +
                      std::to_string(at.row_stride) + " apart overlap (elements would share draws)");
   }
+  if (calls.defined()) {
+    if (calls.dtype() != DType::I64 || calls.numel() != 1) {
+      throw ShapeError("dropout: calls " + shape_str(calls.shape()) + " " +
+                       dtype_name(calls.dtype()) + " (expected one i64)");
+    }
+    if (calls.device() != x.device()) {
+      throw ValueError("dropout: calls on " + calls.device().str() + " for x on " +
+                       x.device().str());
+    }
+  }
   if (p == 0.0) return x;
-  if (backend_for(x).capturing(x.device())) {
-    // The seed and offsets are the kernel's arguments: a graph would draw
-    // the same mask at every replay.
+  if (!calls.defined() && backend_for(x).capturing(x.device())) {
+    // The seed and offsets are the kernel's arguments: without a call count
+    // read from memory a graph would draw the same mask at every replay.
     throw NotSupportedError(
         "dropout (p " + std::to_string(p) +
-        ") inside a CUDA graph's capture: its seed and offsets would be the same at every replay "
-        "(train with dropout 0, or uncaptured)");
+        ") inside a CUDA graph's capture without a call count in device memory: its draws would "
+        "be the same at every replay (nn::ForwardContext::calls; train.cuda_graph sets it)");
   }
+  const Tensor cc = calls.defined() ? contiguous(calls) : calls;
   const Tensor kc = keys.defined() ? contiguous(keys) : keys;
   if (kc.defined() && kc.device().is_cpu()) {
     const int64_t* k = kc.data<int64_t>();
@@ -232,11 +248,12 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
   }
   Tensor xc = contiguous(x);
   Tensor y = empty_like(xc);
-  backend_for(xc).dropout(xc, p, seed, stream, at, kc, y);
+  backend_for(xc).dropout(xc, p, seed, stream, at, kc, cc, y);
   record("dropout", {x}, {y}, [=](const TensorList& g) -> TensorList {
+    // (The backward reads the count when it runs: in a graph, the replay's.)
     Tensor dy = contiguous(g[0]);
     Tensor dx = empty_like(dy);
-    backend_for(dy).dropout(dy, p, seed, stream, at, kc, dx);
+    backend_for(dy).dropout(dy, p, seed, stream, at, kc, cc, dx);
     return {dx};
   });
   return y;

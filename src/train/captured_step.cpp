@@ -43,6 +43,9 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   DeviceTimer& timer = step_timer();
   if (captured_) {
     const DeviceTimer::Mark m0 = timer.mark();
+    // (Modulo 2^64, as the draws' offsets are: philox::Counters::per_call.)
+    copy_(captured_->calls,
+          full({}, static_cast<double>(static_cast<int64_t>(call - captured_->call)), DType::I64));
     for (size_t i = 0; i < batches.size(); ++i) {
       copy_(captured_->inputs[i], batches[i].inputs);  // (ShapeError if the shape changed)
       copy_(captured_->targets[i], batches[i].targets);
@@ -90,7 +93,12 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   // (and uploaded) once before the capture, for every micro-batch. (The
   // ranges of packed documents depend on each batch's ids: validate
   // refuses those.)
+  // Dropout's masks: each replay's call, less this one, is written to
+  // `calls` before it, and the kernels read it there.
+  step->calls = empty({}, DType::I64, device_);
+  step->call = call;
   nn::ForwardContext layout{true, t.seed, call};
+  layout.calls = step->calls;
   if (config_.model.sliding_window > 0) {
     layout = nn::with_documents(config_.model, batches.front().inputs, layout, device_);
   }

@@ -21,6 +21,11 @@ struct Trainer::CapturedStep {
   // loss's dtype) and loss-sum factor (f64), refilled before each replay;
   // empty otherwise (the weights are the capture's constants).
   std::vector<Tensor> seeds, factors;
+  // Dropout's call count (nn::ForwardContext::calls, i64): the step's call
+  // less the capture's, refilled before each replay, so that each replay
+  // draws its own step's masks.
+  Tensor calls;
+  uint64_t call = 0;  // the capture's
   // fp16's loss scale its backward starts from (1 without one): a step at
   // another scale captures anew.
   double loss_scale = 1.0;

@@ -636,9 +636,6 @@ void validate(const Config& c, bool min_lr_given) {
       throw ConfigError("train.cuda_graph: " + what);
     };
     if (c.device == "cpu") refuse("needs device: cuda (it is cpu)");
-    if (c.model.dropout > 0)
-      refuse("model.dropout " + std::to_string(c.model.dropout) +
-             ": its masks' offsets would stay the captured step's");
     if (c.model.moe.experts > 0)
       refuse("a mixture of experts (model.moe) reads its routing on the host in every layer");
     if (c.model.z_loss_coef > 0) refuse("model.z_loss_coef's row weights are made on the host");

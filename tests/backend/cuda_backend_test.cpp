@@ -1393,6 +1393,35 @@ TEST(CudaKernels, DropoutRowsOfALargerMaskAreTheCpuMaskBitForBit) {
   }
 }
 
+// The call count read by the kernel from device memory (a captured step's
+// replays): the CPU's mask of the moved counters, for one run, rows of a
+// larger mask and keyed rows, counts positive, zero and negative.
+TEST(CudaKernels, DropoutCallCountsInDeviceMemoryAreTheCpuMaskBitForBit) {
+  const Tensor keys = from_vector(std::vector<int64_t>{4, 0, 2}, {3}, DType::I64);
+  for (const int64_t calls : {int64_t{5}, int64_t{0}, int64_t{-3}}) {
+    for (const bool keyed : {false, true}) {
+      for (const philox::Counters at :
+           {philox::Counters{7, 0, 0, 45}, philox::Counters{13, 15, 21, 1000}}) {
+        if (keyed && at.row_length == 0) continue;
+        SCOPED_TRACE("calls " + std::to_string(calls) + (keyed ? " keyed" : "") + " rows of " +
+                     std::to_string(at.row_length));
+        const Tensor x = cast(randn({3, 15}, 5, 1), DType::BF16);
+        const Tensor count = from_vector(std::vector<int64_t>{calls}, {}, DType::I64);
+        const Tensor k = keyed ? keys : Tensor{};
+        const auto cpu = to_float_vector(dropout(x, 0.25, 11, 3, at, k, count));
+        const auto gpu = to_float_vector(dropout(to_device(x, kGpu), 0.25, 11, 3, at,
+                                                 keyed ? to_device(keys, kGpu) : Tensor{},
+                                                 to_device(count, kGpu)));
+        expect_same_dropout(cpu, gpu);
+        // (The count moved the draws.)
+        if (calls != 0) {
+          EXPECT_NE(cpu, to_float_vector(dropout(x, 0.25, 11, 3, at, k)));
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, DropoutKeyedRowsAreTheCpuMaskBitForBit) {
   // Rows in any order, each drawing its key's row (a mixture's experts'
   // rows by assignment): keys far apart and repeated, rows shorter and
@@ -3972,21 +4001,59 @@ std::unique_ptr<nn::Gpt> one_layer_gpt(double dropout) {
   return model;
 }
 
-TEST(CudaGraphs, ACaptureRefusesDropout) {
+// Dropout inside a capture reads its call count from device memory
+// (ForwardContext::calls): each replay then draws the mask of the call
+// written there, the losses and gradients of those calls run eagerly, bit
+// for bit. Without the count the capture is refused by name, and the model
+// works on as before.
+TEST(CudaGraphs, ACapturedDropoutDrawsEachReplaysMask) {
   const std::unique_ptr<nn::Gpt> gpt = one_layer_gpt(0.1);
   nn::Gpt& model = *gpt;
   const auto [ids, tg] = token_batch(2, 16);
-  const double before = item(model.loss(ids, tg, {.training = true, .seed = 1, .call = 1}));
   const Tensor dev_ids = to_device(ids, kGpu), dev_tg = to_device(tg, kGpu);
+  // Eager losses and a gradient at calls 2, 3 and 7.
+  std::map<uint64_t, double> eager;
+  std::map<uint64_t, std::vector<float>> eager_grad;
+  const auto wte_grad = [&model] {
+    for (const auto& [name, w] : model.named_parameters()) {
+      if (name == "wte.weight") return to_float_vector(w.grad());
+    }
+    ADD_FAILURE() << "no wte.weight";
+    return std::vector<float>{};
+  };
+  for (const uint64_t call : {2, 3, 7}) {
+    const Tensor loss = model.loss(dev_ids, dev_tg, {.training = true, .seed = 1, .call = call});
+    autograd::backward({loss});
+    eager[call] = item(loss);
+    eager_grad[call] = wte_grad();
+    model.zero_grad();
+  }
+  EXPECT_NE(eager[2], eager[3]);  // (the masks differ by call)
   try {
     cuda::capture(0,
                   [&] { model.loss(dev_ids, dev_tg, {.training = true, .seed = 1, .call = 2}); });
-    ADD_FAILURE() << "captured dropout";
+    ADD_FAILURE() << "captured dropout without a call count";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("dropout (p 0.1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("same at every replay"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(item(model.loss(ids, tg, {.training = true, .seed = 1, .call = 1})), before);
+  EXPECT_EQ(item(model.loss(dev_ids, dev_tg, {.training = true, .seed = 1, .call = 2})), eager[2]);
+  // (Inputs made before the capture.)
+  Tensor calls = to_device(from_vector(std::vector<int64_t>{0}, {}, DType::I64), kGpu);
+  Tensor loss;
+  cuda::Graph g = cuda::capture(0, [&] {
+    nn::ForwardContext ctx{.training = true, .seed = 1, .call = 2};
+    ctx.calls = calls;
+    loss = model.loss(dev_ids, dev_tg, ctx);
+    autograd::backward({loss});
+  });
+  for (const uint64_t call : {3, 2, 7}) {
+    SCOPED_TRACE(call);
+    copy_(calls, from_vector(std::vector<int64_t>{static_cast<int64_t>(call) - 2}, {}, DType::I64));
+    g.replay();
+    EXPECT_EQ(item(loss), eager[call]);
+    EXPECT_EQ(wte_grad(), eager_grad[call]);
+  }
 }
 
 // What the capture could not check on the host, its replay checks on the
@@ -4087,16 +4154,22 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
 // same losses and weights as the uncaptured trainer's, bit for bit. Under
 // fp16 the loss scale grows every 2 clean steps here, and each new scale
 // is captured anew; so is each new batch size of a ramp (one micro-batch a
-// step, then two). Per-token loss averaging and a sliding window too.
+// step, then two). Per-token loss averaging, a sliding window, dropout and
+// LoRA's adapters' dropout (fp16, beside the model's) too.
 TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
-  for (const std::string run : {"bf16", "fp16", "bf16 ramp", "bf16 tokens", "bf16 window"}) {
+  for (const std::string run :
+       {"bf16", "fp16", "bf16 ramp", "bf16 tokens", "bf16 window", "bf16 dropout", "fp16 lora"}) {
     SCOPED_TRACE(run);
     const std::string precision = run.substr(0, 4);
     testing::TempDir dir;
-    // (A sliding window's key ranges: made once, before the capture.)
+    // (A sliding window's key ranges: made once, before the capture. The
+    // dropout masks: each replay's call count written before it.)
     const std::string model =
-        "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0" +
-        std::string(run == "bf16 window" ? ", sliding_window: 8}" : "}");
+        "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, " +
+        std::string(run == "bf16 window"    ? "dropout: 0.0, sliding_window: 8}"
+                    : run == "bf16 dropout" ? "dropout: 0.1}"
+                    : run == "fp16 lora"    ? "dropout: 0.1, lora: {rank: 2, dropout: 0.2}}"
+                                            : "dropout: 0.0}");
     auto make = [&](const std::string& tag, bool graph) {
       train::Config config = train_config(dir, model, "cuda", precision, 6, 4, 97, tag, 2);
       config.train.loss_scale_window = 2;

@@ -385,6 +385,35 @@ TEST(Ops, DropoutRowsTakeALargerTensorsMask) {
             to_double_vector(dropout(piece, 0.5, 9, 3, 7)));
 }
 
+// A call count in memory (what a CUDA graph's replay reads) moves every
+// draw by its value times per_call, forward and backward, modulo 2^64 (a
+// negative count goes back); rows keep their layout. One i64 on x's device.
+TEST(Ops, DropoutCallCountsMoveTheDraws) {
+  const Tensor x = ones({4, 5});
+  for (const int64_t calls : {int64_t{3}, int64_t{0}, int64_t{-2}}) {
+    SCOPED_TRACE(calls);
+    const Tensor count = from_vector(std::vector<int64_t>{calls}, {}, DType::I64);
+    Tensor in = ones({4, 5});
+    in.set_requires_grad(true);
+    const Tensor y = dropout(in, 0.5, 9, 3, philox::Counters{100, 5, 10, 40}, Tensor{}, count);
+    const uint64_t moved = 100 + static_cast<uint64_t>(calls) * 40;
+    const Tensor expected = dropout(x, 0.5, 9, 3, philox::Counters{moved, 5, 10});
+    EXPECT_EQ(to_double_vector(y), to_double_vector(expected));
+    autograd::backward({sum(y)});
+    EXPECT_EQ(to_double_vector(in.grad()), to_double_vector(expected));
+  }
+  // (The counts do move the mask: 3 calls of 40 draws is not 0.)
+  EXPECT_NE(to_double_vector(dropout(x, 0.5, 9, 3, philox::Counters{100, 0, 0, 40}, Tensor{},
+                                     from_vector(std::vector<int64_t>{3}, {}, DType::I64))),
+            to_double_vector(dropout(x, 0.5, 9, 3, 100)));
+  EXPECT_THROW(dropout(x, 0.5, 9, 3, philox::Counters{0, 0, 0, 20}, Tensor{},
+                       from_vector(std::vector<float>{1.0f}, {}, DType::F32)),
+               ShapeError);
+  EXPECT_THROW(dropout(x, 0.5, 9, 3, philox::Counters{0, 0, 0, 20}, Tensor{},
+                       from_vector(std::vector<int64_t>{1, 2}, {2}, DType::I64)),
+               ShapeError);
+}
+
 TEST(Ops, DropoutKeyedRowsTakeTheirKeysRowsOfALargerMask) {
   // A (6, 10) tensor's mask; rows 4, 0, 4 and 2 of it, columns 3-7 (a
   // shard's features), in that order: row r draws row keys[r]'s elements

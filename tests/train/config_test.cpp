@@ -1116,8 +1116,10 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                   .train.cuda_graph);
   EXPECT_FALSE(parse_config(kValid, {"device=cuda"}).train.cuda_graph);
   expect_config_error(kValid, {"train.cuda_graph=true"}, "train.cuda_graph: needs device: cuda");
+  // (Dropout is captured: each replay reads its call count from the device.)
+  EXPECT_TRUE(parse_config(kValid, {"train.cuda_graph=true", "device=cuda", "model.dropout=0.1"})
+                  .train.cuda_graph);
   for (const auto& [setting, fragment] : std::vector<std::pair<std::string, std::string>>{
-           {"model.dropout=0.1", "model.dropout 0.1"},
            {"model.z_loss_coef=0.0001", "model.z_loss_coef"},
            {"model.mtp_layers=1", "model.mtp_layers"},
            {"data.reset_position_ids=true",

@@ -431,10 +431,13 @@ class Backend {
   // y = x * keep / (1 - p), keep = philox_uniform(seed, stream, at.at(i)) >= p
   // (at.row_length divides x's elements, or is 0). With `keys` defined (i64
   // on x's device, one non-negative key per row of at.row_length elements)
-  // row r's element c draws at.keyed(keys[r], c) instead. The same call maps
-  // dy to dx in backward.
+  // row r's element c draws at.keyed(keys[r], c) instead. With `calls`
+  // defined (one i64 on x's device, read there) the draws are
+  // at.after_calls(calls): a CUDA graph's replay draws its own step's mask.
+  // The same call maps dy to dx in backward.
   virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-                       const philox::Counters& at, const Tensor& keys, Tensor& y) = 0;
+                       const philox::Counters& at, const Tensor& keys, const Tensor& calls,
+                       Tensor& y) = 0;
 
   // One AdamW update of param in place; m and v are its moments, of its
   // type, or bf16 beside an f32 parameter (train.moment_precision: bf16:

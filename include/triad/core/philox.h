@@ -49,10 +49,22 @@ TRIAD_HOST_DEVICE inline float uniform(uint64_t seed, uint64_t stream, uint64_t 
 // i % row_length, rows of row_length draws row_stride apart, so that a piece
 // of a larger tensor (a rank's chunk of each sequence) takes that tensor's
 // draws. row_length 0: one run, offset + i.
+//
+// per_call: the draws one call (a micro-batch of a step) moves the offset by,
+// for dropout whose call count is read from device memory (a CUDA graph's
+// replay): given a count d there, every draw moves by d * per_call, modulo
+// 2^64 as every offset is, so a graph captured at call c0 and replayed with
+// d = c - c0 (negative too) draws call c's mask. Unused without a count.
 struct Counters {
   uint64_t offset = 0;
   uint64_t row_length = 0;
   uint64_t row_stride = 0;
+  uint64_t per_call = 0;
+
+  // These counters with the offset moved by `calls` calls.
+  TRIAD_HOST_DEVICE Counters after_calls(uint64_t calls) const {
+    return {offset + calls * per_call, row_length, row_stride, per_call};
+  }
 
   TRIAD_HOST_DEVICE uint64_t at(uint64_t i) const {
     if (row_length == 0) return offset + i;

@@ -35,12 +35,17 @@ struct SequencePieces {
 // the rows are a mixture's assignments of tokens to experts, in any order
 // and from any rank: row r is assignment keys[r] (assignment_key), whose
 // mask it draws wherever it runs.
+// With `calls` (one i64 on the rows' device) the call is `call` plus the
+// value there when the kernels run: a CUDA graph captured at `call` draws
+// each replay's own masks from the count written before it (keyed rows,
+// whose keys the host forms from the call, refuse it).
 struct DropoutDraw {
   bool training = false;
   uint64_t seed = 0;
   uint64_t call = 0;
   std::shared_ptr<const SequencePieces> pieces = {};
   Tensor keys = {};  // i64 (rows) on the rows' device
+  Tensor calls = {};
 };
 
 // The key of token m's (b * T + t of its micro-batch's B x T) j-th of k
@@ -61,8 +66,9 @@ uint64_t site_stream(const char* site, int64_t layer);
 // of the micro-batch's (B, row_length, C) activation, drawing that whole
 // activation's mask at call * B * row_length * C on (seed, stream). Without
 // pieces x is the whole activation. ShapeError unless x is whole rows of
-// the pieces.
+// the pieces. With `calls` (DropoutDraw::calls) the call is `call` plus the
+// value there.
 Tensor sequence_dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t call,
-                        const SequencePieces* pieces);
+                        const SequencePieces* pieces, const Tensor& calls = {});
 
 }  // namespace triad::nn

@@ -697,7 +697,11 @@ struct ForwardContext {
   // Where layers inside the blocks draw dropout masks (LoRA's adapters):
   // the whole micro-batch's, of which a context-parallel rank's rows are
   // its pieces (a mixture's experts key their rows by assignment besides).
-  DropoutDraw draw() const { return {training, seed, call, pieces}; }
+  DropoutDraw draw() const { return {training, seed, call, pieces, {}, calls}; }
+  // The call's offset in device memory (DropoutDraw::calls): a captured
+  // step's (train.cuda_graph), whose replays write theirs there. Undefined:
+  // `call` alone.
+  Tensor calls = {};
   // The gradient the training objective gives this micro-batch's loss (the
   // value its backward starts from: the loss scale and the micro-batch's
   // weight): a loss computed inside the model (model.moe's load balancing)

@@ -46,6 +46,14 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
 // mask. keys: i64 (rows) on x's device, non-negative (checked on the CPU).
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
                const philox::Counters& at, const Tensor& keys);
+// The same with the call count in memory: `calls` (one i64 on x's device, or
+// undefined for none) moves every draw by its value times at.per_call
+// (philox::Counters::after_calls), read where the kernel runs. Inside a CUDA
+// graph's capture dropout needs it: the value written before each replay
+// then picks that replay's mask, where counters alone would draw the
+// capture's at every replay (NotSupportedError without one).
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+               const philox::Counters& at, const Tensor& keys, const Tensor& calls);
 
 // Differentiable dtype conversion; the gradient is converted back.
 Tensor cast(const Tensor& x, DType dtype);

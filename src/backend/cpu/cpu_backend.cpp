@@ -458,8 +458,12 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
 }
 
 void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-                         const philox::Counters& at, const Tensor& keys, Tensor& y) {
+                         const philox::Counters& counters, const Tensor& keys, const Tensor& calls,
+                         Tensor& y) {
   const int64_t* pk = keys.defined() ? keys.data<int64_t>() : nullptr;
+  const philox::Counters at =
+      calls.defined() ? counters.after_calls(static_cast<uint64_t>(calls.data<int64_t>()[0]))
+                      : counters;
   const auto len = static_cast<uint64_t>(at.row_length);
   dispatch_float(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);

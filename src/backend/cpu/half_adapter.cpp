@@ -322,10 +322,11 @@ void HalfAdapter::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, Gl
 }
 
 void HalfAdapter::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-                          const philox::Counters& at, const Tensor& keys, Tensor& y) {
+                          const philox::Counters& at, const Tensor& keys, const Tensor& calls,
+                          Tensor& y) {
   Widen w(inner_);
   Tensor o = w.out(y);
-  inner_.dropout(w.in(x), p, seed, stream, at, keys, o);
+  inner_.dropout(w.in(x), p, seed, stream, at, keys, calls, o);
   w.finish();
 }
 

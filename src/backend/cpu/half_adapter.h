@@ -90,7 +90,8 @@ class HalfAdapter final : public Backend {
                          const Tensor& dloss, const Tensor& dlse, Tensor& dlogits,
                          double softcap) override;
   void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-               const philox::Counters& at, const Tensor& keys, Tensor& y) override;
+               const philox::Counters& at, const Tensor& keys, const Tensor& calls,
+               Tensor& y) override;
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& hp) override;
 
  private:

@@ -1875,12 +1875,14 @@ void CudaBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& head
 }
 
 void CudaBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-                          const philox::Counters& at, const Tensor& keys, Tensor& y) {
+                          const philox::Counters& at, const Tensor& keys, const Tensor& calls,
+                          Tensor& y) {
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "dropout", [&] {
     k::dropout(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), p, seed, stream, at,
-               keys.defined() ? keys.data<int64_t>() : nullptr, s.stream);
+               keys.defined() ? keys.data<int64_t>() : nullptr, s.stream,
+               calls.defined() ? calls.data<int64_t>() : nullptr);
   });
 }
 

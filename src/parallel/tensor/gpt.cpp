@@ -1018,7 +1018,9 @@ Tensor TensorParallelGpt::site_dropout(const Tensor& x, const nn::ForwardContext
   if (!ctx.training || p == 0.0) return x;
   const uint64_t stream = nn::site_stream(site, layer);
   const int64_t t = sp_ ? group_->size() : 1;
-  if (!ctx.pieces && t == 1) return nn::sequence_dropout(x, p, ctx.seed, stream, ctx.call, nullptr);
+  if (!ctx.pieces && t == 1) {
+    return nn::sequence_dropout(x, p, ctx.seed, stream, ctx.call, nullptr, ctx.calls);
+  }
   // The tokens this rank holds of the micro-batch's sequences (context
   // parallelism's chunk; sequence parallelism's slice of it) draw those
   // tokens' elements of one process's mask.
@@ -1030,7 +1032,7 @@ Tensor TensorParallelGpt::site_dropout(const Tensor& x, const nn::ForwardContext
   nn::SequencePieces held =
       ctx.pieces ? *ctx.pieces : nn::SequencePieces{local * t, {{0, local * t}}};
   if (t > 1) held = held.slice(group_->rank() * local, local);
-  return nn::sequence_dropout(x, p, ctx.seed, stream, ctx.call, &held);
+  return nn::sequence_dropout(x, p, ctx.seed, stream, ctx.call, &held, ctx.calls);
 }
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
