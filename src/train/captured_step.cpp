@@ -25,8 +25,10 @@ namespace triad::train {
 
 Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Batch>& batches,
                                                      uint64_t call) {
-  if (!model_ || !device_.is_cuda()) {
-    throw Error("train.cuda_graph: a captured step needs one process on a CUDA device");
+  if (!(model_ || tp_model_) || pp_model_ || !device_.is_cuda()) {
+    throw Error(
+        "train.cuda_graph: a captured step needs one process or data-parallel ranks on CUDA "
+        "devices");
   }
   const double micro = static_cast<double>(batches.size());
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
@@ -55,7 +57,12 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
       copy_(captured_->seeds[i], full({}, loss_scale * w, captured_->seeds[i].dtype()));
       copy_(captured_->factors[i], full({}, w * micro, DType::F64));
     }
+    // ZeRO-1's parameters gathered before the graph reads them (the
+    // forward's fences ran at the capture only).
+    if (reducer_) reducer_->wait_gathers();
     captured_->graph.replay();
+    // (As after the uncaptured passes; nothing at tp 1.)
+    if (tp_model_) tp_model_->reduce_partial_grads();
     const DeviceTimer::Mark m1 = timer.mark();
     // (The replay's passes cannot be timed apart: rank timing's forward
     // column holds both, its backward column none.)
@@ -102,6 +109,14 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   if (config_.model.sliding_window > 0) {
     layout = nn::with_documents(config_.model, batches.front().inputs, layout, device_);
   }
+  if (reducer_) {
+    // Data parallelism: the buckets wait for finish(), after each replay
+    // (the hooks run at the capture alone, and a collective may not join
+    // it), and ZeRO-1's gathers are waited for before it (the forward's
+    // fences would wait inside it).
+    reducer_->set_deferred(true);
+    reducer_->wait_gathers();
+  }
   cuda::Graph graph = cuda::capture(device_.index, [&] {
     Tensor loss_sum;
     for (size_t i = 0; i < batches.size(); ++i) {
@@ -111,7 +126,8 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
       nn::ForwardContext ctx = layout;
       ctx.call = call + static_cast<uint64_t>(i);
       ctx.loss_grad = per_token ? 0.0 : loss_scale / micro;
-      const Tensor loss = model_->loss(step->inputs[i], step->targets[i], ctx);
+      const Tensor loss = tp_model_ ? tp_model_->loss(step->inputs[i], step->targets[i], ctx)
+                                    : model_->loss(step->inputs[i], step->targets[i], ctx);
       Tensor part = cast(loss.detach(), DType::F64);
       if (per_token) part = mul(part, step->factors[i]);
       loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;

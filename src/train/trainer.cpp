@@ -313,11 +313,13 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                               : std::vector<std::vector<int>>{});
   shape.cp_a2a = static_cast<int>(cp_exchange_.a2a);
   check_batch(config_, dp_);
-  if (config_.train.cuda_graph && world_size > 1) {
-    throw ConfigError("train.cuda_graph: one process only (this run has " +
-                      std::to_string(world_size) +
-                      " ranks, whose gradient reduction and pipeline exchanges a graph does not "
-                      "hold yet)");
+  if (config_.train.cuda_graph && (par.tp > 1 || par.pp > 1 || cp_ > 1 || par.ep > 1)) {
+    // (Data parallelism's reductions run after the replay, outside the
+    // graph; these exchange inside the passes.)
+    throw ConfigError("train.cuda_graph: one process or data parallelism alone (this run has tp " +
+                      std::to_string(par.tp) + ", pp " + std::to_string(par.pp) + ", cp " +
+                      std::to_string(cp_) + ", ep " + std::to_string(par.ep) +
+                      ", whose exchanges inside the passes a graph does not hold yet)");
   }
   ramp_ = config_.train.batch_ramp();
   const uint64_t seed = config_.train.seed;
@@ -2708,8 +2710,10 @@ StepMetrics Trainer::train_step(int64_t index) {
     trace_host("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   }
   spikes_.record(loss, norm);  // (finite steps only, spikes too)
-  // (A captured step's gradients are its graph's: each replay writes them.)
-  if (!captured_) zero_grad();
+  // (A captured step's gradients are its graph's: each replay writes them.
+  // Data parallelism's live in the reducer's flat buffer, which the graph
+  // adds into: zeroed for the next replay as for the next uncaptured step.)
+  if (!captured_ || reducer_) zero_grad();
   if (const int64_t every = config_.parallel.check_replicas_interval;
       every > 0 && (index + 1) % every == 0)
     check_replicas(index);

@@ -174,7 +174,7 @@ void GradientReducer::on_ready(size_t i) {
                 std::to_string(expected_[i]) +
                 " of the first step (the graph changed between steps)");
   }
-  if (seen_[i] != expected_[i]) return;
+  if (seen_[i] != expected_[i] || deferred_) return;
   Bucket& b = buckets_[bucket_of_[i]];
   if (--b.pending == 0 && !b.late && !b.work) {
     launch(b);

@@ -734,9 +734,7 @@ Tensor TensorParallelGpt::embed_chunk(const Tensor& ids, const nn::ForwardContex
     }
     positions = sp_ ? narrow(ctx.positions, 1, first, count) : ctx.positions;
   } else {
-    std::vector<int64_t> pos(count);
-    for (int64_t t = 0; t < count; ++t) pos[t] = first + t;
-    positions = from_vector(pos, {count}, DType::I64, ids.device());
+    positions = arange(first, count, DType::I64, ids.device());  // (made on the device)
   }
   Tensor x = add(nn::scale_token_embeddings(cfg_, wte_->forward(ids)), wpe_->forward(positions));
   return site_dropout(x, ctx, 0, "embed");

@@ -123,6 +123,13 @@ VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_size, int64_t dim,
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
+  if (group_->size() == 1) {
+    // The whole table: a plain lookup (the embedding checks the ids, on the
+    // device inside a CUDA graph's capture, where they cannot be read here).
+    const Tensor lookup = embedding(weight_, ids);
+    return sp_ ? reduce_scatter_to_sequence_region(lookup, group_)
+               : reduce_from_region(lookup, group_);
+  }
   // Ids outside this rank's range look up row 0 and are zeroed.
   std::vector<int64_t> local;
   std::vector<double> keep;

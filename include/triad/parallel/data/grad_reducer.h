@@ -72,6 +72,13 @@ class GradientReducer {
   void finish();
   // Zeroes the flat gradient buffer (use instead of Module::zero_grad).
   void zero_grad();
+  // Whether every reduction waits for finish() (default false): the hooks
+  // still count each parameter's gradients but start no bucket. A backward
+  // captured as a CUDA graph (train.cuda_graph) runs its hooks at the
+  // capture only, and a collective may not join the capture: its buckets
+  // are all reduced after each replay, without overlapping the backward.
+  void set_deferred(bool on) { deferred_ = on; }
+  bool deferred() const { return deferred_; }
   // The microbatches of the next step (1 until set). The counts learned on
   // the first step are per its microbatches, so a step with another count
   // (a batch-size ramp) expects them scaled to its own.
@@ -163,6 +170,7 @@ class GradientReducer {
   int pending_gathers_ = 0;
   int waited_by_parts_ = 0, parts_last_step_ = 0;
   bool overlap_gather_ = false;
+  bool deferred_ = false;
 };
 
 // AdamW over this rank's ZeRO-1 pieces: moments exist only for those

@@ -1,0 +1,36 @@
+# train.cuda_graph under data parallelism, two ranks on simulated GPUs: each
+# layout of LAYOUTS ('@'-separated --set flags) trains captured as it trains
+# uncaptured, every step's loss and gradient norm to the last digit, and
+# says it captured its passes. The buckets' reductions run after each
+# replay (GradientReducer::set_deferred), ZeRO-1's gathers are waited for
+# before it.
+# Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
+# LAYOUTS.
+include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
+file(REMOVE_RECURSE ${WORK})
+set(common --config ${CONFIG} --set data.train=${DATA} --set device=cuda --set train.steps=4
+    --set model.d_model=32 --set model.n_layer=2 --set model.seq_len=32
+    --set train.global_batch_size=8 --set train.micro_batch_size=2 --set log.interval=1
+    --set parallel.dp=2)
+string(REPLACE "@" ";" layouts "${LAYOUTS}")
+set(i 0)
+foreach(layout IN LISTS layouts)
+  separate_arguments(flags UNIX_COMMAND "${layout}")
+  run("uncaptured (${layout})" ${MPIRUN} -np 2 ${TRAIN} ${common} ${flags}
+      --set output.dir=${WORK}/eager${i})
+  run("captured (${layout})" ${MPIRUN} -np 2 ${TRAIN} ${common} ${flags}
+      --set train.cuda_graph=true --set output.dir=${WORK}/graph${i})
+  if(NOT run_output MATCHES "captured the step's forward and backward passes \\(2 micro-batches\\)")
+    message(FATAL_ERROR "captured (${layout}): no capture in the log:\n${run_output}")
+  endif()
+  foreach(key loss grad_norm)
+    field(${WORK}/eager${i} ${key} want)
+    field(${WORK}/graph${i} ${key} got)
+    list(LENGTH want steps)
+    if(NOT steps EQUAL 4 OR NOT want STREQUAL got)
+      message(FATAL_ERROR "${layout}: ${key} uncaptured ${want}, captured ${got}")
+    endif()
+  endforeach()
+  message(STATUS "${layout}: the same losses and norms captured (${want})")
+  math(EXPR i "${i} + 1")
+endforeach()
