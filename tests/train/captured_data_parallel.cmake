@@ -3,7 +3,7 @@
 # uncaptured, every step's loss and gradient norm to the last digit, and
 # says it captured its passes. The buckets' reductions run after each
 # replay (GradientReducer::set_deferred), ZeRO-1's gathers are waited for
-# before it.
+# before it. Tensor parallelism is refused by name.
 # Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
 # LAYOUTS.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
@@ -34,3 +34,7 @@ foreach(layout IN LISTS layouts)
   message(STATUS "${layout}: the same losses and norms captured (${want})")
   math(EXPR i "${i} + 1")
 endforeach()
+# Tensor parallelism exchanges inside the passes: refused by name.
+run_expecting_error("captured tp 2" "train.cuda_graph: one process or data parallelism alone \\(this run has tp 2, pp 1, cp 1, ep 1"
+                    ${MPIRUN} -np 2 ${TRAIN} ${common} --set parallel.dp=1 --set parallel.tp=2
+                    --set train.cuda_graph=true --set output.dir=${WORK}/tp)
