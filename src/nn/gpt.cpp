@@ -1364,6 +1364,21 @@ std::vector<int64_t> host_ids(const Tensor& t, const char* what) {
   const int64_t* p = h.data<int64_t>();
   return std::vector<int64_t>(p, p + h.numel());
 }
+
+// (B, T) ids or targets on a device, k positions ahead, the last k of each
+// row `fill`: made there (inside a CUDA graph's capture they cannot be read
+// on the host), the values the host's loops give.
+Tensor shifted_on_device(const Tensor& t, int64_t k, double fill, const char* what) {
+  if (t.dim() != 2 || (t.dtype() != DType::I64 && t.dtype() != DType::I32)) {
+    throw ShapeError(std::string("multi-token prediction: ") + what +
+                     " must be (B, T) i32 or i64, got " + shape_str(t.shape()) + " " +
+                     dtype_name(t.dtype()));
+  }
+  const int64_t B = t.size(0), T = t.size(1), n = std::min(std::max<int64_t>(k, 0), T);
+  const Tensor tail = full({B, n}, fill, DType::I64, t.device());
+  if (n == T) return tail;
+  return concat({cast(narrow(t, 1, n, T - n), DType::I64), tail}, 1);
+}
 }  // namespace
 
 int64_t expert_bias_layer(const GptConfig& cfg, const std::string& name) {
@@ -1389,6 +1404,7 @@ int64_t expert_bias_layer(const GptConfig& cfg, const std::string& name) {
 }
 
 Tensor mtp_ahead(const Tensor& ids, int64_t k) {
+  if (!ids.device().is_cpu()) return shifted_on_device(ids, k, 0.0, "ids");
   const std::vector<int64_t> in = host_ids(ids, "ids");
   const int64_t B = ids.size(0), T = ids.size(1);
   std::vector<int64_t> out(in.size(), 0);
@@ -1399,6 +1415,9 @@ Tensor mtp_ahead(const Tensor& ids, int64_t k) {
 }
 
 Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k) {
+  if (!targets.device().is_cpu() && !doc_starts.defined()) {
+    return shifted_on_device(targets, k, -100.0, "targets");
+  }
   const std::vector<int64_t> in = host_ids(targets, "targets");
   const int64_t B = targets.size(0), T = targets.size(1);
   std::vector<int32_t> starts;

@@ -739,14 +739,10 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
   std::vector<double> keep;  // with a z-loss: 1 for the rows counted, 0 for the others
   const DType sd = stat_dtype(lc.dtype());
   Backend& be = backend_for(lc);
-  if (be.capturing(lc.device())) {
+  const bool capturing = be.capturing(lc.device());
+  if (capturing) {
     // A CUDA graph's capture cannot read the targets: they are counted and
     // checked on the device (a bad one is reported by cuda::Graph::check).
-    if (z_loss) {
-      throw NotSupportedError(std::string(op) +
-                              ": a z-loss inside a CUDA graph's capture (its row weights are "
-                              "made on the host)");
-    }
     if (tc.device() != lc.device()) {
       throw NotSupportedError(std::string(op) + ": targets on " + tc.device().str() +
                               " inside a CUDA graph's capture (expected them on the logits' " +
@@ -787,12 +783,24 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
   *loss = r.inv_count.defined() ? mul(total, r.inv_count).detach()
                                 : cast(scale(total, mean), sd).detach();  // f32 for half logits
   if (z_loss) {
-    Tensor weights;  // ignored rows weigh 0
-    if (r.count < N) {
-      for (double& k : keep) k *= mean;
-      weights = from_vector(keep, {N}, sd, lc.device());
+    // The mean of the counted rows' squared log-sum-exp: their sum (the
+    // ignored rows' squares times 0) times 1 / count, formed as the loss's.
+    // Inside a capture the rows' marks come from the targets on the device.
+    Tensor counted;  // 1 for the rows counted, 0 for the others; undefined: all
+    if (capturing) {
+      Tensor ignored = empty({N}, sd, lc.device());
+      be.binary(BinaryOp::Eq, cast(r.targets, sd),
+                full({N}, static_cast<double>(ignore_index), sd, lc.device()), ignored);
+      be.affine(ignored, -1.0, 1.0, ignored);
+      counted = ignored;
+    } else if (r.count < N) {
+      counted = from_vector(keep, {N}, sd, lc.device());
     }
-    *z_loss = z_loss_of(r.lse, weights, mean);
+    Tensor squares = mul(r.lse, r.lse);
+    if (counted.defined()) squares = mul(squares, counted);
+    Tensor z = empty({}, sd, lc.device());
+    be.reduce(ReduceOp::Sum, squares, 1, N, 1, z, nullptr);
+    *z_loss = (r.inv_count.defined() ? mul(z, r.inv_count) : cast(scale(z, mean), sd)).detach();
   }
   return r;
 }

@@ -61,6 +61,13 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     // forward's fences ran at the capture only).
     if (reducer_) reducer_->wait_gathers();
     captured_->graph.replay();
+    // (The sums the capture recorded, which this replay wrote.)
+    for (const auto& [captured, step] : {std::pair{captured_->z_losses, z_loss_stats_},
+                                         std::pair{captured_->mtp_losses, mtp_stats_}}) {
+      if (!captured || !step) continue;
+      step->sums = captured->sums;
+      step->records = captured->records;
+    }
     // (As after the uncaptured passes; nothing at tp 1.)
     if (tp_model_) tp_model_->reduce_partial_grads();
     const DeviceTimer::Mark m1 = timer.mark();
@@ -106,6 +113,16 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   step->call = call;
   nn::ForwardContext layout{true, t.seed, call};
   layout.calls = step->calls;
+  // The output z-loss and multi-token prediction's losses: recorded by the
+  // capture into sums of its own, handed to each replayed step's records.
+  if (config_.model.z_loss_coef > 0) {
+    step->z_losses = std::make_shared<nn::LossSums>();
+    layout.z_loss_stats = step->z_losses;
+  }
+  if (config_.model.mtp_layers > 0) {
+    step->mtp_losses = std::make_shared<nn::LossSums>();
+    layout.mtp_stats = step->mtp_losses;
+  }
   if (config_.model.sliding_window > 0) {
     layout = nn::with_documents(config_.model, batches.front().inputs, layout, device_);
   }

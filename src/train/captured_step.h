@@ -3,10 +3,12 @@
 // train.cuda_graph: a step's forward and backward passes captured once as a
 // CUDA graph and replayed on later steps' batches (captured_step.cpp).
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "triad/backend/cuda.h"
 #include "triad/core/tensor.h"
+#include "triad/nn/gpt.h"
 #include "triad/train/trainer.h"
 
 namespace triad::train {
@@ -26,6 +28,12 @@ struct Trainer::CapturedStep {
   // draws its own step's masks.
   Tensor calls;
   uint64_t call = 0;  // the capture's
+  // The output z-loss's sums over the micro-batches (model.z_loss_coef),
+  // recorded by the capture into tensors each replay writes again: handed
+  // to each replayed step's own record. Null without a z-loss.
+  std::shared_ptr<nn::LossSums> z_losses;
+  // Multi-token prediction's losses by depth (model.mtp_layers), alike.
+  std::shared_ptr<nn::LossSums> mtp_losses;
   // fp16's loss scale its backward starts from (1 without one): a step at
   // another scale captures anew.
   double loss_scale = 1.0;

@@ -4154,11 +4154,13 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
 // same losses and weights as the uncaptured trainer's, bit for bit. Under
 // fp16 the loss scale grows every 2 clean steps here, and each new scale
 // is captured anew; so is each new batch size of a ramp (one micro-batch a
-// step, then two). Per-token loss averaging, a sliding window, dropout and
-// LoRA's adapters' dropout (fp16, beside the model's) too.
+// step, then two). Per-token loss averaging, a sliding window, dropout,
+// LoRA's adapters' dropout (fp16, beside the model's) and the output
+// z-loss (its value too; over masked targets in fp32) too.
 TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
   for (const std::string run :
-       {"bf16", "fp16", "bf16 ramp", "bf16 tokens", "bf16 window", "bf16 dropout", "fp16 lora"}) {
+       {"bf16", "fp16", "bf16 ramp", "bf16 tokens", "bf16 window", "bf16 dropout", "fp16 lora",
+        "bf16 z-loss", "fp32 z-loss tokens", "bf16 mtp"}) {
     SCOPED_TRACE(run);
     const std::string precision = run.substr(0, 4);
     testing::TempDir dir;
@@ -4169,12 +4171,14 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
         std::string(run == "bf16 window"    ? "dropout: 0.0, sliding_window: 8}"
                     : run == "bf16 dropout" ? "dropout: 0.1}"
                     : run == "fp16 lora"    ? "dropout: 0.1, lora: {rank: 2, dropout: 0.2}}"
-                                            : "dropout: 0.0}");
+                    : run.find("z-loss") != std::string::npos ? "dropout: 0.0, z_loss_coef: 0.01}"
+                    : run == "bf16 mtp"                       ? "dropout: 0.0, mtp_layers: 2}"
+                                                              : "dropout: 0.0}");
     auto make = [&](const std::string& tag, bool graph) {
       train::Config config = train_config(dir, model, "cuda", precision, 6, 4, 97, tag, 2);
       config.train.loss_scale_window = 2;
       if (run == "bf16 ramp") config.train.rampup_batch_size = {2, 2, 6};
-      if (run == "bf16 tokens") {
+      if (run.find("tokens") != std::string::npos) {
         // (Targets after an end of document masked: micro-batches of
         // different weights each step.)
         config.train.loss_average = "tokens";
@@ -4186,7 +4190,21 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
     };
     train::Trainer eager(make("_eager", false));
     train::Trainer graphed(make("_graph", true));
-    const std::vector<double> expected = losses_of(eager, 6), got = losses_of(graphed, 6);
+    std::vector<double> expected, got;
+    for (int64_t k = 0; k < 6; ++k) {
+      const train::StepMetrics a = eager.step(k), b = graphed.step(k);
+      expected.push_back(a.loss);
+      got.push_back(b.loss);
+      // (The output z-loss each replay records: -1 without one.)
+      EXPECT_EQ(b.z_loss, a.z_loss) << "step " << k;
+      EXPECT_EQ(b.mtp_losses, a.mtp_losses) << "step " << k;
+      if (run == "bf16 mtp") {
+        EXPECT_EQ(a.mtp_losses.size(), 2u);
+      }
+      if (run.find("z-loss") != std::string::npos) {
+        EXPECT_GT(a.z_loss, 0.0);
+      }
+    }
     EXPECT_EQ(got, expected);
     EXPECT_NE(expected.front(), expected.back());  // (it trains)
     if (precision == "fp16") {

@@ -3,7 +3,9 @@
 # uncaptured, every step's loss and gradient norm to the last digit, and
 # says it captured its passes. The buckets' reductions run after each
 # replay (GradientReducer::set_deferred), ZeRO-1's gathers are waited for
-# before it. Tensor parallelism is refused by name.
+# before it. The output z-loss and multi-token prediction's losses are
+# compared too where a layout has them. Tensor parallelism is refused by
+# name.
 # Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
 # LAYOUTS.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
@@ -23,15 +25,19 @@ foreach(layout IN LISTS layouts)
   if(NOT run_output MATCHES "captured the step's forward and backward passes \\(2 micro-batches\\)")
     message(FATAL_ERROR "captured (${layout}): no capture in the log:\n${run_output}")
   endif()
-  foreach(key loss grad_norm)
+  # (z_loss and mtp_losses where the layout asks for them.)
+  foreach(key loss grad_norm z_loss mtp_losses)
     field(${WORK}/eager${i} ${key} want)
     field(${WORK}/graph${i} ${key} got)
     list(LENGTH want steps)
-    if(NOT steps EQUAL 4 OR NOT want STREQUAL got)
+    if(NOT "${want}" STREQUAL "${got}" OR (key STREQUAL "loss" AND NOT steps EQUAL 4))
       message(FATAL_ERROR "${layout}: ${key} uncaptured ${want}, captured ${got}")
     endif()
+    if(key STREQUAL "loss")
+      set(losses "${want}")
+    endif()
   endforeach()
-  message(STATUS "${layout}: the same losses and norms captured (${want})")
+  message(STATUS "${layout}: the same losses and norms captured (${losses})")
   math(EXPR i "${i} + 1")
 endforeach()
 # Tensor parallelism exchanges inside the passes: refused by name.

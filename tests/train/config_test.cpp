@@ -1116,17 +1116,23 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                   .train.cuda_graph);
   EXPECT_FALSE(parse_config(kValid, {"device=cuda"}).train.cuda_graph);
   expect_config_error(kValid, {"train.cuda_graph=true"}, "train.cuda_graph: needs device: cuda");
-  // (Dropout is captured: each replay reads its call count from the device.)
-  EXPECT_TRUE(parse_config(kValid, {"train.cuda_graph=true", "device=cuda", "model.dropout=0.1"})
-                  .train.cuda_graph);
-  for (const auto& [setting, fragment] : std::vector<std::pair<std::string, std::string>>{
-           {"model.z_loss_coef=0.0001", "model.z_loss_coef"},
-           {"model.mtp_layers=1", "model.mtp_layers"},
-           {"data.reset_position_ids=true",
+  // (Dropout is captured: each replay reads its call count from the device.
+  // So are the output z-loss, its rows' marks from the targets there, and
+  // multi-token prediction, its ids and targets ahead made there.)
+  for (const std::string captured :
+       {"model.dropout=0.1", "model.z_loss_coef=0.0001", "model.mtp_layers=1"}) {
+    EXPECT_TRUE(
+        parse_config(kValid, {"train.cuda_graph=true", "device=cuda", captured}).train.cuda_graph);
+  }
+  for (const auto& [settings, fragment] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"model.mtp_layers=1", "train.loss_average=tokens"},
+            "model.mtp_layers with train.loss_average 'tokens'"},
+           {{"data.reset_position_ids=true"},
             "data.reset_attention_mask and data.reset_position_ids"}}) {
-    expect_config_error(kValid,
-                        {"train.cuda_graph=true", "device=cuda", "data.eod_token=0", setting},
-                        "train.cuda_graph: " + fragment);
+    std::vector<std::string> overrides{"train.cuda_graph=true", "device=cuda", "data.eod_token=0"};
+    overrides.insert(overrides.end(), settings.begin(), settings.end());
+    expect_config_error(kValid, overrides, "train.cuda_graph: " + fragment);
   }
   EXPECT_TRUE(
       parse_config(to_yaml(parse_config(kValid, {"log.tensorboard=true"}))).log_tensorboard);
