@@ -64,6 +64,29 @@ void Backend::arange(Tensor& dst, int64_t start) {
   copy(host, dst);
 }
 
+void Backend::document_starts(const Tensor& ids, int64_t eod, int64_t window, Tensor& starts,
+                              Tensor* positions) {
+  const int64_t B = ids.size(0), T = ids.size(1);
+  Tensor host = empty({B, T}, DType::I64, Device::cpu());
+  copy(ids, host);  // (to the host, as i64)
+  const int64_t* p = host.data<int64_t>();
+  Tensor s = empty({B, T}, DType::I32, Device::cpu());
+  Tensor pos = empty({B, T}, DType::I64, Device::cpu());
+  int32_t* ps = s.data<int32_t>();
+  int64_t* pp = pos.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t doc = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t i = b * T + t;
+      ps[i] = static_cast<int32_t>(window > 0 ? std::max(doc, t - window + 1) : doc);
+      pp[i] = t - doc;
+      if (p[i] == eod) doc = t + 1;  // the next token starts a document
+    }
+  }
+  copy(s, starts);
+  if (positions) copy(pos, *positions);
+}
+
 void Backend::inverse_target_count(const Tensor& targets, int64_t, int64_t, Tensor& inv,
                                    const char* op) {
   // (Outside a capture the loss counts its targets on the host, where it

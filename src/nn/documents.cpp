@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "triad/backend/backend.h"
 #include "triad/core/error.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops/creation.h"
@@ -86,6 +87,41 @@ ForwardContext apply_layout(const GptConfig& cfg, int64_t B, int64_t T, const Do
   return ctx;
 }
 
+// apply_layout's fields formed where the ids are (a device): the backend's
+// document_starts, never a read of the ids on the host (inside a CUDA
+// graph's capture there is none). The same values as the host's.
+ForwardContext layout_on_device(const GptConfig& cfg, const Tensor& ids, bool mask, bool positions,
+                                bool window, ForwardContext ctx, const Device& device) {
+  if (ids.dim() != 2 || (ids.dtype() != DType::I32 && ids.dtype() != DType::I64)) {
+    throw ShapeError("with_documents: token ids must be (B, T) i32 or i64, got " +
+                     shape_str(ids.shape()) + " " + dtype_name(ids.dtype()));
+  }
+  const Tensor c = contiguous(ids);
+  Backend& be = backend_for(c);
+  const int64_t B = c.size(0), T = c.size(1);
+  const auto there = [&device](const Tensor& t) { return to_device(t, device); };
+  Tensor docs;  // each token's document's start, i32
+  if (mask || positions) {
+    docs = empty({B, T}, DType::I32, c.device());
+    Tensor pos = positions ? empty({B, T}, DType::I64, c.device()) : Tensor();
+    be.document_starts(c, cfg.eod_token, 0, docs, positions ? &pos : nullptr);
+    if (positions) ctx.positions = there(pos);
+  }
+  if (mask || window) {
+    Tensor starts = mask ? docs : Tensor();
+    if (window) {
+      if (!cfg.full_attention_layers.empty())
+        ctx.full_starts = starts.defined() ? there(starts) : starts;
+      if (!mask) ctx.starts_window = cfg.sliding_window;
+      // (Without document resets an end no id equals: ids are >= 0.)
+      starts = empty({B, T}, DType::I32, c.device());
+      be.document_starts(c, mask ? cfg.eod_token : -1, cfg.sliding_window, starts, nullptr);
+    }
+    ctx.doc_starts = there(starts);
+  }
+  return ctx;
+}
+
 }  // namespace
 
 ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
@@ -96,6 +132,9 @@ ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardCo
   const bool window = cfg.sliding_window > 0 && ids.dim() == 2 &&
                       ids.size(1) > cfg.sliding_window && !ctx.doc_starts.defined();
   if (!mask && !positions && !window) return ctx;
+  if (!ids.device().is_cpu()) {
+    return layout_on_device(cfg, ids, mask, positions, window, std::move(ctx), device);
+  }
   DocumentLayout d;
   if (mask || positions) d = document_layout(ids, cfg.eod_token);
   return apply_layout(cfg, ids.size(0), ids.size(1), d, mask, positions, window, std::move(ctx),

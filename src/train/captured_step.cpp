@@ -103,10 +103,6 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     step->seeds.push_back(empty({}, DType::F32, device_));  // (the loss's dtype)
     step->factors.push_back(empty({}, DType::F64, device_));
   }
-  // A sliding window's key ranges depend on the batch's shape alone: made
-  // (and uploaded) once before the capture, for every micro-batch. (The
-  // ranges of packed documents depend on each batch's ids: validate
-  // refuses those.)
   // Dropout's masks: each replay's call, less this one, is written to
   // `calls` before it, and the kernels read it there.
   step->calls = empty({}, DType::I64, device_);
@@ -123,7 +119,12 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     step->mtp_losses = std::make_shared<nn::LossSums>();
     layout.mtp_stats = step->mtp_losses;
   }
-  if (config_.model.sliding_window > 0) {
+  // A sliding window's key ranges depend on the batch's shape alone: made
+  // (and uploaded) once before the capture, for every micro-batch. Packed
+  // documents' ranges and positions depend on each batch's ids: the capture
+  // forms them from the device batch (nn::with_documents on device ids),
+  // so each replay forms its own.
+  if (config_.model.sliding_window > 0 && !config_.model.resets_documents()) {
     layout = nn::with_documents(config_.model, batches.front().inputs, layout, device_);
   }
   if (reducer_) {

@@ -1769,6 +1769,44 @@ TEST(CudaKernels, SumOfSquaresOfManyTensorsMatchesTheCpu) {
   EXPECT_THROW(backend_for(f32_out).sum_of_squares({}, f32_out), ValueError);
 }
 
+// Packed documents' layout formed on the device (what a captured step's
+// forward takes from its device batch): the host's starts, positions and
+// windowed starts, for rows longer than the kernel's chunk of 256 tokens
+// (a document carried across chunks), ends of document at a row's first
+// and last token and back to back, i32 and i64 ids, and a row of one
+// document (an end no id equals).
+TEST(CudaKernels, DocumentStartsAreTheHostsLayout) {
+  const int64_t B = 3, T = 700, eod = 7;
+  std::vector<int64_t> ids(static_cast<size_t>(B * T));
+  std::mt19937 rng(5);
+  for (auto& v : ids) v = 8 + static_cast<int64_t>(rng() % 50);
+  for (const int64_t at : {0, 1, 2, 255, 256, 300, 699, 700 + 511, 700 + 512, 1400 + 3}) {
+    ids[static_cast<size_t>(at)] = eod;
+  }
+  for (const DType dtype : {DType::I64, DType::I32}) {
+    for (const int64_t window : {int64_t{0}, int64_t{5}, int64_t{300}}) {
+      for (const int64_t end : {eod, int64_t{-1}}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " window " + std::to_string(window) +
+                     " end " + std::to_string(end));
+        const Tensor host = cast(from_vector(ids, {B, T}, DType::I64), dtype);
+        const nn::DocumentLayout want = nn::document_layout(host, end);
+        const Tensor want_starts =
+            window > 0 ? nn::sliding_window_starts(B, T, window, want.starts) : want.starts;
+        const Tensor dev = to_device(host, kGpu);
+        Tensor starts = empty({B, T}, DType::I32, kGpu);
+        Tensor positions = empty({B, T}, DType::I64, kGpu);
+        backend_for(dev).document_starts(dev, end, window, starts, &positions);
+        EXPECT_EQ(to_double_vector(starts), to_double_vector(want_starts));
+        EXPECT_EQ(to_double_vector(positions), to_double_vector(want.positions));
+        // (The host's default, the CPU backend's, alike.)
+        Tensor cpu_starts = empty({B, T}, DType::I32);
+        backend_for(host).document_starts(host, end, window, cpu_starts, nullptr);
+        EXPECT_EQ(to_double_vector(cpu_starts), to_double_vector(want_starts));
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, EmbeddingBackwardIsDeterministicAndEqualsTheCpuSum) {
   // Many repeats of few ids: the fixed summation order makes f32 bit-equal.
   std::vector<int64_t> ids(4096);
@@ -4158,26 +4196,39 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
 // LoRA's adapters' dropout (fp16, beside the model's) and the output
 // z-loss (its value too; over masked targets in fp32) too.
 TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
-  for (const std::string run :
-       {"bf16", "fp16", "bf16 ramp", "bf16 tokens", "bf16 window", "bf16 dropout", "fp16 lora",
-        "bf16 z-loss", "fp32 z-loss tokens", "bf16 mtp"}) {
+  // Each run's model settings beside the 2-layer GPT's. (A sliding
+  // window's key ranges: made once, before the capture. The dropout masks:
+  // each replay's call count written before it. Packed documents: each
+  // batch's ends of document found on the device inside the capture.)
+  const std::map<std::string, std::string> runs{
+      {"bf16", "dropout: 0.0"},
+      {"fp16", "dropout: 0.0"},
+      {"bf16 ramp", "dropout: 0.0"},
+      {"bf16 tokens", "dropout: 0.0"},
+      {"bf16 window", "dropout: 0.0, sliding_window: 8"},
+      {"bf16 dropout", "dropout: 0.1"},
+      {"fp16 lora", "dropout: 0.1, lora: {rank: 2, dropout: 0.2}"},
+      {"bf16 z-loss", "dropout: 0.0, z_loss_coef: 0.01"},
+      {"fp32 z-loss tokens", "dropout: 0.0, z_loss_coef: 0.01"},
+      {"bf16 mtp", "dropout: 0.0, mtp_layers: 2"},
+      {"bf16 documents", "dropout: 0.0"},
+      {"bf16 documents rope window",
+       "dropout: 0.0, position_embedding: rope, sliding_window: 6, full_attention_layers: [1]"}};
+  for (const auto& [run, settings] : runs) {
     SCOPED_TRACE(run);
     const std::string precision = run.substr(0, 4);
     testing::TempDir dir;
-    // (A sliding window's key ranges: made once, before the capture. The
-    // dropout masks: each replay's call count written before it.)
     const std::string model =
-        "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, " +
-        std::string(run == "bf16 window"    ? "dropout: 0.0, sliding_window: 8}"
-                    : run == "bf16 dropout" ? "dropout: 0.1}"
-                    : run == "fp16 lora"    ? "dropout: 0.1, lora: {rank: 2, dropout: 0.2}}"
-                    : run.find("z-loss") != std::string::npos ? "dropout: 0.0, z_loss_coef: 0.01}"
-                    : run == "bf16 mtp"                       ? "dropout: 0.0, mtp_layers: 2}"
-                                                              : "dropout: 0.0}");
+        "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, " + settings + "}";
     auto make = [&](const std::string& tag, bool graph) {
       train::Config config = train_config(dir, model, "cuda", precision, 6, 4, 97, tag, 2);
       config.train.loss_scale_window = 2;
       if (run == "bf16 ramp") config.train.rampup_batch_size = {2, 2, 6};
+      if (run.find("documents") != std::string::npos) {
+        config.model.eod_token = 5;
+        config.model.reset_attention_mask = true;
+        config.model.reset_position_ids = run == "bf16 documents";
+      }
       if (run.find("tokens") != std::string::npos) {
         // (Targets after an end of document masked: micro-batches of
         // different weights each step.)

@@ -1118,18 +1118,20 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"train.cuda_graph=true"}, "train.cuda_graph: needs device: cuda");
   // (Dropout is captured: each replay reads its call count from the device.
   // So are the output z-loss, its rows' marks from the targets there, and
-  // multi-token prediction, its ids and targets ahead made there.)
-  for (const std::string captured :
-       {"model.dropout=0.1", "model.z_loss_coef=0.0001", "model.mtp_layers=1"}) {
+  // multi-token prediction, its ids and targets ahead made there.
+  // Packed documents too, their layout formed on the device.)
+  for (const std::string captured : {"model.dropout=0.1", "model.z_loss_coef=0.0001",
+                                     "model.mtp_layers=1", "data.reset_attention_mask=true"}) {
     EXPECT_TRUE(
-        parse_config(kValid, {"train.cuda_graph=true", "device=cuda", captured}).train.cuda_graph);
+        parse_config(kValid, {"train.cuda_graph=true", "device=cuda", "data.eod_token=0", captured})
+            .train.cuda_graph);
   }
   for (const auto& [settings, fragment] :
        std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"model.mtp_layers=1", "train.loss_average=tokens"},
             "model.mtp_layers with train.loss_average 'tokens'"},
-           {{"data.reset_position_ids=true"},
-            "data.reset_attention_mask and data.reset_position_ids"}}) {
+           {{"model.mtp_layers=1", "data.reset_position_ids=true"},
+            "model.mtp_layers with data.reset_attention_mask or data.reset_position_ids"}}) {
     std::vector<std::string> overrides{"train.cuda_graph=true", "device=cuda", "data.eod_token=0"};
     overrides.insert(overrides.end(), settings.begin(), settings.end());
     expect_config_error(kValid, overrides, "train.cuda_graph: " + fragment);

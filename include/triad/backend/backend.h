@@ -76,6 +76,15 @@ class Backend {
   // dst[i] = start + i (dst contiguous, i32 or i64). The default makes the
   // values on the host and copies them; a device backend makes them there.
   virtual void arange(Tensor& dst, int64_t start);
+  // Packed documents' layout of rows of token ids (B, T), i32 or i64,
+  // contiguous: a token equal to `eod` ends its document (an eod no id
+  // equals keeps each row one document). starts (B, T) i32, contiguous: the
+  // first key each token attends to, its document's start d(t), or with
+  // window > 0 max(d(t), t - window + 1); positions (B, T) i64, contiguous,
+  // when not null: t - d(t). All on this backend's device. The default
+  // reads the ids on the host; a device backend forms them there.
+  virtual void document_starts(const Tensor& ids, int64_t eod, int64_t window, Tensor& starts,
+                               Tensor* positions);
 
   // out = a (op) b. `a` and `b` are views already expanded to out's shape
   // (broadcast dimensions have stride 0); out is contiguous and may alias a.

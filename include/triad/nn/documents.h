@@ -45,7 +45,9 @@ Tensor sliding_window_starts(int64_t B, int64_t T, int64_t window, const Tensor&
 // documents' starts alone); with reset_position_ids,
 // ctx.positions (on the host: the position embedding takes host ids; on `device` under rotary
 // embeddings, which the attention layers apply). Fields ctx already has are kept, so a caller can
-// compute them once per micro-batch for every stage and recomputation.
+// compute them once per micro-batch for every stage and recomputation. Ids on a device are never
+// read on the host: the layout is formed there (Backend::document_starts; a CUDA graph's capture),
+// positions included (on `device`).
 ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
                               const Device& device);
 // The same with each row one document, whatever cfg's document resets (a

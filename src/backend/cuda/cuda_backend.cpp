@@ -31,6 +31,7 @@
 #include "kernels/cached_attention.h"
 #include "kernels/clamp.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/documents.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
@@ -510,6 +511,18 @@ void CudaBackend::arange(Tensor& dst, int64_t start) {
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "arange",
          [&] { k::arange(dst.raw_data(), scalar(dst.dtype()), dst.numel(), start, s.stream); });
+}
+
+void CudaBackend::document_starts(const Tensor& ids, int64_t eod, int64_t window, Tensor& starts,
+                                  Tensor* positions) {
+  if (ids.device().is_cpu()) return Backend::document_starts(ids, eod, window, starts, positions);
+  DeviceState& s = state(starts.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "document_starts", [&] {
+    k::document_starts(ids.raw_data(), ids.dtype() == DType::I64, ids.size(0), ids.size(1), eod,
+                       window, starts.data<int32_t>(),
+                       positions ? positions->data<int64_t>() : nullptr, s.stream);
+  });
 }
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {

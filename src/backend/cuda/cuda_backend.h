@@ -48,6 +48,8 @@ class CudaBackend final : public Backend {
 
   void copy(const Tensor& src, Tensor& dst) override;
   void arange(Tensor& dst, int64_t start) override;
+  void document_starts(const Tensor& ids, int64_t eod, int64_t window, Tensor& starts,
+                       Tensor* positions) override;
   bool capturing(const Device& device) const override;
   void inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
                             Tensor& inv, const char* op) override;
