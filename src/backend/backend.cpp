@@ -64,8 +64,30 @@ void Backend::arange(Tensor& dst, int64_t start) {
   copy(host, dst);
 }
 
+void check_document_starts(const Tensor& ids, int64_t window, const Tensor& starts,
+                           const Tensor* positions) {
+  if (ids.dim() != 2 || (ids.dtype() != DType::I32 && ids.dtype() != DType::I64) ||
+      !ids.is_contiguous()) {
+    throw ShapeError("document_starts: ids " + shape_str(ids.shape()) + " " +
+                     dtype_name(ids.dtype()) + " (expected contiguous (B, T) i32 or i64)");
+  }
+  if (window < 0) {
+    throw ValueError("document_starts: window " + std::to_string(window) + " (expected >= 0)");
+  }
+  const auto check_out = [&ids](const Tensor& t, DType dtype, const char* what) {
+    if (t.shape() != ids.shape() || t.dtype() != dtype || !t.is_contiguous()) {
+      throw ShapeError(std::string("document_starts: ") + what + " " + shape_str(t.shape()) + " " +
+                       dtype_name(t.dtype()) + " (expected contiguous " + shape_str(ids.shape()) +
+                       " " + dtype_name(dtype) + ")");
+    }
+  };
+  check_out(starts, DType::I32, "starts");
+  if (positions) check_out(*positions, DType::I64, "positions");
+}
+
 void Backend::document_starts(const Tensor& ids, int64_t eod, int64_t window, Tensor& starts,
                               Tensor* positions) {
+  check_document_starts(ids, window, starts, positions);
   const int64_t B = ids.size(0), T = ids.size(1);
   Tensor host = empty({B, T}, DType::I64, Device::cpu());
   copy(ids, host);  // (to the host, as i64)

@@ -1805,6 +1805,20 @@ TEST(CudaKernels, DocumentStartsAreTheHostsLayout) {
       }
     }
   }
+  // Bad shapes and types are named, on the device and the host alike.
+  const Tensor dev = to_device(from_vector(ids, {B, T}, DType::I64), kGpu);
+  Tensor starts = empty({B, T}, DType::I32, kGpu);
+  Tensor wide = empty({B, T}, DType::I64, kGpu);
+  Backend& be = backend_for(dev);
+  EXPECT_THROW(be.document_starts(dev, eod, 0, wide, nullptr), ShapeError);
+  EXPECT_THROW(be.document_starts(reshape(dev, {B * T}), eod, 0, starts, nullptr), ShapeError);
+  EXPECT_THROW(be.document_starts(dev, eod, 0, starts, &starts), ShapeError);
+  EXPECT_THROW(be.document_starts(dev, eod, -1, starts, nullptr), ValueError);
+  Tensor host_starts = empty({B, 2}, DType::I32);
+  EXPECT_THROW(
+      backend_for(host_starts)
+          .document_starts(from_vector(ids, {B, T}, DType::I64), eod, 0, host_starts, nullptr),
+      ShapeError);
 }
 
 TEST(CudaKernels, EmbeddingBackwardIsDeterministicAndEqualsTheCpuSum) {

@@ -518,6 +518,12 @@ int64_t same_row_stride(const Tensor& t, const Tensor& grad, const char* op);
 // share one, or a and b are both bf16 (or both f16) and c is f32.
 void check_gemm_dtypes(const Tensor& a, const Tensor& b, const Tensor& c);
 
+// Throws ShapeError naming the tensor unless Backend::document_starts's ids
+// are contiguous (B, T) i32 or i64 and starts (positions, when not null)
+// contiguous (B, T) i32 (i64); ValueError for a negative window.
+void check_document_starts(const Tensor& ids, int64_t window, const Tensor& starts,
+                           const Tensor* positions);
+
 // The backend serving tensors of a device type; throws NotSupportedError when
 // none is registered (e.g. CUDA in a build without it).
 Backend& backend_for(DeviceType type);

@@ -515,7 +515,12 @@ void CudaBackend::arange(Tensor& dst, int64_t start) {
 
 void CudaBackend::document_starts(const Tensor& ids, int64_t eod, int64_t window, Tensor& starts,
                                   Tensor* positions) {
-  if (ids.device().is_cpu()) return Backend::document_starts(ids, eod, window, starts, positions);
+  if (ids.device().is_cpu() || starts.device() != ids.device() ||
+      (positions && positions->device() != ids.device())) {
+    // (Ids on the host, or results elsewhere: formed there and copied.)
+    return Backend::document_starts(ids, eod, window, starts, positions);
+  }
+  check_document_starts(ids, window, starts, positions);
   DeviceState& s = state(starts.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "document_starts", [&] {
