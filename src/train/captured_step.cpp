@@ -135,6 +135,7 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     reducer_->set_deferred(true);
     reducer_->wait_gathers();
   }
+  step->context = layout;
   cuda::Graph graph = cuda::capture(device_.index, [&] {
     Tensor loss_sum;
     for (size_t i = 0; i < batches.size(); ++i) {

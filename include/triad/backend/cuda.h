@@ -69,7 +69,12 @@ void empty_cache(int device);
 // addresses its capture saw: refill its inputs in place between replays,
 // and read its outputs after one. Inputs are tensors made before the
 // capture: one made during it may share memory with the capture's earlier
-// temporaries, which each replay writes after the refill. Tensors made
+// temporaries, which each replay writes after the refill. Keep every
+// tensor made before the capture that the graph reads (its inputs, and
+// what they were computed from before it, such as attention's key ranges)
+// for as long as the graph lives: one freed returns its memory to the
+// cache, which hands it to other tensors, and each replay then reads
+// theirs. Tensors made
 // during the capture keep their memory for the graph while it lives (the
 // caching allocator holds it, CachingAllocator::begin_capture), whether or
 // not the caller keeps them; memory freed during the capture stays held
