@@ -1,7 +1,7 @@
 # train.cuda_graph on the simulated GPU across the model families' tiny
 # configs: each entry of RUNS ('@'-separated "config.yaml|--set ..." pairs,
-# the config a file under CONFIG_DIR) trains 4 steps of 2 micro-batches in
-# bf16 captured as it trains uncaptured, every step's loss, gradient norm,
+# the config a file under CONFIG_DIR) trains 4 steps of 2 micro-batches (in
+# bf16 unless the flags say otherwise) captured as it trains uncaptured, every step's loss, gradient norm,
 # output z-loss and multi-token prediction losses to the last digit, and
 # says it captured its passes.
 # Variables: TRAIN (triad-train-sim), CONFIG_DIR, DATA, WORK, RUNS.
@@ -25,7 +25,7 @@ foreach(run IN LISTS runs)
   run("${run} uncaptured" ${TRAIN} ${common} --set output.dir=${WORK}/eager${i})
   run("${run} captured" ${TRAIN} ${common} --set train.cuda_graph=true
       --set output.dir=${WORK}/graph${i})
-  if(NOT run_output MATCHES "captured the step's forward and backward passes \\(2 micro-batches\\)")
+  if(NOT run_output MATCHES "captured the step.s forward and backward passes \\(2 micro-batches")
     message(FATAL_ERROR "${run}: no capture in the log:\n${run_output}")
   endif()
   foreach(key loss grad_norm z_loss mtp_losses)
