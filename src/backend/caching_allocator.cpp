@@ -115,6 +115,11 @@ void CachingAllocator::begin_capture(uint64_t graph) {
   capturing_ = graph;
   capturer_ = std::this_thread::get_id();
   graph_pools_[graph];
+  // The blocks handed out now may be the graph's inputs (or what they were
+  // made from): freed while it lives, they join its pool too, rather than
+  // serve other tensors whose values each replay would then read.
+  for (auto& [ptr, b] : live_)
+    if (b.graph == 0) b.graph = graph;
 }
 
 void CachingAllocator::end_capture() {

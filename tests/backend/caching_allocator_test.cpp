@@ -217,6 +217,33 @@ TEST(CachingAllocator, AGraphsBlocksStayItsOwnUntilItIsReleased) {
   EXPECT_EQ(a.stats().reserved, 0);
 }
 
+// A block handed out before the capture and freed after it (an input the
+// graph reads, let go by its caller) joins the graph too: no request takes
+// it until the graph is released. One freed before the capture is the
+// cache's as ever.
+TEST(CachingAllocator, ABlockLiveAtTheCaptureAndFreedAfterItStaysTheGraphs) {
+  FakeDevice dev(64 << 20);
+  CachingAllocator a(dev);
+  void* input = a.allocate_on(3000, 1);
+  a.begin_capture(9);
+  a.end_capture();
+  a.deallocate(input, 3000);
+  void* other = a.allocate_on(3000, 1);
+  EXPECT_NE(other, input);
+  a.deallocate(other, 3000);
+  // Released: both are the stream's cache.
+  a.release_graph(9, 1);
+  const int calls = dev.calls();
+  void* p = a.allocate_on(3000, 1);
+  void* q = a.allocate_on(3000, 1);
+  EXPECT_EQ(dev.calls(), calls);
+  EXPECT_EQ(std::set<void*>({p, q}), std::set<void*>({input, other}));
+  a.deallocate(p, 3000);
+  a.deallocate(q, 3000);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0);
+}
+
 // Another thread's requests during a capture are not the graph's (a
 // communication thread's buffers); the capturing thread's are.
 TEST(CachingAllocator, OnlyTheCapturingThreadsRequestsJoinTheGraph) {

@@ -2466,6 +2466,31 @@ TEST(CudaRuntime, AGraphsMemoryIsNotHandedToOtherTensors) {
   EXPECT_TRUE(same_bytes(again, full({n}, 5.0, DType::F32)));
 }
 
+// A tensor made before the capture and read by the graph, freed after it
+// while the graph lives: its memory stays the graph's, so a tensor made
+// next of its size takes other memory and each replay still reads the
+// freed input's values. Destroyed, the graph hands that memory back.
+TEST(CudaRuntime, AnInputFreedAfterTheCaptureIsNotHandedToOtherTensors) {
+  autograd::NoGradGuard no_grad;
+  const int64_t n = (13 << 20) / 4 + 3;  // f32: a class of 14 MiB
+  Tensor x = to_device(full({n}, 2.0, DType::F32), kGpu);
+  const void* at = x.raw_data();
+  Tensor out;
+  cuda::Graph g = cuda::capture(0, [&] { out = scale(x, 3.0); });
+  x = Tensor();  // (the caller lets its input go)
+  const Tensor other = to_device(full({n}, 9.0, DType::F32), kGpu);
+  EXPECT_NE(other.raw_data(), at);
+  g.replay();
+  EXPECT_TRUE(same_bytes(out, full({n}, 6.0, DType::F32)));
+  EXPECT_TRUE(same_bytes(other, full({n}, 9.0, DType::F32)));
+  const int64_t reserved = cuda::memory_stats(0).reserved;
+  g = cuda::Graph();
+  out = Tensor();
+  const Tensor again = to_device(full({n}, 4.0, DType::F32), kGpu);
+  EXPECT_EQ(cuda::memory_stats(0).reserved, reserved);  // (a cached block, the graph's before)
+  EXPECT_TRUE(same_bytes(again, full({n}, 4.0, DType::F32)));
+}
+
 // What a capture cannot hold fails it, naming the capture, and leaves the
 // stream as it was: here a read of a value (a wait for the device).
 TEST(CudaRuntime, ACaptureThatWaitsForTheDeviceFailsClearly) {

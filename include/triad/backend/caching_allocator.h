@@ -60,7 +60,12 @@ class CachingAllocator final : public Allocator {
   // first (its replays run in the capture's order, so that reuse is safe),
   // then from the cache or the device; a freed block goes to the graph's
   // private pool, never back to the cache. After end_capture the graph's
-  // blocks freed later still return to its pool. release_graph (the graph
+  // blocks freed later still return to its pool, and so do the blocks that
+  // were handed out when the capture began (its inputs, or what they were
+  // made from, which its replays may read; a tensor freed after the capture
+  // would otherwise lend its memory to another whose values each replay
+  // then reads): memory freed while a graph lives stays reserved until the
+  // graph is destroyed. release_graph (the graph
   // destroyed; its last replay queued on `stream`) hands its pool to that
   // stream's cache, and its blocks still handed out are ordinary from then
   // on. One capture at a time; throws Error when one is already open.

@@ -69,12 +69,13 @@ void empty_cache(int device);
 // addresses its capture saw: refill its inputs in place between replays,
 // and read its outputs after one. Inputs are tensors made before the
 // capture: one made during it may share memory with the capture's earlier
-// temporaries, which each replay writes after the refill. Keep every
-// tensor made before the capture that the graph reads (its inputs, and
-// what they were computed from before it, such as attention's key ranges)
-// for as long as the graph lives: one freed returns its memory to the
-// cache, which hands it to other tensors, and each replay then reads
-// theirs. Tensors made
+// temporaries, which each replay writes after the refill. A tensor made
+// before the capture that the graph reads (an input, or what it was
+// computed from before it, such as attention's key ranges) may be freed
+// while the graph lives: its memory stays the graph's until the graph is
+// destroyed, as does every block live when the capture began and freed
+// after it, so no other tensor takes it (keep the inputs to refill them).
+// Tensors made
 // during the capture keep their memory for the graph while it lives (the
 // caching allocator holds it, CachingAllocator::begin_capture), whether or
 // not the caller keeps them; memory freed during the capture stays held
