@@ -47,6 +47,28 @@ function(expect_init_from_checkpoint label checkpoint model work_dir)
   endif()
 endfunction()
 
+# train.cuda_graph's runs: `output` (the captured run's log) says it
+# captured its passes of 2 micro-batches, and the runs in `eager` and
+# `graph` report the same `steps` losses, gradient norms, output z-losses
+# and multi-token prediction losses (where they have them), to the last
+# digit. The losses go to `outvar`.
+function(expect_captured_as_uncaptured label output eager graph steps outvar)
+  if(NOT output MATCHES "captured the step's forward and backward passes \\(2 micro-batches")
+    message(FATAL_ERROR "${label}: no capture in the log:\n${output}")
+  endif()
+  foreach(key loss grad_norm z_loss mtp_losses)
+    field(${eager} ${key} want)
+    field(${graph} ${key} got)
+    list(LENGTH want count)
+    if(NOT "${want}" STREQUAL "${got}" OR (key STREQUAL "loss" AND NOT count EQUAL steps))
+      message(FATAL_ERROR "${label}: ${key} uncaptured ${want}, captured ${got}")
+    endif()
+    if(key STREQUAL "loss")
+      set(${outvar} "${want}" PARENT_SCOPE)
+    endif()
+  endforeach()
+endfunction()
+
 # One field of every metrics.jsonl line that has it.
 function(field dir key outvar)
   file(STRINGS ${dir}/metrics.jsonl lines)
