@@ -1353,13 +1353,18 @@ std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, con
 }
 
 namespace {
-// ids or targets (B, T), i32 or i64 anywhere, as i64 on the host.
-std::vector<int64_t> host_ids(const Tensor& t, const char* what) {
+// ShapeError unless t is (B, T) ids or targets, i32 or i64.
+void check_ids(const Tensor& t, const char* what) {
   if (t.dim() != 2 || (t.dtype() != DType::I64 && t.dtype() != DType::I32)) {
     throw ShapeError(std::string("multi-token prediction: ") + what +
                      " must be (B, T) i32 or i64, got " + shape_str(t.shape()) + " " +
                      dtype_name(t.dtype()));
   }
+}
+
+// ids or targets (B, T), i32 or i64 anywhere, as i64 on the host.
+std::vector<int64_t> host_ids(const Tensor& t, const char* what) {
+  check_ids(t, what);
   const Tensor h = contiguous(cast(to_device(t, Device::cpu()), DType::I64));
   const int64_t* p = h.data<int64_t>();
   return std::vector<int64_t>(p, p + h.numel());
@@ -1369,11 +1374,7 @@ std::vector<int64_t> host_ids(const Tensor& t, const char* what) {
 // row `fill`: made there (inside a CUDA graph's capture they cannot be read
 // on the host), the values the host's loops give.
 Tensor shifted_on_device(const Tensor& t, int64_t k, double fill, const char* what) {
-  if (t.dim() != 2 || (t.dtype() != DType::I64 && t.dtype() != DType::I32)) {
-    throw ShapeError(std::string("multi-token prediction: ") + what +
-                     " must be (B, T) i32 or i64, got " + shape_str(t.shape()) + " " +
-                     dtype_name(t.dtype()));
-  }
+  check_ids(t, what);
   const int64_t B = t.size(0), T = t.size(1), n = std::min(std::max<int64_t>(k, 0), T);
   const Tensor tail = full({B, n}, fill, DType::I64, t.device());
   if (n == T) return tail;
