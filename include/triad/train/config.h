@@ -107,13 +107,14 @@ struct TrainSection {
   // it: Megatron-LM's per-token loss). They differ only where microbatches
   // hold different numbers of unmasked targets (data.eod_mask_loss).
   std::string loss_average = "microbatches";
-  // true (device: cuda, one process): each step's forward and backward
-  // passes, every micro-batch's, are captured once as a CUDA graph (after
-  // one uncaptured step) and replayed on the next steps' batches, refilled
-  // in device tensors; the optimizer steps outside it. Fewer launches and
-  // no host work a step; for a dense model without dropout or z-loss
-  // (validate says which it refuses). A step at a new fp16 loss scale or a
-  // ramp's new batch size captures anew.
+  // true (device: cuda, one process or data parallelism alone): each
+  // step's forward and backward passes, every micro-batch's, are captured
+  // once as a CUDA graph (after one uncaptured step) and replayed on the
+  // next steps' batches, refilled in device tensors; the optimizer steps
+  // and data parallelism's reductions run outside it. Fewer launches and
+  // no host work a step; for a dense model (validate says what it
+  // refuses). A step at a new fp16 loss scale or a ramp's new batch size
+  // captures anew.
   bool cuda_graph = false;
   double loss_scale_init = 65536.0;   // fp16: initial loss scale
   int64_t loss_scale_window = 2000;   // fp16: clean steps before the scale doubles
