@@ -120,7 +120,9 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     layout.mtp_stats = step->mtp_losses;
   }
   // A sliding window's key ranges depend on the batch's shape alone: made
-  // (and uploaded) once before the capture, for every micro-batch. Packed
+  // (and uploaded) once before the capture, for every micro-batch. (Freed
+  // when this returns, their memory stays the graph's: the caching
+  // allocator keeps a block live at a capture's start for its graph.) Packed
   // documents' ranges and positions depend on each batch's ids: the capture
   // forms them from the device batch (nn::with_documents on device ids),
   // so each replay forms its own.
@@ -135,7 +137,6 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     reducer_->set_deferred(true);
     reducer_->wait_gathers();
   }
-  step->context = layout;
   cuda::Graph graph = cuda::capture(device_.index, [&] {
     Tensor loss_sum;
     for (size_t i = 0; i < batches.size(); ++i) {

@@ -18,11 +18,6 @@ struct Trainer::CapturedStep {
   // Each micro-batch's ids and targets on the device: refilled in place
   // from the step's batches before each replay.
   std::vector<Tensor> inputs, targets;
-  // What every micro-batch's forward pass was given (a sliding window's
-  // key ranges, made before the capture): kept for as long as the graph
-  // reads them, or their memory would go back to the cache after the
-  // capture and be handed to other tensors, which each replay would read.
-  nn::ForwardContext context;
   Tensor loss_sum;  // f64, one value: written by each replay
   // train.loss_average tokens: each micro-batch's gradient seed (the
   // loss's dtype) and loss-sum factor (f64), refilled before each replay;
