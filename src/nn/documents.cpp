@@ -20,22 +20,11 @@ DocumentLayout document_layout(const Tensor& ids, int64_t eod_token) {
     throw ValueError(std::string("document_layout: token ids must be i32 or i64, got ") +
                      dtype_name(ids.dtype()));
   }
-  const int64_t B = ids.size(0), T = ids.size(1);
-  const Tensor host = cast(to_device(ids, Device::cpu()), DType::I64);
-  const Tensor hc = contiguous(host);
-  const int64_t* p = hc.data<int64_t>();
-  std::vector<int64_t> starts(static_cast<size_t>(B * T));
-  std::vector<int64_t> positions(static_cast<size_t>(B * T));
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t start = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      const size_t i = static_cast<size_t>(b * T + t);
-      starts[i] = start;
-      positions[i] = t - start;
-      if (p[i] == eod_token) start = t + 1;  // the next token starts a document
-    }
-  }
-  return {from_vector(starts, {B, T}, DType::I32), from_vector(positions, {B, T}, DType::I64)};
+  // (On the host: the CPU backend's loop, which a device's kernel matches.)
+  const Tensor host = contiguous(to_device(ids, Device::cpu()));
+  DocumentLayout d{empty(host.shape(), DType::I32), empty(host.shape(), DType::I64)};
+  backend_for(host).document_starts(host, eod_token, 0, d.starts, &d.positions);
+  return d;
 }
 
 Tensor sliding_window_starts(int64_t B, int64_t T, int64_t window, const Tensor& doc_starts) {
@@ -92,11 +81,10 @@ ForwardContext apply_layout(const GptConfig& cfg, int64_t B, int64_t T, const Do
 // graph's capture there is none). The same values as the host's.
 ForwardContext layout_on_device(const GptConfig& cfg, const Tensor& ids, bool mask, bool positions,
                                 bool window, ForwardContext ctx, const Device& device) {
-  if (ids.dim() != 2 || (ids.dtype() != DType::I32 && ids.dtype() != DType::I64)) {
-    throw ShapeError("with_documents: token ids must be (B, T) i32 or i64, got " +
-                     shape_str(ids.shape()) + " " + dtype_name(ids.dtype()));
+  if (ids.dim() != 2) {
+    throw ShapeError("with_documents: token ids must be (B, T), got " + shape_str(ids.shape()));
   }
-  const Tensor c = contiguous(ids);
+  const Tensor c = contiguous(ids);  // (Backend::document_starts names a bad dtype)
   Backend& be = backend_for(c);
   const int64_t B = c.size(0), T = c.size(1);
   const auto there = [&device](const Tensor& t) { return to_device(t, device); };
