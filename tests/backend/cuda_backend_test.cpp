@@ -27,6 +27,7 @@
 #include "support/temp_dir.h"
 #include "support/tiny_deepseek.h"
 #ifdef TRIAD_CUDA_SIM
+#include "kernels/layernorm.h"
 #include "support/mock_cublaslt.h"
 #endif
 #include "triad/backend/backend.h"
@@ -1994,10 +1995,12 @@ TEST(CudaKernels, ColumnSumsRunAsOneWaveAndMatchTheCpu) {
 
 // At a training step's row count the fused LayerNorm backward fills the
 // device: one wave of blocks (6 of 4 warps on each of an H200's 132 at
-// C 1024, where a fixed 512 left them 3.9), and its column sums over those
-// blocks' partial rows still equal the CPU's. In f32 the row is too wide to
-// hold (the loop over packs); in bf16, GPT-2 350M's norm, each lane holds
-// its 4 packs of the row, with the residual's gradient added in.
+// C 1024, where a fixed 512 left them 3.9), but no more blocks than leave
+// each warp four rows (each block's partial row is memory the second launch
+// reads back), and its column sums over those blocks' partial rows still
+// equal the CPU's. In f32 the row is too wide to hold (the loop over packs);
+// in bf16, GPT-2 350M's norm, each lane holds its 4 packs of the row, with
+// the residual's gradient added in.
 TEST(CudaKernels, LayerNormBackwardFillsTheDeviceAndMatchesTheCpu) {
   const int64_t N = 4096, C = 1024;
   for (DType d : {DType::F32, DType::BF16}) {
@@ -2038,12 +2041,21 @@ TEST(CudaKernels, LayerNormBackwardFillsTheDeviceAndMatchesTheCpu) {
     expect_close(gpu[2], cpu[2], half ? 1e-3 : 1e-4, half ? 1e-4 : 1e-6, "dweight");
     expect_close(gpu[3], cpu[3], half ? 1e-3 : 1e-4, half ? 1e-4 : 1e-6, "dbias");
 #ifdef TRIAD_CUDA_SIM
-    // The simulated H200: 132 multiprocessors of 228 KiB; a block's column
-    // sums take 2 x 4 warps x 1024 floats (32 KiB) and 1 KiB more: 6 each.
-    // Then the second launch, a block per 32 columns.
-    EXPECT_EQ(blocks, 132 * 6 + C / 32);
+    // 4096 rows: a block per 16 (four rows a warp), then the second launch,
+    // a block per 32 columns.
+    EXPECT_EQ(blocks, N / 16 + C / 32);
 #endif
   }
+#ifdef TRIAD_CUDA_SIM
+  // The simulated H200: 132 multiprocessors of 228 KiB; a block's column
+  // sums take 2 x 4 warps x 1024 floats (32 KiB) and 1 KiB more: 6 each.
+  // 350M's 16384 rows take that wave of 792 (a partial row of dweight and
+  // one of dbias each); 124M's 8192 rows of 768, 512 blocks (four rows a
+  // warp), where the wave of 7 a multiprocessor ran slower on the H200.
+  const size_t row = sizeof(float) * 2;
+  EXPECT_EQ(kernels::layer_norm_backward_workspace(16384, 1024), 132 * 6 * 1024 * row);
+  EXPECT_EQ(kernels::layer_norm_backward_workspace(8192, 768), 512 * 768 * row);
+#endif
 }
 
 // cuda::set_add_norm_bias_sums: the fused add-norm backward also gives its
