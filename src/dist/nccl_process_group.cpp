@@ -14,6 +14,8 @@
 // group; data movement of any dtype goes as bytes. Uneven all_gather and
 // reduce_scatter pieces become grouped broadcasts and reduces (their sizes
 // are known to every rank: nothing goes over the host before the data).
+// Calls issued while the compute stream is in capture (a CUDA graph) join
+// the capture and run at each replay; the watchdog does not watch them.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -148,13 +150,14 @@ class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<NcclProcessGroup> group, std::vector<Event> events,
            std::vector<Tensor> keep, std::function<void()> on_complete, std::string what,
-           std::chrono::milliseconds timeout)
+           std::chrono::milliseconds timeout, bool captured)
       : group_(std::move(group)),
         events_(std::move(events)),
         keep_(std::move(keep)),
         on_complete_(std::move(on_complete)),
         what_(std::move(what)),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        captured_(captured) {}
   ~NcclWork() override;
   bool is_completed() override;
   void wait() override;
@@ -168,6 +171,9 @@ class NcclWork final : public Work {
   std::function<void()> on_complete_;
   std::string what_;
   std::chrono::milliseconds timeout_;
+  // Issued while the compute stream was in capture (a CUDA graph's): the
+  // events are points in the graph, which the host cannot poll or wait for.
+  bool captured_ = false;
   bool done_ = false;
 };
 
@@ -552,12 +558,26 @@ class NcclProcessGroup final : public ProcessGroup,
                   std::vector<cudaStream_t> streams = {}) {
     DeviceGuard g(device_);
     if (streams.empty()) streams.push_back(stream_);
+    // In a capture of the compute stream (train.cuda_graph), ordering the
+    // streams after it joins them to the capture, and the call becomes the
+    // graph's, as does the compute stream's wait for it: nothing runs now,
+    // so the watchdog has nothing to watch (each replay's calls are waited
+    // for by what reads the graph's results).
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check_cuda(
+        cudaStreamIsCapturing(static_cast<cudaStream_t>(cuda::compute_stream(device_)), &capture),
+        what);
+    const bool captured = capture != cudaStreamCaptureStatusNone;
     for (cudaStream_t s : streams) cuda::order_after_compute(device_, s);
     issue();
     std::vector<Event> events;
     for (cudaStream_t s : streams) {
       events.push_back(events_->take(what));
       check_cuda(cudaEventRecord(events.back().get(), s), what);
+    }
+    if (captured) {
+      return std::make_shared<NcclWork>(shared_from_this(), std::move(events), std::move(keep),
+                                        std::move(on_complete), what, timeout_, true);
     }
     watchdog_->watch(
         [events] {
@@ -567,7 +587,7 @@ class NcclProcessGroup final : public ProcessGroup,
         },
         what, timeout_);
     return std::make_shared<NcclWork>(shared_from_this(), std::move(events), std::move(keep),
-                                      std::move(on_complete), what, timeout_);
+                                      std::move(on_complete), what, timeout_, false);
   }
 
   // A point-to-point link to a neighbouring rank (link_neighbours()).
@@ -604,7 +624,7 @@ NcclWork::~NcclWork() {
 void NcclWork::wait() {
   group_->check_failure();
   if (done_) return;
-  if (group_->blocking_wait()) {
+  if (group_->blocking_wait() && !captured_) {
     wait_for(timeout_);  // the host waits too (TRIAD_NCCL_BLOCKING_WAIT=1)
     return;
   }
@@ -614,6 +634,11 @@ void NcclWork::wait() {
 bool NcclWork::is_completed() {
   group_->check_failure();
   if (done_) return true;
+  if (captured_) {
+    throw Error(what_ +
+                ": issued inside a CUDA graph's capture, the call has no completion to ask "
+                "about (wait() orders the graph's compute stream after it)");
+  }
   for (const Event& e : events_) {
     const cudaError_t st = cudaEventQuery(e.get());
     if (st == cudaErrorNotReady) return false;
@@ -625,6 +650,10 @@ bool NcclWork::is_completed() {
 
 void NcclWork::wait_for(std::chrono::milliseconds timeout) {
   if (done_) return;
+  if (captured_) {  // (the host cannot wait for a graph's call: ordered only)
+    finish();
+    return;
+  }
   const auto start = std::chrono::steady_clock::now();
   int spins = 0;
   while (!is_completed()) {

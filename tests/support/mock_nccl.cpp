@@ -12,6 +12,11 @@
 // wrote), exchanges over MPI as it is issued (so an ordering that would
 // hang NCCL hangs here), and queues the writing of its output on the
 // stream: a reader that does not wait for the stream sees the old memory.
+// A collective on a stream in capture (a CUDA graph) becomes the graph's:
+// each launch of the graph exchanges as it is launched and writes the
+// output in the graph's order (cuda_sim's enqueue_at_launch); an error
+// then is the communicator's asynchronous error. Grouped and point-to-point
+// calls are not captured here (ncclInvalidUsage).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mpi.h>
@@ -232,22 +237,41 @@ bool valid_reduction(ncclDataType_t t, ncclRedOp_t op) {
   return op != ncclAvg || is_float(t);
 }
 
+// Set while a graph's launch runs a captured call (issue): its output is
+// written in place, the graph's next work reading it.
+thread_local bool g_replaying = false;
+
 // Queues the writing of `bytes` (the call's result) to `out` on `stream`.
 void deliver(cudaStream_t stream, void* out, std::vector<unsigned char> bytes) {
   if (bytes.empty()) return;
+  if (g_replaying) {
+    std::memcpy(out, bytes.data(), bytes.size());
+    return;
+  }
   auto data = std::make_shared<std::vector<unsigned char>>(std::move(bytes));
   triad_sim::enqueue(stream, [out, data] { std::memcpy(out, data->data(), data->size()); });
 }
 
-// Runs `op` now, or at ncclGroupEnd inside a group; first what its stream
-// has queued before it. (It runs when issued, so it cannot be part of a
-// CUDA graph: a call on a capturing stream is refused, where NCCL would
-// join the graph.)
-ncclResult_t issue(cudaStream_t stream, std::function<ncclResult_t()> op) {
+bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
-      capture != cudaStreamCaptureStatusNone) {
-    return ncclInvalidUsage;
+  return cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+         capture != cudaStreamCaptureStatusNone;
+}
+
+// Runs `op` now, or at ncclGroupEnd inside a group; first what its stream
+// has queued before it. On a stream in capture, `op` is the graph's: it
+// runs at each of its launches (after the graph's earlier work), its
+// output written in place, a failure left as `c`'s asynchronous error.
+ncclResult_t issue(ncclComm_t c, cudaStream_t stream, std::function<ncclResult_t()> op) {
+  if (capturing(stream)) {
+    if (g_group_depth > 0) return ncclInvalidUsage;
+    triad_sim::enqueue_at_launch(stream, [c, op = std::move(op)] {
+      g_replaying = true;
+      const ncclResult_t r = op();
+      g_replaying = false;
+      if (r != ncclSuccess) c->async_error = r;
+    });
+    return ncclSuccess;
   }
   if (g_group_depth > 0) {
     g_collectives.push_back({stream, std::move(op)});
@@ -376,7 +400,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
                            ncclRedOp_t op, ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || !valid_reduction(t, op)) return ncclInvalidArgument;
   count_reduction(t, count * type_size(t));
-  return issue(stream, [=] {
+  return issue(c, stream, [=] {
     std::vector<unsigned char> all;
     const ncclResult_t r = gather_all(c, send, count * type_size(t), all);
     if (r != ncclSuccess) return r;
@@ -403,7 +427,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   if (!usable(c) || !valid_reduction(t, op)) return ncclInvalidArgument;
   if (!in_place_or_apart(c, send, recv, count * type_size(t))) return ncclInvalidArgument;
   count_reduction(t, count * static_cast<size_t>(c->size) * type_size(t));
-  return issue(stream, [=] {
+  return issue(c, stream, [=] {
     const size_t es = type_size(t), total = count * static_cast<size_t>(c->size);
     std::vector<unsigned char> all;
     const ncclResult_t r = gather_all(c, send, total * es, all);
@@ -421,7 +445,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
                            ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || type_size(t) == 0) return ncclInvalidArgument;
   if (!in_place_or_apart(c, recv, send, count * type_size(t))) return ncclInvalidArgument;
-  return issue(stream, [=] {
+  return issue(c, stream, [=] {
     std::vector<unsigned char> all;
     const ncclResult_t r = gather_all(c, send, count * type_size(t), all);
     if (r == ncclSuccess) deliver(stream, recv, std::move(all));
@@ -434,7 +458,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   if (!usable(c) || type_size(t) == 0 || root < 0 || root >= c->size) {
     return ncclInvalidArgument;
   }
-  return issue(stream, [=] {
+  return issue(c, stream, [=] {
     const size_t bytes = count * type_size(t);
     if (bytes > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
     std::vector<unsigned char> data(bytes);
@@ -452,7 +476,7 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
   if (!usable(c) || !valid_reduction(t, op) || root < 0 || root >= c->size) {
     return ncclInvalidArgument;
   }
-  return issue(stream, [=] {
+  return issue(c, stream, [=] {
     const size_t bytes = count * type_size(t);
     if (bytes > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
     std::vector<unsigned char> all(bytes * static_cast<size_t>(c->size));
@@ -476,6 +500,7 @@ ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer
   if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
     return ncclInvalidArgument;
   }
+  if (capturing(stream)) return ncclInvalidUsage;
   count_p2p(c);
   g_p2p.push_back({true, const_cast<void*>(send), count * type_size(t), peer, c, stream});
   return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());
@@ -486,6 +511,7 @@ ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, nccl
   if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
     return ncclInvalidArgument;
   }
+  if (capturing(stream)) return ncclInvalidUsage;
   count_p2p(c);
   g_p2p.push_back({false, recv, count * type_size(t), peer, c, stream});
   return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());

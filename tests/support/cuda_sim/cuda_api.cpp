@@ -5,12 +5,16 @@
 // events mark a point in a stream's queue and take the host time when the
 // queue runs past them. A stream in capture (cudaStreamBeginCapture) keeps
 // what is issued to it as a graph instead; a graph's launch queues its
-// work again.
+// work again. Another stream joins a capture by waiting on an event
+// recorded in it (a fork) and must be waited on again before the capture
+// ends (a join): the graph holds every joined stream's work in the order
+// it was issued, an order every dependency between them allows.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -34,11 +38,24 @@ namespace triad_sim {
 namespace {
 // A stream capture: the work issued to the stream since it began, and
 // whether a call not allowed during it has spoilt it.
+struct Queue;
 struct Capture {
   std::vector<std::function<void()>> ops;
   std::thread::id thread;  // the thread that began it
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   bool invalidated = false;
+  bool ended = false;
+  // Whether it holds work that runs as the graph is launched
+  // (enqueue_at_launch): each launch then runs the launching stream's queue.
+  bool runs_at_launch = false;
+  Queue* origin = nullptr;  // the stream that began it
+  // The streams that joined it (a wait on an event it recorded): the work
+  // each has captured, and how much of that a wait on one of its events
+  // recorded in the capture has covered since (-1: none yet).
+  struct Joined {
+    int64_t pushed = 0, waited = -1;
+  };
+  std::map<const Queue*, Joined> joined;
 };
 // The calling thread's capture interaction mode
 // (cudaThreadExchangeStreamCaptureMode): relaxed lets a thread with a
@@ -66,9 +83,11 @@ struct CUstream_st {
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> ops;
+  bool runs_at_launch = false;  // (Capture::runs_at_launch)
 };
 struct CUgraphExec_st {
   std::shared_ptr<const std::vector<std::function<void()>>> ops;
+  bool runs_at_launch = false;
 };
 struct CUevent_st {
   std::shared_ptr<triad_sim::Queue> queue;  // null until recorded
@@ -76,6 +95,11 @@ struct CUevent_st {
   std::shared_ptr<triad_sim::Mark> mark;
   unsigned flags = 0;
   std::thread::id recorder;  // the host thread that recorded it
+  // Last recorded in a capture: that capture, the stream, and the work the
+  // stream had captured by then (queue is null).
+  std::shared_ptr<triad_sim::Capture> capture;
+  const triad_sim::Queue* captured_on = nullptr;
+  int64_t captured_upto = 0;
 };
 
 namespace {
@@ -261,6 +285,7 @@ uint64_t push(Queue& q, std::function<void()> work) {
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   if (q.capture) {  // kept for the graph, not run
     q.capture->ops.push_back(std::move(work));
+    if (&q != q.capture->origin) ++q.capture->joined[&q].pushed;
     return q.issued;
   }
   if (q.legacy) {
@@ -293,6 +318,15 @@ Streams streams() {
 void enqueue(cudaStream_t stream, std::function<void()> work) {
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   push(*queue_of(stream), std::move(work));
+}
+
+bool enqueue_at_launch(cudaStream_t stream, std::function<void()> work) {
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  Queue& q = *queue_of(stream);
+  if (!q.capture) return false;
+  q.capture->runs_at_launch = true;
+  push(q, std::move(work));
+  return true;
 }
 
 void run_stream(cudaStream_t stream) {
@@ -394,6 +428,14 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
       return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched:
+      return "the capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capture sequence contains a fork that was not joined to the primary stream";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     default:
       return "cuda_sim error";
   }
@@ -418,6 +460,14 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated:
       return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched:
+      return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined:
+      return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation:
+      return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
     default:
       return "cudaErrorUnknown";
   }
@@ -570,8 +620,32 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   auto q = triad_sim::queue_of(s);
-  // (Captures here are of one stream, without events: a capture that
-  // waits on one fails, where a GPU would join the event's stream to it.)
+  if (e->capture) {
+    // Recorded in a capture: the waiting stream joins it (a fork), or, in
+    // it already, the capture has waited on the event's stream up to there
+    // (a join). A capture that has ended, or another capture, cannot be
+    // waited on.
+    const std::shared_ptr<triad_sim::Capture> c = e->capture;
+    if (c->ended) return set(cudaErrorStreamCaptureIsolation);
+    if (q->capture && q->capture != c) {
+      q->capture->invalidated = c->invalidated = true;
+      return set(cudaErrorStreamCaptureIsolation);
+    }
+    if (!q->capture) {
+      if (q->legacy) {
+        c->invalidated = true;
+        return set(cudaErrorStreamCaptureImplicit);
+      }
+      q->capture = c;
+      c->joined[q.get()];
+    }
+    if (e->captured_on != q.get() && e->captured_on != c->origin) {
+      auto& j = c->joined[e->captured_on];
+      j.waited = std::max(j.waited, e->captured_upto);
+    }
+    return cudaSuccess;
+  }
+  // A capture cannot wait on work outside it.
   if (triad_sim::spoils_capture(q.get(), false)) return set(cudaErrorStreamCaptureUnsupported);
   // Waits for the event's last record; one never recorded is no wait.
   if (!e->queue) return cudaSuccess;
@@ -600,8 +674,19 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   auto q = triad_sim::queue_of(s);
-  if (triad_sim::spoils_capture(q.get(), false)) return set(cudaErrorStreamCaptureUnsupported);
+  if (q->capture) {
+    // A point in the capture, for streams to wait on (no time is taken).
+    e->capture = q->capture;
+    e->captured_on = q.get();
+    e->captured_upto = q.get() == q->capture->origin ? 0 : q->capture->joined[q.get()].pushed;
+    e->queue.reset();
+    e->mark.reset();
+    e->seq = 0;
+    e->recorder = std::this_thread::get_id();
+    return cudaSuccess;
+  }
   auto mark = std::make_shared<triad_sim::Mark>();
+  e->capture.reset();
   e->queue = q;
   e->mark = mark;
   e->recorder = std::this_thread::get_id();
@@ -611,6 +696,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  // A captured event stands for no work that runs: asking spoils its capture.
+  if (e->capture) {
+    e->capture->invalidated = true;
+    return set(cudaErrorStreamCaptureUnsupported);
+  }
   if (!e->queue || e->queue->done >= e->seq) return cudaSuccess;
   // Not reached yet: say so, and let the stream progress so that a later
   // query finds it done (a poll loop ends). A query never blocks on a GPU,
@@ -626,6 +716,10 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
+  if (e->capture) {
+    e->capture->invalidated = true;
+    return set(cudaErrorStreamCaptureUnsupported);
+  }
   if (e->queue) triad_sim::host_wait(*e->queue, e->seq);
   return cudaSuccess;
 }
@@ -683,7 +777,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t strea
 }
 
 // ---- graphs ---------------------------------------------------------------------
-// A capture holds one stream's work, in issue order; what a graph launch
+// A capture holds its streams' work, in issue order; what a graph launch
 // queues runs it again, in that order.
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
   if (reinterpret_cast<uintptr_t>(s) <= 2) return set(cudaErrorStreamCaptureUnsupported);
@@ -692,6 +786,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mo
   s->queue->capture = std::make_shared<triad_sim::Capture>();
   s->queue->capture->thread = std::this_thread::get_id();
   s->queue->capture->mode = mode;
+  s->queue->capture->origin = s->queue.get();
   return cudaSuccess;
 }
 cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
@@ -704,12 +799,21 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
   *graph = nullptr;
   if (reinterpret_cast<uintptr_t>(s) <= 2) return set(cudaErrorIllegalState);
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
-  std::shared_ptr<triad_sim::Capture> c = std::move(s->queue->capture);
-  s->queue->capture.reset();
+  const std::shared_ptr<triad_sim::Capture> c = s->queue->capture;
   if (!c) return set(cudaErrorIllegalState);
+  // Only the stream that began it ends it.
+  if (c->origin != s->queue.get()) return set(cudaErrorStreamCaptureUnmatched);
+  // Every stream leaves the capture, which ends.
+  s->queue->capture.reset();
+  for (auto& q : triad_sim::state().created)
+    if (q->capture == c) q->capture.reset();
+  c->ended = true;
   if (c->thread != std::this_thread::get_id()) return set(cudaErrorStreamCaptureWrongThread);
   if (c->invalidated) return set(cudaErrorStreamCaptureInvalidated);
-  *graph = new CUgraph_st{std::move(c->ops)};
+  // A joined stream's work must have been waited on since (joined back).
+  for (const auto& [q, j] : c->joined)
+    if (j.waited < j.pushed) return set(cudaErrorStreamCaptureUnjoined);
+  *graph = new CUgraph_st{std::move(c->ops), c->runs_at_launch};
   return cudaSuccess;
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* status) {
@@ -723,8 +827,9 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* 
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
   if (exec == nullptr || graph == nullptr) return set(cudaErrorInvalidValue);
-  *exec =
-      new CUgraphExec_st{std::make_shared<const std::vector<std::function<void()>>>(graph->ops)};
+  *exec = new CUgraphExec_st{
+      std::make_shared<const std::vector<std::function<void()>>>(graph->ops),
+      graph->runs_at_launch};
   return cudaSuccess;
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
@@ -734,6 +839,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   triad_sim::push(*q, [ops = exec->ops] {
     for (const auto& op : *ops) op();
   });
+  // (Work that runs as the graph is launched: sim.h, enqueue_at_launch.)
+  if (exec->runs_at_launch) triad_sim::run_stream(s);
   return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {

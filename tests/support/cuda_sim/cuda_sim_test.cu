@@ -692,6 +692,151 @@ TEST(CudaSim, ACaptureRefusesWhatAGpuRefuses) {
   cudaStreamDestroy(s);
 }
 
+// A second stream joins a capture by waiting on an event recorded in it (a
+// fork) and leaves it when the capture ends; the stream that began the
+// capture waits on an event after the second stream's work (a join). The
+// graph holds both streams' work and each launch runs it in an order both
+// waits allow: a fill on the first stream, one added on the second, one
+// more on the first.
+TEST(CudaSim, AnotherStreamForkedIntoACaptureAndJoinedBackIsTheGraphs) {
+  cudaStream_t s, side;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t fork, join;
+  ASSERT_EQ(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), cudaSuccess);
+  float* a = device_copy(std::vector<float>(8, 0.0f));
+  float* b = device_copy(std::vector<float>(8, 0.0f));
+  float* c = device_copy(std::vector<float>(8, 0.0f));
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, sizeof(float), cudaHostAllocPortable), cudaSuccess);
+  cudaDeviceSynchronize();
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaMemcpyAsync(a, pinned, sizeof(float), cudaMemcpyHostToDevice, s);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  // A captured event stands for no work the host could ask about.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork, 0), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(side, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  add_one_kernel<<<1, 8, 0, side>>>(a, b, 8);
+  ASSERT_EQ(cudaEventRecord(join, side), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(s, join, 0), cudaSuccess);
+  add_one_kernel<<<1, 8, 0, s>>>(b, c, 8);
+  EXPECT_EQ(triad_sim::pending_work(), 0);  // nothing queued
+  // Only the stream that began the capture ends it.
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(side, &graph), cudaErrorStreamCaptureUnmatched);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(side, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  // An event of an ended capture cannot be waited on.
+  EXPECT_EQ(cudaStreamWaitEvent(side, join, 0), cudaErrorStreamCaptureIsolation);
+  cudaGetLastError();
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  cudaGraphDestroy(graph);
+  for (float v : {2.0f, 7.0f}) {
+    *static_cast<float*>(pinned) = v;
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    cudaStreamSynchronize(s);
+    EXPECT_EQ(read_back(c, 1), std::vector<float>{v + 2.0f});
+  }
+  // Re-recorded outside a capture, the event is an ordinary one again.
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  EXPECT_EQ(cudaEventSynchronize(fork), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(fork), cudaSuccess);
+  cudaGraphExecDestroy(exec);
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  cudaFreeHost(pinned);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(side);
+}
+
+// What a capture across streams refuses: a forked stream never joined back
+// (the end fails and both streams leave the capture), a query of a captured
+// event (spoils the capture), a wait on an event recorded outside it, and a
+// wait joining two captures.
+TEST(CudaSim, ACaptureAcrossStreamsRefusesAForkNeverJoinedAndQueriesOfItsEvents) {
+  cudaStream_t s, side, other;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t e, outside;
+  ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming), cudaSuccess);
+  float* a = device_copy(std::vector<float>(4, 0.0f));
+  cudaDeviceSynchronize();
+  cudaGraph_t graph = nullptr;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  // Forked, never joined (the side stream's work is waited on by no one).
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, e, 0), cudaSuccess);
+  fill_kernel<<<1, 4, 0, side>>>(a, 1.0f, 4);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureUnjoined);
+  EXPECT_EQ(graph, nullptr);
+  ASSERT_EQ(cudaStreamIsCapturing(side, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  // Asking about a captured event.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(e), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  // Waiting on work outside the capture.
+  ASSERT_EQ(cudaEventRecord(outside, other), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(s, outside, 0), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  // Two captures joined.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(other, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(other, e, 0), cudaErrorStreamCaptureIsolation);
+  EXPECT_EQ(cudaStreamEndCapture(other, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  cudaGetLastError();
+  cudaEventDestroy(e);
+  cudaEventDestroy(outside);
+  cudaFree(a);
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(side);
+  cudaStreamDestroy(other);
+}
+
+// enqueue_at_launch: work a capture keeps runs as each launch of its graph
+// is issued, after the graph's earlier work; off a capture it queues
+// nothing.
+TEST(CudaSim, WorkEnqueuedAtLaunchRunsAsTheGraphIsLaunched) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  float* a = device_copy(std::vector<float>(4, 0.0f));
+  cudaDeviceSynchronize();
+  std::vector<float> seen;
+  EXPECT_FALSE(triad_sim::enqueue_at_launch(s, [] {}));
+  EXPECT_EQ(triad_sim::pending_work(), 0);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  add_one_kernel<<<1, 4, 0, s>>>(a, a, 4);
+  EXPECT_TRUE(triad_sim::enqueue_at_launch(s, [&] { seen.push_back(a[0]); }));
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  cudaGraphDestroy(graph);
+  EXPECT_TRUE(seen.empty());
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  // (No synchronisation: both launches ran as they were issued.)
+  EXPECT_EQ(seen, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(triad_sim::pending_work(), 0);
+  cudaGraphExecDestroy(exec);
+  cudaFree(a);
+  cudaStreamDestroy(s);
+}
+
 // Errors a kernel's threads raise come from the call that ran the stream;
 // errors in the launch itself, from the launch.
 TEST(CudaSim, ErrorsComeFromTheLaunchOrFromTheSynchronisation) {

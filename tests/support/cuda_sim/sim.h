@@ -104,6 +104,14 @@ void set_streams(Streams mode);
 Streams streams();
 // Queues `work` on `stream` (0: the current device's legacy stream).
 void enqueue(cudaStream_t stream, std::function<void()> work);
+// On a stream in capture: queues `work` into the capture, as enqueue, and
+// marks the graph so that each launch of it runs the launching stream's
+// queue at once (the host runs the graph as it launches it), and returns
+// true; on a stream not in capture, does nothing and returns false. For a
+// stand-in whose uncaptured call does its work as it is issued (mock NCCL's
+// exchanges between ranks): captured, that work runs at each launch, where
+// the uncaptured call would have run.
+bool enqueue_at_launch(cudaStream_t stream, std::function<void()> work);
 // Runs what is queued on `stream` so far (and what it waits for) without
 // counting a host wait: for a stand-in whose library call reads its inputs
 // when issued, where the real library's kernels would run in stream order.
