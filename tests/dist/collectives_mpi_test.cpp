@@ -554,6 +554,48 @@ TEST(NcclGroup, WorkQueuedAfterAWaitSeesTheResult) {
   }
 }
 
+// A collective issued while the compute stream is in capture is the
+// graph's (train.cuda_graph's data-parallel reductions): the capture runs
+// nothing, and each replay reduces what the graph's earlier work wrote from
+// the input refilled before it, then the work after the wait reads the
+// result. Asking whether the captured call has completed is refused by
+// name. In bf16 the sum goes through an f32 copy made in the graph too.
+TEST(NcclGroup, ACollectiveCapturedInAGraphReducesAtEachReplay) {
+  if (!kNccl) GTEST_SKIP() << "NCCL only";
+  const int P = g_world->size(), me = g_world->rank();
+  const int64_t n = 29;
+  for (DType d : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    Tensor in = filled(me, n, d), out;
+    cuda::synchronize(g_device.index);
+    std::string refused;
+    cuda::Graph graph = cuda::capture(g_device.index, [&] {
+      Tensor t = add(in, in);
+      WorkPtr w = g_world->all_reduce(t, ReduceOp::Sum);
+      try {
+        w->is_completed();
+      } catch (const Error& e) {
+        refused = e.what();
+      }
+      w->wait();
+      out = add(t, full({n}, 1.0, d, g_device));
+    });
+    EXPECT_NE(refused.find("inside a CUDA graph's capture"), std::string::npos) << refused;
+    for (int k : {2, 5}) {
+      copy_(in, filled(me + k, n, d));
+      graph.replay();
+      const std::vector<double> got = to_double_vector(to_device(out, Device::cpu()));
+      for (int64_t i = 0; i < n; ++i) {
+        double s = 0;
+        for (int r = 0; r < P; ++r) s += value(r + k, i);
+        const double want = 2 * s + 1;
+        ASSERT_NEAR(got[i], want, d == DType::BF16 ? want / 128 : 0)
+            << "replay " << k << " element " << i;
+      }
+    }
+  }
+}
+
 #ifdef TRIAD_NCCL_ON_SIM
 // TRIAD_NCCL_BLOCKING_WAIT=1 (read when a group is made): wait() also makes
 // the host wait for the call.

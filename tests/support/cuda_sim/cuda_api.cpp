@@ -827,9 +827,8 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* 
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
   if (exec == nullptr || graph == nullptr) return set(cudaErrorInvalidValue);
-  *exec = new CUgraphExec_st{
-      std::make_shared<const std::vector<std::function<void()>>>(graph->ops),
-      graph->runs_at_launch};
+  *exec = new CUgraphExec_st{std::make_shared<const std::vector<std::function<void()>>>(graph->ops),
+                             graph->runs_at_launch};
   return cudaSuccess;
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
