@@ -469,6 +469,7 @@ class NcclProcessGroup final : public ProcessGroup,
     return all_reduce(one, ReduceOp::Sum);
   }
   bool has_p2p_link(int peer) const override { return links_.count(peer) > 0; }
+  bool captures_device_collectives() const override { return true; }
 
  private:
   std::string describe(const std::string& op, const Tensor& t, const std::string& peers) const {
@@ -715,6 +716,7 @@ class DeviceRoutedGroup final : public ProcessGroup {
   WorkPtr barrier() override { return host_->barrier(); }
   // Links are the NCCL group's: they carry the CUDA tensors.
   bool has_p2p_link(int peer) const override { return nccl_->has_p2p_link(peer); }
+  bool captures_device_collectives() const override { return nccl_->captures_device_collectives(); }
 
  private:
   ProcessGroup& pick(const Tensor& t) {

@@ -12,6 +12,7 @@
 // optimizer steps.
 #include "train/captured_step.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <string>
@@ -129,12 +130,16 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   if (config_.model.sliding_window > 0 && !config_.model.resets_documents()) {
     layout = nn::with_documents(config_.model, batches.front().inputs, layout, device_);
   }
+  // Data parallelism: NCCL's reductions join the capture, so the graph
+  // starts each bucket's as the captured backward completes it and ends
+  // with finish()'s waits: every replay reduces as the uncaptured step
+  // does, overlapping the backward. A group that cannot be captured (device
+  // tensors staged through the host) leaves the buckets to finish(), after
+  // each replay. ZeRO-1's gathers are waited for before the capture (the
+  // forward's fences would wait inside it) and before each replay.
+  step->reduces = reducer_ && reducer_->captures_reductions();
   if (reducer_) {
-    // Data parallelism: the buckets wait for finish(), after each replay
-    // (the hooks run at the capture alone, and a collective may not join
-    // it), and ZeRO-1's gathers are waited for before it (the forward's
-    // fences would wait inside it).
-    reducer_->set_deferred(true);
+    reducer_->set_deferred(!step->reduces);
     reducer_->wait_gathers();
   }
   cuda::Graph graph = cuda::capture(device_.index, [&] {
@@ -154,20 +159,23 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
       autograd::backward({per_token ? mul(loss, step->seeds[i]) : scale(loss, ctx.loss_grad)});
     }
     step->loss_sum = loss_sum;
+    if (step->reduces) reducer_->finish();
   });
   step->graph = std::move(graph);
   step->loss_scale = loss_scale;
   const char* plural = batches.size() == 1 ? "" : "es";
-  if (scaler_) {
-    spdlog::info(
-        "train.cuda_graph: captured the step's forward and backward passes ({} micro-batch{}, "
-        "loss scale {})",
-        batches.size(), plural, loss_scale);
-  } else {
-    spdlog::info(
-        "train.cuda_graph: captured the step's forward and backward passes ({} micro-batch{})",
-        batches.size(), plural);
+  std::string extra;
+  if (scaler_) extra += fmt::format(", loss scale {}", loss_scale);
+  if (step->reduces) {
+    extra +=
+        fmt::format("; the gradients' reductions too, {} of {} buckets during the backward pass",
+                    reducer_->launched_early_last_step(), reducer_->num_buckets());
+  } else if (reducer_) {
+    extra += "; the gradients are reduced after each replay";
   }
+  spdlog::info(
+      "train.cuda_graph: captured the step's forward and backward passes ({} micro-batch{}{})",
+      batches.size(), plural, extra);
   captured_ = std::move(step);
   // (The capture ran nothing: this step's passes are the first replay.)
   return captured_forward_backward(batches, call);

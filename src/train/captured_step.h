@@ -37,6 +37,11 @@ struct Trainer::CapturedStep {
   // fp16's loss scale its backward starts from (1 without one): a step at
   // another scale captures anew.
   double loss_scale = 1.0;
+  // Data parallelism: whether the graph reduces the gradients itself (the
+  // buckets started as the backward reaches them, all waited for at its
+  // end: GradientReducer::captures_reductions), so that the step does not
+  // call GradientReducer::finish after a replay.
+  bool reduces = false;
 };
 
 }  // namespace triad::train

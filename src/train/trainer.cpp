@@ -2586,7 +2586,9 @@ StepMetrics Trainer::train_step(int64_t index) {
   if (reducer_) reducer_->set_microbatches(batch_size(index) / dp_ / t.micro_batch_size);
   const StepLoss step_loss = forward_backward(index);
   DeviceTimer& timer = step_timer();
-  if (reducer_) {
+  // (A captured step whose graph reduced the gradients itself has nothing
+  // left to finish: train.cuda_graph under NCCL.)
+  if (reducer_ && !(captured_ && captured_->reduces)) {
     const auto reduce_start = TraceRecorder::Clock::now();
     const nvtx::Range range("dp reduce");
     const DeviceTimer::Mark m0 = timer.mark();

@@ -100,6 +100,11 @@ class ProcessGroup {
   // NcclOptions::p2p_streams_per_peer): then a batch may go out as one call
   // per linked peer without one peer's calls waiting behind another's.
   virtual bool has_p2p_link(int /*peer*/) const { return false; }
+  // Whether a collective on device tensors, issued while the device's
+  // compute stream is in a CUDA graph's capture, becomes part of the graph
+  // (NCCL's do: each replay runs it, Work::wait orders the graph after it).
+  // A group that stages device tensors through the host cannot be captured.
+  virtual bool captures_device_collectives() const { return false; }
 
  protected:
   ProcessGroup(std::string name, int rank, int size, std::vector<int> members)

@@ -195,6 +195,13 @@ void GradientReducer::launch(Bucket& b) {
   b.work = b.group->reduce_scatter(view, mine, dist::ReduceOp::Avg);
 }
 
+bool GradientReducer::captures_reductions() const {
+  if (!flat_grad_.device().is_cuda()) return false;
+  return std::all_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) {
+    return b.group && b.group->captures_device_collectives();
+  });
+}
+
 void GradientReducer::finish() {
   parts_last_step_ = waited_by_parts_;
   waited_by_parts_ = 0;

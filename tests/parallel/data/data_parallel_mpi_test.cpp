@@ -354,6 +354,35 @@ std::vector<std::pair<std::string, Tensor>> small_params() {
   return params;
 }
 
+// GradientReducer::set_deferred (train.cuda_graph beside a group whose
+// collectives cannot join a capture): no bucket starts during backward,
+// finish() reduces them all, to the same average. A CPU group's reductions
+// cannot be captured.
+TEST(DataParallel, DeferredBucketsAllReduceInFinishToTheSameAverage) {
+  const int dp = g_world->size(), me = g_world->rank();
+  for (bool deferred : {false, true}) {
+    SCOPED_TRACE(deferred ? "deferred" : "from the hooks");
+    dp::GradientReducer r(small_params(), g_world, 256.0, false);
+    ASSERT_GT(r.num_buckets(), 2);
+    EXPECT_FALSE(r.captures_reductions());
+    r.set_deferred(deferred);
+    for (int step = 0; step < 2; ++step) {  // (the first learns the counts)
+      r.zero_grad();
+      Tensor loss;
+      for (const auto& [name, p] : r.params()) {
+        const Tensor part = sum(mul(p, full(p.shape(), me + 1.0 + step)));
+        loss = loss.defined() ? add(loss, part) : part;
+      }
+      autograd::backward({loss});
+      r.finish();
+    }
+    EXPECT_EQ(r.launched_early_last_step(), deferred ? 0 : r.num_buckets());
+    for (const auto& [name, p] : r.params()) {
+      for (double v : to_double_vector(p.grad())) ASSERT_EQ(v, (dp + 1) / 2.0 + 1) << name;
+    }
+  }
+}
+
 // ZeRO-1 gathers the parameters in place: each rank's updated piece of a
 // bucket is already where the gathered bucket keeps it, so no tensor is
 // allocated for the gather, and every rank ends with every owner's values.

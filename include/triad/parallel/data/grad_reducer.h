@@ -75,10 +75,17 @@ class GradientReducer {
   // Whether every reduction waits for finish() (default false): the hooks
   // still count each parameter's gradients but start no bucket. A backward
   // captured as a CUDA graph (train.cuda_graph) runs its hooks at the
-  // capture only, and a collective may not join the capture: its buckets
-  // are all reduced after each replay, without overlapping the backward.
+  // capture only: where its groups' collectives cannot join the capture
+  // (captures_reductions() false), its buckets are all reduced after each
+  // replay, without overlapping the backward.
   void set_deferred(bool on) { deferred_ = on; }
   bool deferred() const { return deferred_; }
+  // Whether every bucket's group captures collectives on device tensors
+  // (ProcessGroup::captures_device_collectives: NCCL's). Then a captured
+  // backward, with finish() inside the capture, is a graph whose every
+  // replay reduces the buckets as the hooks started them, overlapping the
+  // backward, and waits for them all.
+  bool captures_reductions() const;
   // The microbatches of the next step (1 until set). The counts learned on
   // the first step are per its microbatches, so a step with another count
   // (a batch-size ramp) expects them scaled to its own.
