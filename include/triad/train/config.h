@@ -111,7 +111,8 @@ struct TrainSection {
   // step's forward and backward passes, every micro-batch's, are captured
   // once as a CUDA graph (after one uncaptured step) and replayed on the
   // next steps' batches, refilled in device tensors; the optimizer steps
-  // and data parallelism's reductions run outside it. Fewer launches and
+  // outside it. Data parallelism's reductions over NCCL are captured with
+  // the backward they overlap (otherwise run after it). Fewer launches and
   // no host work a step; for a dense model (validate says what it
   // refuses). A step at a new fp16 loss scale or a ramp's new batch size
   // captures anew.
