@@ -419,4 +419,39 @@ EmbeddingPlan embedding_plan_on_device(const void* ids, bool ids64, int64_t N, i
   return plan;
 }
 
+namespace {
+template <class T>
+__global__ void vocab_shard_ids_kernel(const void* ids, bool ids64, int64_t N, int64_t start,
+                                       int64_t valid, int64_t vocab, int64_t* local, T* keep,
+                                       unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t id = load_id(ids, ids64, i);
+    if ((id < 0 || id >= vocab) && bad) atomicMin(bad, static_cast<unsigned long long>(i));
+    const bool mine = id >= start && id - start < valid;
+    local[i] = mine ? id - start : 0;
+    store(keep, i, mine ? 1.0f : 0.0f);
+  }
+}
+}  // namespace
+
+void vocab_shard_ids(const void* ids, bool ids64, int64_t N, int64_t start, int64_t valid,
+                     int64_t vocab, int64_t* local, void* keep, ScalarType keep_type,
+                     unsigned long long* bad, cudaStream_t stream) {
+  if (N < 0 || start < 0 || valid < 0 || vocab < start + valid) {
+    throw std::invalid_argument("vocab_shard_ids: " + std::to_string(N) + " ids, shard [" +
+                                std::to_string(start) + ", " + std::to_string(start + valid) +
+                                ") of a vocabulary of " + std::to_string(vocab));
+  }
+  if (N == 0) return;
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>((N + kThreads - 1) / kThreads, 4096));
+  dispatch_nn(keep_type, "vocab_shard_ids", [&](auto t) {
+    using T = decltype(t);
+    vocab_shard_ids_kernel<T><<<blocks, kThreads, 0, stream>>>(ids, ids64, N, start, valid, vocab,
+                                                               local, static_cast<T*>(keep), bad);
+  });
+  check_launch("vocab_shard_ids");
+}
+
 }  // namespace triad::kernels

@@ -66,4 +66,14 @@ void embedding_backward(const EmbeddingPlan& plan, const void* dout, ScalarType 
                         int64_t C, void* dweight, cudaStream_t stream, bool f32_grad = false,
                         bool accumulate = false);
 
+// A vocabulary-parallel lookup's ids (VocabParallelEmbedding, this rank's
+// shard of rows [start, start + valid)): local[i] = ids[i] - start for an id
+// in the shard, else 0, and keep[i] 1 there, else 0 (of keep_type: f32,
+// bf16 or f16), for N ids. An id outside [0, vocab) lowers *bad to its
+// position (when given; a CUDA graph's check). What a CUDA graph's capture
+// needs, where the ids cannot be read on the host.
+void vocab_shard_ids(const void* ids, bool ids64, int64_t N, int64_t start, int64_t valid,
+                     int64_t vocab, int64_t* local, void* keep, ScalarType keep_type,
+                     unsigned long long* bad, cudaStream_t stream);
+
 }  // namespace triad::kernels

@@ -118,6 +118,13 @@ void Backend::inverse_target_count(const Tensor& targets, int64_t, int64_t, Tens
                           " (only a CUDA device capturing a graph counts them there)");
 }
 
+void Backend::vocab_shard_ids(const Tensor& ids, int64_t, int64_t, int64_t, Tensor& local, Tensor&,
+                              const char* op) {
+  throw NotSupportedError(std::string(op) + ": a vocabulary shard's ids from " +
+                          ids.device().str() + " on " + local.device().str() +
+                          " (only a CUDA device capturing a graph forms them there)");
+}
+
 void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                              Tensor* gelu_input) {
   Tensor& pre = gelu_input ? *gelu_input : y;

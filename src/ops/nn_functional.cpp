@@ -815,7 +815,6 @@ void cross_entropy_backward(const Tensor& lc, const CrossEntropyParts& ce, int64
                             const TensorList& g, Tensor& dlogits, double softcap = 0.0) {
   const int64_t N = lc.size(0);
   const DType sd = stat_dtype(lc.dtype());
-  const double mean = ce.count ? 1.0 / static_cast<double>(ce.count) : 0.0;
   if (ce.ahead != 0.0) {
     if (dlogits.raw_data() != lc.raw_data() || dlogits.strides() != lc.strides()) {
       throw NotSupportedError(
@@ -826,10 +825,16 @@ void cross_entropy_backward(const Tensor& lc, const CrossEntropyParts& ce, int64
     return;
   }
   const Tensor dl = row_grads(g[0], N, ce, sd);
-  // (The backend gives ignored rows no gradient: dlse needs no mask.)
-  const Tensor dlse = ce.z_scale != 0.0                ? joined_z_loss_dlse(ce.lse, dl, ce.z_scale)
-                      : g.size() > 1 && g[1].defined() ? z_loss_dlse(ce.lse, g[1], {}, mean)
-                                                       : Tensor();
+  // (The backend gives ignored rows no gradient: dlse needs no mask.) The
+  // z-loss's own gradient: grad_z * 2 * lse_i / count, its count the
+  // loss's (the device's inside a capture).
+  Tensor dlse;
+  if (ce.z_scale != 0.0) {
+    dlse = joined_z_loss_dlse(ce.lse, dl, ce.z_scale);
+  } else if (g.size() > 1 && g[1].defined()) {
+    dlse = mul(row_grads(g[1], N, ce, sd), ce.lse);
+    backend_for(dlse).affine(dlse, 2.0, 0.0, dlse);
+  }
   backend_for(lc).cross_entropy_backward(lc, ce.targets, ce.lse, dl, dlse, ignore_index, dlogits,
                                          softcap);
 }
@@ -883,28 +888,11 @@ int64_t padded_logits_row(int64_t classes) {
   return (classes + kRow - 1) / kRow * kRow;
 }
 
-Tensor z_loss_of(const Tensor& lse, const Tensor& row_weight, double mean) {
-  Tensor squares = mul(lse, lse);
-  if (row_weight.defined()) squares = mul(squares, row_weight);
-  Tensor total = empty({}, lse.dtype(), lse.device());
-  backend_for(lse).reduce(ReduceOp::Sum, squares, 1, lse.numel(), 1, total, nullptr);
-  return (row_weight.defined() ? total : scale(total, mean)).detach();
-}
-
 Tensor joined_z_loss_dlse(const Tensor& lse, const Tensor& dloss, double z_scale) {
   Tensor d = empty(lse.shape(), lse.dtype(), lse.device());
   backend_for(lse).binary(BinaryOp::Mul, lse, dloss, d);
   backend_for(d).affine(d, z_scale, 0.0, d);
   return d;
-}
-
-Tensor z_loss_dlse(const Tensor& lse, const Tensor& grad_z, const Tensor& row_weight, double mean) {
-  const int64_t N = lse.numel();
-  Tensor gz = cast(grad_z, lse.dtype());
-  Tensor d = empty({N}, lse.dtype(), lse.device());
-  backend_for(lse).copy(make_view(gz, {N}, {0}, gz.offset()), d);
-  d = mul(d, lse);
-  return row_weight.defined() ? scale(mul(d, row_weight), 2.0) : scale(d, 2.0 * mean);
 }
 
 std::vector<Tensor> linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,

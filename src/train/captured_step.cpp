@@ -19,6 +19,7 @@
 
 #include "triad/autograd/engine.h"
 #include "triad/core/error.h"
+#include "triad/dist/mesh.h"
 #include "triad/nn/documents.h"
 #include "triad/ops.h"
 
@@ -28,8 +29,14 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
                                                      uint64_t call) {
   if (!(model_ || tp_model_) || pp_model_ || !device_.is_cuda()) {
     throw Error(
-        "train.cuda_graph: a captured step needs one process or data-parallel ranks on CUDA "
-        "devices");
+        "train.cuda_graph: a captured step needs one process, or data- or tensor-parallel ranks, "
+        "on CUDA devices");
+  }
+  if (tp_model_ && mesh_->tp()->size() > 1 && !mesh_->tp()->captures_device_collectives()) {
+    throw Error("train.cuda_graph: tensor parallelism's collectives (group '" +
+                mesh_->tp()->name() +
+                "') cannot join a CUDA graph's capture: they need NCCL (device tensors staged "
+                "through the host are not captured)");
   }
   const double micro = static_cast<double>(batches.size());
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
@@ -69,8 +76,6 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
       step->sums = captured->sums;
       step->records = captured->records;
     }
-    // (As after the uncaptured passes; nothing at tp 1.)
-    if (tp_model_) tp_model_->reduce_partial_grads();
     const DeviceTimer::Mark m1 = timer.mark();
     // (The replay's passes cannot be timed apart: rank timing's forward
     // column holds both, its backward column none.)
@@ -159,6 +164,10 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
       autograd::backward({per_token ? mul(loss, step->seeds[i]) : scale(loss, ctx.loss_grad)});
     }
     step->loss_sum = loss_sum;
+    // Then, as after the uncaptured passes: tensor parallelism's partial
+    // gradients summed (nothing at tp 1), then the data-parallel buckets
+    // finished (the late ones, which wait for those sums, start here).
+    if (tp_model_) tp_model_->reduce_partial_grads();
     if (step->reduces) reducer_->finish();
   });
   step->graph = std::move(graph);

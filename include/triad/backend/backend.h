@@ -393,6 +393,16 @@ class Backend {
   // the default (and the CUDA backend when not capturing) refuses.
   virtual void inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
                                     Tensor& inv, const char* op);
+  // While capturing: a vocabulary-parallel lookup's ids (VocabParallelEmbedding,
+  // a shard of rows [start, start + valid) of `vocab`): local (i64, ids'
+  // elements) = id - start for an id in the shard, else 0; keep (a floating
+  // tensor of ids' elements) 1 there, else 0 — what the host forms from ids
+  // it can read. Every id must lie in [0, vocab); a bad one is left to
+  // cuda::Graph::check. The default (and the CUDA backend when not
+  // capturing) refuses: outside a capture the lookup reads the ids on the
+  // host.
+  virtual void vocab_shard_ids(const Tensor& ids, int64_t start, int64_t valid, int64_t vocab,
+                               Tensor& local, Tensor& keep, const char* op);
   // x *= actual / expected, unless actual == expected: then x is left as it
   // is (and on a GPU nothing reads it). actual: one element of x's
   // statistics dtype on x's device (a gradient as it arrived); expected

@@ -250,15 +250,9 @@ HeadLoss cross_entropy_head(const char* op, const Tensor& logits, const Tensor& 
 double head_grad_ahead(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        double expected_grad);
 
-// A z-loss from a cross entropy's per-row log-sum-exp lse (N, stat dtype),
-// for the cross entropies here and the vocab-parallel one: sum_i w_i *
-// lse_i^2 with the rows' weights w (N; an ignored row's 0), or `mean` for
-// every row when row_weight is undefined. A scalar, outside autograd.
-Tensor z_loss_of(const Tensor& lse, const Tensor& row_weight, double mean);
-// Its gradient with respect to lse (N) given its own (grad_z, a scalar on
-// lse's device): grad_z * 2 * w_i * lse_i.
-Tensor z_loss_dlse(const Tensor& lse, const Tensor& grad_z, const Tensor& row_weight, double mean);
-// Its gradient when it joins the loss's (z_loss_coef): each row's (lse_i *
+// A z-loss's gradient with respect to a cross entropy's per-row
+// log-sum-exp lse (N, stat dtype), for the cross entropies here and the
+// vocab-parallel one, when it joins the loss's (z_loss_coef): each row's (lse_i *
 // dloss_i) * z_scale, z_scale twice the coefficient and dloss (N) the
 // rows' loss gradients (their weights in them), each product rounded as
 // Backend::cross_entropy_forward_backward rounds it.

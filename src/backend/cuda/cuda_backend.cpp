@@ -502,6 +502,30 @@ void CudaBackend::inverse_target_count(const Tensor& targets, int64_t ignore_ind
   });
 }
 
+void CudaBackend::vocab_shard_ids(const Tensor& ids, int64_t start, int64_t valid, int64_t vocab,
+                                  Tensor& local, Tensor& keep, const char* op) {
+  require_index(op, ids);
+  CaptureChecks* capture = open_capture(local.device().index);
+  if (!capture || ids.device() != local.device() || keep.device() != local.device()) {
+    Backend::vocab_shard_ids(ids, start, valid, vocab, local, keep, op);  // (refuses)
+    return;
+  }
+  if (local.dtype() != DType::I64 || !local.is_contiguous() || !keep.is_contiguous() ||
+      local.numel() != ids.numel() || keep.numel() != ids.numel()) {
+    throw ValueError(std::string(op) + ": a shard's ids need contiguous i64 local ids and keep " +
+                     "marks of " + std::to_string(ids.numel()) + " elements, got " +
+                     shape_str(local.shape()) + " " + dtype_name(local.dtype()) + " and " +
+                     shape_str(keep.shape()) + " " + dtype_name(keep.dtype()));
+  }
+  DeviceState& s = state(local.device().index);
+  DeviceGuard g(s.index);
+  const auto [t, bad] = checked_indices(*this, s, *capture, std::string(op) + ": id", ids, vocab);
+  launch(s.index, s.stream, "vocab_shard_ids", [&] {
+    k::vocab_shard_ids(t.raw_data(), t.dtype() == DType::I64, t.numel(), start, valid, vocab,
+                       local.data<int64_t>(), keep.raw_data(), scalar(keep.dtype()), bad, s.stream);
+  });
+}
+
 void CudaBackend::arange(Tensor& dst, int64_t start) {
   if (!dst.is_contiguous() || (dst.dtype() != DType::I64 && dst.dtype() != DType::I32)) {
     throw ValueError("arange: destination must be a contiguous i32 or i64 tensor, got " +

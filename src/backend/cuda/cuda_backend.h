@@ -53,6 +53,8 @@ class CudaBackend final : public Backend {
   bool capturing(const Device& device) const override;
   void inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
                             Tensor& inv, const char* op) override;
+  void vocab_shard_ids(const Tensor& ids, int64_t start, int64_t valid, int64_t vocab,
+                       Tensor& local, Tensor& keep, const char* op) override;
   void fill(Tensor& dst, double value) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
   void accumulate(const Tensor& src, Tensor& acc) override;

@@ -5,6 +5,7 @@
 
 #include "triad/autograd/checkpoint.h"
 #include "triad/autograd/grad_mode.h"
+#include "triad/backend/backend.h"
 #include "triad/core/rng.h"
 #include "triad/nn/documents.h"
 #include "triad/nn/init.h"
@@ -973,6 +974,13 @@ Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tenso
                          ") (-100: ignored)");
       }
     }
+  } else if (Backend& be = backend_for(targets); be.capturing(targets.device())) {
+    // Inside a CUDA graph's capture: checked on the device as they are
+    // counted (the count itself unused here), a bad one reported by
+    // cuda::Graph::check after the replay.
+    Tensor unused = empty({}, DType::F32, targets.device());
+    be.inverse_target_count(contiguous(targets), -100, cfg_.vocab_size, unused,
+                            "TensorParallelGpt");
   }
   fence(head_.get());
   Tensor y = nn::scale_for_head(cfg_, norm.forward(hidden));

@@ -1,6 +1,7 @@
 #include "triad/parallel/tensor/layers.h"
 
 #include <cmath>
+#include <limits>
 
 #include "triad/autograd/grad_mode.h"
 #include "triad/autograd/node.h"
@@ -112,7 +113,7 @@ Tensor RowParallelLinear::forward_after_gelu(const LinearGelu& in,
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_size, int64_t dim,
                                                dist::ProcessGroupPtr group, bool sequence_parallel,
                                                bool bias)
-    : group_(std::move(group)), sp_(sequence_parallel) {
+    : group_(std::move(group)), sp_(sequence_parallel), vocab_(vocab_size) {
   const int64_t vp = padded_vocab(vocab_size, group_->size());
   const int64_t rows = vp / group_->size();
   start_ = group_->rank() * rows;
@@ -131,6 +132,21 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
                : reduce_from_region(lookup, group_);
   }
   // Ids outside this rank's range look up row 0 and are zeroed.
+  Backend& be = backend_for(ids);
+  if (be.capturing(ids.device())) {
+    // Inside a CUDA graph's capture the ids cannot be read here: the local
+    // ids and marks are formed on the device (the ids checked there, by
+    // cuda::Graph::check), and the marks always multiply: by 1 where the
+    // host would skip them, the same bits.
+    Tensor local = empty(ids.shape(), DType::I64, ids.device());
+    Shape mask_shape = ids.shape();
+    mask_shape.push_back(1);
+    Tensor keep = empty(mask_shape, weight_.dtype(), ids.device());
+    be.vocab_shard_ids(ids, start_, valid_, vocab_, local, keep, "VocabParallelEmbedding");
+    const Tensor masked = mul(embedding(weight_, local), keep);
+    return sp_ ? reduce_scatter_to_sequence_region(masked, group_)
+               : reduce_from_region(masked, group_);
+  }
   std::vector<int64_t> local;
   std::vector<double> keep;
   bool all_mine = true;
@@ -165,9 +181,12 @@ namespace {
 // the loss: a closure holding its own output would keep the graph alive).
 struct VocabCrossEntropy {
   Tensor targets, gmax, sumexp;
-  // Each row's weight in the mean when some rows are ignored: 1/count for
-  // the others, 0 for them ((N), on the logits' device); undefined: 1/N.
-  Tensor row_weight;
+  // The rows the mean is over: 1 for each, 0 for an ignored one ((N), the
+  // statistics' dtype on the logits' device); undefined: every row. Their
+  // count: `count` read on the host, or inside a CUDA graph's capture
+  // `inv_count` (1 / count, one element on the device) counted there.
+  Tensor counted, inv_count;
+  int64_t count = 0;
   Tensor lse;  // (N) each row's log-sum-exp, when a z-loss was asked for
   int64_t vocab_start = 0, valid = 0;
   double softcap = 0.0;  // > 0: the logits are soft-capped (the gradient is the uncapped ones')
@@ -180,42 +199,86 @@ struct VocabCrossEntropy {
   void backward(const autograd::TensorList& g, const Tensor& logits, Tensor& dlogits) const {
     const int64_t N = logits.size(0);
     const DType sd = stat_dtype(logits.dtype());
-    const double mean = N ? 1.0 / static_cast<double>(N) : 0.0;
-    // dloss_i = g * weight_i for every row, on the device.
-    Tensor gl = cast(g[0], sd);
-    Tensor dl = empty({N}, sd, logits.device());
-    backend_for(logits).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
-    if (row_weight.defined()) {
-      dl = mul(dl, row_weight);
-    } else {
-      backend_for(dl).affine(dl, mean, 0.0, dl);
+    // dloss_i = g / count for every row counted, 0 for the others, on the
+    // device.
+    Tensor dl = per_row(g[0], N, sd);
+    // The z-loss's: its rows weigh as the loss's (ignored rows 0): grad_z *
+    // 2 * lse_i / count.
+    Tensor dlse;
+    if (z_scale != 0.0) {
+      dlse = joined_z_loss_dlse(lse, dl, z_scale);
+    } else if (g.size() > 1 && g[1].defined()) {
+      dlse = mul(per_row(g[1], N, sd), lse);
+      backend_for(dlse).affine(dlse, 2.0, 0.0, dlse);
     }
-    // The z-loss's: its rows weigh as the loss's (ignored rows 0).
-    const Tensor dlse = z_scale != 0.0                   ? joined_z_loss_dlse(lse, dl, z_scale)
-                        : g.size() > 1 && g[1].defined() ? z_loss_dlse(lse, g[1], row_weight, mean)
-                                                         : Tensor();
     backend_for(logits).vocab_ce_backward(logits, targets, vocab_start, valid, gmax, sumexp, dl,
                                           dlse, dlogits, softcap);
+  }
+
+  // A scalar gradient g as each row's share of a mean over the counted
+  // rows: g / count on those, 0 on the others ((N), dtype sd).
+  Tensor per_row(const Tensor& g, int64_t N, DType sd) const {
+    Tensor gl = cast(g, sd);
+    Tensor d = empty({N}, sd, gl.device());
+    Backend& be = backend_for(gl);
+    be.copy(make_view(gl, {N}, {0}, gl.offset()), d);
+    if (inv_count.defined()) {
+      be.binary(BinaryOp::Mul, d, make_view(inv_count, {N}, {0}, inv_count.offset()), d);
+    } else {
+      be.affine(d, count ? 1.0 / static_cast<double>(count) : 0.0, 0.0, d);
+    }
+    if (counted.defined()) be.binary(BinaryOp::Mul, d, counted, d);
+    return d;
+  }
+
+  // sum_i counted_i * x_i / count: the mean of x (N) over the counted rows,
+  // formed alike whether the count is the host's or the device's.
+  Tensor counted_mean(const Tensor& x) const {
+    const int64_t N = x.numel();
+    Backend& be = backend_for(x);
+    Tensor total = empty({}, x.dtype(), x.device());
+    be.reduce(ReduceOp::Sum, counted.defined() ? mul(x, counted) : x, 1, N, 1, total, nullptr);
+    if (inv_count.defined()) return mul(total, inv_count).detach();
+    return cast(scale(total, count ? 1.0 / static_cast<double>(count) : 0.0), x.dtype()).detach();
   }
 };
 
 constexpr int64_t kIgnoreIndex = -100;
 
-// The rows' weights when some targets are `ignore_index` (nn's
+// The rows a mean is over when some targets are `ignore_index` (nn's
 // cross_entropy convention: they add nothing, and the mean is over the
-// others), read on the host; undefined when none is.
-Tensor ignored_row_weights(const Tensor& targets, int64_t ignore_index, DType dtype,
-                           const Device& device) {
-  const Tensor host = contiguous(cast(to_device(targets, Device::cpu()), DType::I64));
-  const int64_t N = host.numel();
+// others) into r.counted and their count: read on the host, or inside a
+// CUDA graph's capture (which cannot read them) marked and counted on the
+// device (targets there), the marks then always formed.
+void count_targets(VocabCrossEntropy& r, int64_t ignore_index, DType sd, const Device& device,
+                   const char* op) {
+  const int64_t N = r.targets.numel();
+  Backend& be = backend_for(device.type);
+  if (be.capturing(device)) {
+    if (r.targets.device() != device) {
+      throw NotSupportedError(std::string(op) + ": targets on " + r.targets.device().str() +
+                              " inside a CUDA graph's capture (expected them on the logits' " +
+                              "device " + device.str() + ", refilled before each replay)");
+    }
+    // (The targets' range is the caller's: a shard does not know the whole
+    // vocabulary. TensorParallelGpt checks it.)
+    r.inv_count = empty({}, sd, device);
+    be.inverse_target_count(r.targets, ignore_index, std::numeric_limits<int64_t>::max(),
+                            r.inv_count, op);
+    r.counted = empty({N}, sd, device);
+    be.binary(BinaryOp::Eq, cast(r.targets, sd),
+              full({N}, static_cast<double>(ignore_index), sd, device), r.counted);
+    be.affine(r.counted, -1.0, 1.0, r.counted);
+    return;
+  }
+  const Tensor host = contiguous(cast(to_device(r.targets, Device::cpu()), DType::I64));
   const int64_t* p = host.data<int64_t>();
-  int64_t count = 0;
-  for (int64_t i = 0; i < N; ++i) count += p[i] != ignore_index;
-  if (count == N) return {};
-  std::vector<double> w(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i)
-    w[i] = p[i] != ignore_index ? 1.0 / static_cast<double>(count) : 0.0;
-  return from_vector(w, {N}, dtype, device);
+  std::vector<double> keep(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) {
+    keep[static_cast<size_t>(i)] = p[i] != ignore_index;
+    r.count += p[i] != ignore_index;
+  }
+  if (r.count < N) r.counted = from_vector(keep, {N}, sd, device);
 }
 
 // The forward over logits (N, Vl) (contiguous or row-strided): the mean
@@ -230,7 +293,7 @@ VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, i
   r.vocab_start = vocab_start;
   r.valid = valid;
   r.targets = reshape(contiguous(targets).detach(), {N}).detach();
-  r.row_weight = ignored_row_weights(r.targets, kIgnoreIndex, sd, lc.device());
+  count_targets(r, kIgnoreIndex, sd, lc.device(), "vocab_parallel_cross_entropy");
   if (r.targets.device().is_cpu() && !lc.device().is_cpu()) {
     r.targets = to_device(r.targets, lc.device()).detach();
   }
@@ -259,19 +322,12 @@ VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, i
   // logits' device (reading them here would make the host wait for it).
   Tensor losses = empty({N}, sd, lc.device());
   be.vocab_ce_loss(r.gmax, tlogit, r.sumexp, losses);
-  Tensor total = empty({}, sd, lc.device());
-  if (r.row_weight.defined()) {
-    be.reduce(ReduceOp::Sum, mul(losses, r.row_weight), 1, N, 1, total, nullptr);
-    *loss = total.detach();
-  } else {
-    be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
-    *loss = scale(total, N ? 1.0 / static_cast<double>(N) : 0.0).detach();  // f32 for half
-  }
+  *loss = r.counted_mean(losses);  // (f32 for half logits)
   if (z_loss) {
     // lse_i = log(sumexp_i) + max_i: the loss of a target logit 0.
     r.lse = empty({N}, sd, lc.device());
     be.vocab_ce_loss(r.gmax, zeros({N}, sd, lc.device()), r.sumexp, r.lse);
-    *z_loss = z_loss_of(r.lse, r.row_weight, N ? 1.0 / static_cast<double>(N) : 0.0);
+    *z_loss = r.counted_mean(mul(r.lse, r.lse));
   }
   return r;
 }

@@ -108,6 +108,7 @@ class VocabParallelEmbedding : public nn::Module {
   bool sp_;
   ShardSpec spec_;
   Tensor weight_, bias_;
+  int64_t vocab_ = 0;  // the whole vocabulary's rows (unpadded)
   int64_t start_ = 0, valid_ = 0;
 };
 

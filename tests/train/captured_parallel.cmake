@@ -1,0 +1,59 @@
+# train.cuda_graph under data and tensor parallelism, ranks on simulated
+# GPUs: each layout of LAYOUTS ('@'-separated "ranks|--set flags") trains
+# captured as it trains uncaptured, every step's loss and gradient norm to
+# the last digit, and says it captured its passes. NCCL's calls (here the
+# mock's, over MPI) join the capture: tensor parallelism's inside the
+# passes, and under data parallelism the gradients' reductions, every one
+# of the several buckets (parallel.bucket_mb 0.01) started inside the
+# backward pass, as uncaptured (but for sequence parallelism's late ones). ZeRO-1's gathers are waited for before each
+# replay. The output z-loss and multi-token prediction's losses are
+# compared too where a layout has them. Pipeline parallelism is refused by
+# name.
+# Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
+# LAYOUTS.
+include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
+file(REMOVE_RECURSE ${WORK})
+set(common --config ${CONFIG} --set data.train=${DATA} --set device=cuda --set train.steps=4
+    --set model.d_model=32 --set model.n_layer=2 --set model.seq_len=32
+    --set train.global_batch_size=8 --set train.micro_batch_size=2 --set log.interval=1
+    --set parallel.bucket_mb=0.01)
+string(REPLACE "@" ";" layouts "${LAYOUTS}")
+set(i 0)
+foreach(entry IN LISTS layouts)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 np)
+  list(GET parts 1 layout)
+  separate_arguments(flags UNIX_COMMAND "${layout}")
+  run("uncaptured (${layout})" ${MPIRUN} -np ${np} ${TRAIN} ${common} ${flags}
+      --set output.dir=${WORK}/eager${i})
+  run("captured (${layout})" ${MPIRUN} -np ${np} ${TRAIN} ${common} ${flags}
+      --set train.cuda_graph=true --set output.dir=${WORK}/graph${i})
+  expect_captured_as_uncaptured("${layout}" "${run_output}" ${WORK}/eager${i} ${WORK}/graph${i} 4
+                                losses)
+  if(layout MATCHES "parallel.dp=")
+    if(NOT run_output MATCHES "the gradients' reductions too, ([0-9]+) of ([0-9]+) buckets during")
+      message(FATAL_ERROR "${layout}: the captured run did not capture its reductions:\n${run_output}")
+    endif()
+    # (Under sequence parallelism the norms' and biases' buckets are late:
+    # they wait for tensor parallelism's sums of their partial gradients,
+    # at the end of the captured passes, as uncaptured.)
+    set(early ${CMAKE_MATCH_1})
+    set(all ${CMAKE_MATCH_2})
+    if(layout MATCHES "sequence_parallel=true")
+      math(EXPR least "${all} - 2")
+    else()
+      set(least ${all})
+    endif()
+    if(all LESS 3 OR early LESS least OR early GREATER all)
+      message(FATAL_ERROR "${layout}: ${early} of ${all} buckets were reduced during the captured "
+                          "backward pass (at least ${least} of 3 or more expected)")
+    endif()
+  endif()
+  message(STATUS "${layout}: the same losses and norms captured (${losses})")
+  math(EXPR i "${i} + 1")
+endforeach()
+# A pipeline's stages exchange between passes on the host's schedule:
+# refused by name.
+run_expecting_error("captured pp 2" "train.cuda_graph: one process, data or tensor parallelism \\(this run has pp 2, cp 1, ep 1"
+                    ${MPIRUN} -np 2 ${TRAIN} ${common} --set parallel.pp=2
+                    --set train.cuda_graph=true --set output.dir=${WORK}/pp)
