@@ -4189,6 +4189,54 @@ TEST(CudaGraphs, AReplayNamesABadTokenIdAndABadTarget) {
   EXPECT_TRUE(std::isfinite(item(loss)));
 }
 
+// Backend::vocab_shard_ids (tensor parallelism's embedding inside a
+// capture): each replay forms a shard's local ids and marks from the ids
+// refilled before it (i64 and i32 ids; marks in bf16 and f32), and an id
+// outside the whole vocabulary is named by Graph::check. Outside a capture
+// the op refuses (the lookup reads the ids on the host there).
+TEST(CudaGraphs, AVocabularyShardsIdsAreFormedOnTheDeviceAndChecked) {
+  Backend& be = backend_for(kGpu.type);
+  const int64_t start = 10, valid = 6, vocab = 20;
+  const std::vector<int64_t> first{0, 10, 15, 16, 19, 12, 9, 11, 3, 14};
+  const std::vector<int64_t> second{13, 1, 10, 17, 15, 18, 2, 12, 11, 5};
+  for (DType id_type : {DType::I64, DType::I32}) {
+    for (DType keep_type : {DType::BF16, DType::F32}) {
+      SCOPED_TRACE(std::string(dtype_name(id_type)) + " ids, " + dtype_name(keep_type) + " marks");
+      Tensor ids = to_device(cast(from_vector(first, {2, 5}, DType::I64), id_type), kGpu);
+      Tensor local = empty({2, 5}, DType::I64, kGpu), keep = empty({2, 5, 1}, keep_type, kGpu);
+      EXPECT_THROW(be.vocab_shard_ids(ids, start, valid, vocab, local, keep, "shard"),
+                   NotSupportedError);
+      cuda::Graph g = cuda::capture(
+          0, [&] { be.vocab_shard_ids(ids, start, valid, vocab, local, keep, "shard"); });
+      for (const auto* values : {&first, &second}) {
+        copy_(ids, cast(from_vector(*values, {2, 5}, DType::I64), id_type));
+        g.replay();
+        EXPECT_NO_THROW(g.check());
+        const std::vector<double> got_local = to_double_vector(local),
+                                  got_keep = to_double_vector(keep);
+        for (size_t i = 0; i < values->size(); ++i) {
+          const int64_t id = (*values)[i];
+          const bool mine = id >= start && id < start + valid;
+          EXPECT_EQ(got_local[i], mine ? id - start : 0) << "id " << id;
+          EXPECT_EQ(got_keep[i], mine ? 1.0 : 0.0) << "id " << id;
+        }
+      }
+      std::vector<int64_t> bad = first;
+      bad[3] = vocab;
+      copy_(ids, cast(from_vector(bad, {2, 5}, DType::I64), id_type));
+      g.replay();
+      try {
+        g.check();
+        ADD_FAILURE() << "no error for an id past the vocabulary";
+      } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("shard: id 20 at position 3 is outside [0, 20)"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
 // End to end: the trainer on the GPU against the trainer on the CPU (fp32,
 // tight), and bf16 against fp32 on a GPT-2 124M-shaped model.
 train::Config train_config(const testing::TempDir& dir, const std::string& model,
