@@ -4189,6 +4189,36 @@ TEST(CudaGraphs, AReplayNamesABadTokenIdAndABadTarget) {
   EXPECT_TRUE(std::isfinite(item(loss)));
 }
 
+// A cross entropy's z-loss taken as a second output with a gradient of its
+// own (not joined to the loss's) backpropagates inside a capture as outside
+// it, over masked targets: its rows' share comes from the count the capture
+// makes on the device (it once came from the host's count, which a capture
+// does not make: no gradient at all).
+TEST(CudaGraphs, AZLossWithAGradientOfItsOwnBackpropagatesInACaptureAsEagerly) {
+  const Tensor values = randn({6, 11}, 21, 1);
+  const Tensor targets =
+      to_device(from_vector(std::vector<int64_t>{3, -100, 10, 0, -100, 7}, {6}, DType::I64), kGpu);
+  auto pass = [&](Tensor& logits) {
+    Tensor z;
+    const Tensor loss = cross_entropy(logits, targets, -100, &z);
+    autograd::backward({add(loss, scale(z, 0.5))});
+  };
+  Tensor eager = to_device(values, kGpu).detach().set_requires_grad(true);
+  pass(eager);
+  Tensor captured = to_device(values, kGpu).detach().set_requires_grad(true);
+  cuda::synchronize(0);
+  cuda::Graph g = cuda::capture(0, [&] { pass(captured); });
+  g.replay();
+  g.check();
+  const std::vector<double> want = to_double_vector(eager.grad()),
+                            got = to_double_vector(captured.grad());
+  EXPECT_EQ(got, want);
+  // (The z-loss's share is there: without it the gradient differs.)
+  Tensor plain = to_device(values, kGpu).detach().set_requires_grad(true);
+  autograd::backward({cross_entropy(plain, targets, -100)});
+  EXPECT_NE(to_double_vector(plain.grad()), want);
+}
+
 // Backend::vocab_shard_ids (tensor parallelism's embedding inside a
 // capture): each replay forms a shard's local ids and marks from the ids
 // refilled before it (i64 and i32 ids; marks in bf16 and f32), and an id
