@@ -27,6 +27,17 @@ DocumentLayout document_layout(const Tensor& ids, int64_t eod_token) {
   return d;
 }
 
+Tensor document_starts_of(const Tensor& ids, int64_t eod_token) {
+  if (ids.device().is_cpu()) return document_layout(ids, eod_token).starts;
+  if (ids.dim() != 2) {
+    throw ShapeError("document_starts_of: token ids must be (B, T), got " + shape_str(ids.shape()));
+  }
+  const Tensor c = contiguous(ids);  // (Backend::document_starts names a bad dtype)
+  Tensor starts = empty(c.shape(), DType::I32, c.device());
+  backend_for(c).document_starts(c, eod_token, 0, starts, nullptr);
+  return starts;
+}
+
 Tensor sliding_window_starts(int64_t B, int64_t T, int64_t window, const Tensor& doc_starts) {
   if (window < 1) {
     throw ValueError("sliding_window_starts: window (" + std::to_string(window) + ") must be >= 1");

@@ -8,6 +8,7 @@
 
 #include "triad/autograd/checkpoint.h"
 #include "triad/autograd/grad_mode.h"
+#include "triad/backend/backend.h"
 #include "triad/core/half.h"
 #include "triad/core/rng.h"
 #include "triad/nn/documents.h"
@@ -1330,8 +1331,7 @@ std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, con
                                     const ForwardContext& ctx) const {
   // Documents end where the attention's do: depth k predicts nothing
   // across an end.
-  const Tensor docs =
-      cfg_.resets_documents() ? document_layout(ids, cfg_.eod_token).starts : Tensor();
+  const Tensor docs = cfg_.resets_documents() ? document_starts_of(ids, cfg_.eod_token) : Tensor();
   std::vector<Tensor> out;
   Tensor h = hidden;
   for (size_t i = 0; i < mtp_.size(); ++i) {
@@ -1416,17 +1416,27 @@ Tensor mtp_ahead(const Tensor& ids, int64_t k) {
 }
 
 Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k) {
-  if (!targets.device().is_cpu() && !doc_starts.defined()) {
-    return shifted_on_device(targets, k, -100.0, "targets");
+  if (doc_starts.defined() && doc_starts.shape() != targets.shape()) {
+    throw ShapeError("multi-token prediction: doc_starts " + shape_str(doc_starts.shape()) +
+                     " for targets " + shape_str(targets.shape()) + " (expected the same shape)");
+  }
+  if (!targets.device().is_cpu() &&
+      (!doc_starts.defined() || doc_starts.device() == targets.device())) {
+    const Tensor ahead = shifted_on_device(targets, k, -100.0, "targets");
+    if (!doc_starts.defined()) return ahead;
+    // Within one document where position i's start is position i + k's
+    // (a start is never -1): ahead there, else -100, as integers.
+    const Tensor starts = cast(doc_starts, DType::I64);
+    const Tensor starts_ahead = shifted_on_device(doc_starts, k, -1.0, "doc_starts");
+    Tensor same = empty(starts.shape(), DType::I64, starts.device());
+    backend_for(same).binary(BinaryOp::Eq, starts, starts_ahead, same);
+    const Tensor ignored = full(starts.shape(), -100.0, DType::I64, starts.device());
+    return add(mul(same, sub(ahead, ignored)), ignored);
   }
   const std::vector<int64_t> in = host_ids(targets, "targets");
   const int64_t B = targets.size(0), T = targets.size(1);
   std::vector<int32_t> starts;
   if (doc_starts.defined()) {
-    if (doc_starts.shape() != targets.shape()) {
-      throw ShapeError("multi-token prediction: doc_starts " + shape_str(doc_starts.shape()) +
-                       " for targets " + shape_str(targets.shape()) + " (expected the same shape)");
-    }
     const Tensor h = contiguous(cast(to_device(doc_starts, Device::cpu()), DType::I32));
     starts.assign(h.data<int32_t>(), h.data<int32_t>() + h.numel());
   }

@@ -638,10 +638,6 @@ void validate(const Config& c, bool min_lr_given) {
     if (c.device == "cpu") refuse("needs device: cuda (it is cpu)");
     if (c.model.moe.experts > 0)
       refuse("a mixture of experts (model.moe) reads its routing on the host in every layer");
-    if (c.model.mtp_layers > 0 && c.model.resets_documents())
-      refuse(
-          "model.mtp_layers with data.reset_attention_mask or data.reset_position_ids: the "
-          "prediction modules' targets stop at each document's end, found on the host");
     if (c.model.mtp_layers > 0 && t.loss_average == "tokens")
       refuse(
           "model.mtp_layers with train.loss_average 'tokens': the prediction modules' losses "

@@ -29,6 +29,11 @@ struct DocumentLayout {
   Tensor positions;
 };
 DocumentLayout document_layout(const Tensor& ids, int64_t eod_token);
+// The starts alone (i32 (B, T)) where the ids are: document_layout's for
+// ids on the host; formed on the ids' device for ids there (the backend's
+// document_starts, the same values), never read on the host, which inside
+// a CUDA graph's capture cannot be.
+Tensor document_starts_of(const Tensor& ids, int64_t eod_token);
 
 // The first key each query of a (B, T) batch sees under a sliding window
 // of `window` keys (itself and the window - 1 before it; Mistral's): max(its

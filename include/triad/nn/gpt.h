@@ -859,9 +859,9 @@ int64_t expert_bias_layer(const GptConfig& cfg, const std::string& name);
 // next) where i + k < T and, when `doc_starts` (B, T) is defined (packed
 // documents: document_layout's starts), positions i and i + k lie in one
 // document; -100 (ignored) elsewhere. Both i64 (B, T), on the host; made
-// on the device instead from ids or targets there (without doc_starts),
-// where a CUDA graph's capture cannot read them. ids and targets may be
-// i32 or i64.
+// on the device instead from ids or targets there (and doc_starts, when
+// defined, there too), where a CUDA graph's capture cannot read them. ids
+// and targets may be i32 or i64.
 Tensor mtp_ahead(const Tensor& ids, int64_t k);
 Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k);
 

@@ -1162,7 +1162,7 @@ std::vector<Tensor> TensorParallelGpt::mtp_losses(const Tensor& hidden, const Te
   // nn::mtp_targets); under context parallelism this rank's chunk of the
   // ids is embedded, and head_loss_after takes its chunk of the targets.
   const Tensor docs =
-      cfg_.resets_documents() ? nn::document_layout(ids, cfg_.eod_token).starts : Tensor();
+      cfg_.resets_documents() ? nn::document_starts_of(ids, cfg_.eod_token) : Tensor();
   const std::vector<cp::Run> runs = chunk_runs(ids.size(1), "the token ids");
   std::vector<Tensor> out;
   Tensor h = hidden;
