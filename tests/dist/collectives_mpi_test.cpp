@@ -596,6 +596,38 @@ TEST(NcclGroup, ACollectiveCapturedInAGraphReducesAtEachReplay) {
   }
 }
 
+// Grouped NCCL calls captured together: uneven all-gather pieces (a grouped
+// launch of per-rank broadcasts) and a ring's sends and receives (one
+// batch), each replay moving what was refilled before it.
+TEST(NcclGroup, GroupedCallsCapturedInAGraphRunAtEachReplay) {
+  if (!kNccl) GTEST_SKIP() << "NCCL only";
+  const int P = g_world->size(), me = g_world->rank();
+  const int next = (me + 1) % P, prev = (me + P - 1) % P;
+  std::vector<int64_t> counts;
+  for (int r = 0; r < P; ++r) counts.push_back(r + 1);
+  const int64_t total = int64_t(P) * (P + 1) / 2;
+  Tensor mine = filled(me, me + 1, DType::F32), all = empty({total}, DType::F32, g_device);
+  Tensor out = filled(me, 7, DType::F32), in = empty({7}, DType::F32, g_device);
+  cuda::synchronize(g_device.index);
+  cuda::Graph g = cuda::capture(g_device.index, [&] {
+    g_world->all_gather_uneven(mine, all, counts)->wait();
+    if (P > 1) g_world->batch_isend_irecv({{true, out, next, 0}, {false, in, prev, 0}})->wait();
+  });
+  for (int k : {3, 8}) {
+    SCOPED_TRACE("replay " + std::to_string(k));
+    copy_(mine, filled(me + k, me + 1, DType::F32));
+    copy_(out, filled(me + k, 7, DType::F32));
+    g.replay();
+    const std::vector<double> gathered = to_double_vector(to_device(all, Device::cpu()));
+    int64_t at = 0;
+    for (int r = 0; r < P; ++r)
+      for (int64_t i = 0; i <= r; ++i) ASSERT_EQ(gathered[at++], value(r + k, i)) << "rank " << r;
+    if (P == 1) continue;
+    const std::vector<double> received = to_double_vector(to_device(in, Device::cpu()));
+    for (int64_t i = 0; i < 7; ++i) ASSERT_EQ(received[i], value(prev + k, i)) << i;
+  }
+}
+
 #ifdef TRIAD_NCCL_ON_SIM
 // TRIAD_NCCL_BLOCKING_WAIT=1 (read when a group is made): wait() also makes
 // the host wait for the call.

@@ -12,11 +12,11 @@
 // wrote), exchanges over MPI as it is issued (so an ordering that would
 // hang NCCL hangs here), and queues the writing of its output on the
 // stream: a reader that does not wait for the stream sees the old memory.
-// A collective on a stream in capture (a CUDA graph) becomes the graph's:
-// each launch of the graph exchanges as it is launched and writes the
-// output in the graph's order (cuda_sim's enqueue_at_launch); an error
-// then is the communicator's asynchronous error. Grouped and point-to-point
-// calls are not captured here (ncclInvalidUsage).
+// A call on a stream in capture (a CUDA graph) becomes the graph's: each
+// launch of the graph exchanges as it is launched and writes the output in
+// the graph's order (cuda_sim's enqueue_at_launch); an error then is the
+// communicator's asynchronous error. A group's calls are captured together
+// at ncclGroupEnd (its streams all in the capture, or none).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mpi.h>
@@ -25,6 +25,7 @@
 #include "support/cuda_sim/sim.h"
 #include "support/mock_nccl.h"
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -57,6 +58,7 @@ int g_sequence = 0;
 std::atomic<ncclComm_t> g_newest{nullptr};  // mock_nccl::fail_newest_communicator
 int g_group_depth = 0;
 struct Collective {
+  ncclComm_t comm;
   cudaStream_t stream;
   std::function<ncclResult_t()> run;
 };
@@ -263,8 +265,7 @@ bool capturing(cudaStream_t stream) {
 // runs at each of its launches (after the graph's earlier work), its
 // output written in place, a failure left as `c`'s asynchronous error.
 ncclResult_t issue(ncclComm_t c, cudaStream_t stream, std::function<ncclResult_t()> op) {
-  if (capturing(stream)) {
-    if (g_group_depth > 0) return ncclInvalidUsage;
+  if (capturing(stream) && g_group_depth == 0) {
     triad_sim::enqueue_at_launch(stream, [c, op = std::move(op)] {
       g_replaying = true;
       const ncclResult_t r = op();
@@ -274,11 +275,51 @@ ncclResult_t issue(ncclComm_t c, cudaStream_t stream, std::function<ncclResult_t
     return ncclSuccess;
   }
   if (g_group_depth > 0) {
-    g_collectives.push_back({stream, std::move(op)});
+    g_collectives.push_back({c, stream, std::move(op)});
     return ncclSuccess;
   }
   triad_sim::run_stream(stream);
   return op();
+}
+
+// A group's calls: point to point first, all posted before any waits (a
+// group's sends and receives may pair up in any order); then the
+// collectives in order. Receives land in buffers of their own, written to
+// the destination on its stream (deliver).
+ncclResult_t run_group(const std::vector<P2p>& p2p, const std::vector<Collective>& collectives) {
+  std::vector<MPI_Request> requests;
+  std::vector<std::pair<const P2p*, std::vector<unsigned char>>> landed;
+  landed.reserve(p2p.size());
+  ncclResult_t result = ncclSuccess;
+  for (const P2p& p : p2p) {
+    if (p.bytes > static_cast<size_t>(INT_MAX)) {
+      result = ncclInvalidArgument;
+      continue;
+    }
+    MPI_Request r;
+    const int n = static_cast<int>(p.bytes);
+    // Synchronous-mode sends: like NCCL's, a send completes only once the
+    // peer's receive is there (MPI would buffer small ones).
+    if (!p.send) landed.emplace_back(&p, std::vector<unsigned char>(p.bytes));
+    const int rc =
+        p.send ? MPI_Issend(p.buffer, n, MPI_BYTE, p.peer, 0, p.comm->comm, &r)
+               : MPI_Irecv(landed.back().second.data(), n, MPI_BYTE, p.peer, 0, p.comm->comm, &r);
+    if (rc != MPI_SUCCESS) {
+      result = ncclSystemError;
+      continue;
+    }
+    requests.push_back(r);
+  }
+  for (const auto& op : collectives) {
+    const ncclResult_t r = op.run();
+    if (r != ncclSuccess) result = r;
+  }
+  if (!requests.empty() && MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
+                                       MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+    result = ncclSystemError;
+  }
+  for (auto& [p, bytes] : landed) deliver(p->stream, p->buffer, std::move(bytes));
+  return result;
 }
 
 }  // namespace
@@ -500,7 +541,6 @@ ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer
   if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
     return ncclInvalidArgument;
   }
-  if (capturing(stream)) return ncclInvalidUsage;
   count_p2p(c);
   g_p2p.push_back({true, const_cast<void*>(send), count * type_size(t), peer, c, stream});
   return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());
@@ -511,7 +551,6 @@ ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, nccl
   if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
     return ncclInvalidArgument;
   }
-  if (capturing(stream)) return ncclInvalidUsage;
   count_p2p(c);
   g_p2p.push_back({false, recv, count * type_size(t), peer, c, stream});
   return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());
@@ -525,50 +564,31 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
   if (g_group_depth == 0) return ncclInvalidUsage;
   if (--g_group_depth > 0) return ncclSuccess;
-  // What the group's streams queued before it, first.
-  for (const P2p& p : g_p2p) triad_sim::run_stream(p.stream);
-  for (const Collective& op : g_collectives) triad_sim::run_stream(op.stream);
-  // Point to point first, all posted before any waits (a group's sends and
-  // receives may pair up in any order); then the collectives in order.
-  // Receives land in buffers of their own, written to the destination on
-  // its stream.
-  std::vector<MPI_Request> requests;
-  std::vector<std::pair<const P2p*, std::vector<unsigned char>>> landed;
-  landed.reserve(g_p2p.size());
-  ncclResult_t result = ncclSuccess;
-  for (const P2p& p : g_p2p) {
-    if (p.bytes > static_cast<size_t>(INT_MAX)) {
-      result = ncclInvalidArgument;
-      continue;
-    }
-    MPI_Request r;
-    const int n = static_cast<int>(p.bytes);
-    // Synchronous-mode sends: like NCCL's, a send completes only once the
-    // peer's receive is there (MPI would buffer small ones).
-    if (!p.send) landed.emplace_back(&p, std::vector<unsigned char>(p.bytes));
-    const int rc =
-        p.send ? MPI_Issend(p.buffer, n, MPI_BYTE, p.peer, 0, p.comm->comm, &r)
-               : MPI_Irecv(landed.back().second.data(), n, MPI_BYTE, p.peer, 0, p.comm->comm, &r);
-    if (rc != MPI_SUCCESS) {
-      result = ncclSystemError;
-      continue;
-    }
-    requests.push_back(r);
-  }
   std::vector<P2p> p2p;
   p2p.swap(g_p2p);
   std::vector<Collective> collectives;
   collectives.swap(g_collectives);
-  for (auto& op : collectives) {
-    const ncclResult_t r = op.run();
-    if (r != ncclSuccess) result = r;
+  std::vector<cudaStream_t> streams;
+  for (const P2p& p : p2p) streams.push_back(p.stream);
+  for (const Collective& op : collectives) streams.push_back(op.stream);
+  if (streams.empty()) return ncclSuccess;
+  const auto captured = std::count_if(streams.begin(), streams.end(), capturing);
+  if (captured > 0) {
+    // The graph's, run together at each of its launches (after the work its
+    // streams captured before it).
+    if (captured != static_cast<std::ptrdiff_t>(streams.size())) return ncclInvalidUsage;
+    const ncclComm_t comm = !p2p.empty() ? p2p.front().comm : collectives.front().comm;
+    triad_sim::enqueue_at_launch(streams.front(), [p2p, collectives, comm] {
+      g_replaying = true;
+      const ncclResult_t r = run_group(p2p, collectives);
+      g_replaying = false;
+      if (r != ncclSuccess) comm->async_error = r;
+    });
+    return ncclSuccess;
   }
-  if (!requests.empty() && MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
-                                       MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
-    result = ncclSystemError;
-  }
-  for (auto& [p, bytes] : landed) deliver(p->stream, p->buffer, std::move(bytes));
-  return result;
+  // What the group's streams queued before it, first.
+  for (cudaStream_t stream : streams) triad_sim::run_stream(stream);
+  return run_group(p2p, collectives);
 }
 
 }  // extern "C"
