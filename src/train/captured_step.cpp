@@ -29,12 +29,17 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
                                                      uint64_t call) {
   if (!(model_ || tp_model_) || pp_model_ || !device_.is_cuda()) {
     throw Error(
-        "train.cuda_graph: a captured step needs one process, or data- or tensor-parallel ranks, "
-        "on CUDA devices");
+        "train.cuda_graph: a captured step needs one process, or data-, tensor- or "
+        "context-parallel ranks, on CUDA devices");
   }
-  if (tp_model_ && mesh_->tp()->size() > 1 && !mesh_->tp()->captures_device_collectives()) {
-    throw Error("train.cuda_graph: tensor parallelism's collectives (group '" +
-                mesh_->tp()->name() +
+  // Tensor and context parallelism exchange inside the passes: over NCCL,
+  // whose calls join the capture.
+  const std::vector<dist::ProcessGroupPtr> inside =
+      tp_model_ && mesh_ ? std::vector{mesh_->tp(), mesh_->cp(), mesh_->cp_a2a(), mesh_->cp_ring()}
+                         : std::vector<dist::ProcessGroupPtr>{};
+  for (const dist::ProcessGroupPtr& g : inside) {
+    if (!g || g->size() == 1 || g->captures_device_collectives()) continue;
+    throw Error("train.cuda_graph: the collectives inside the passes (group '" + g->name() +
                 "') cannot join a CUDA graph's capture: they need NCCL (device tensors staged "
                 "through the host are not captured)");
   }

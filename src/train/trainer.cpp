@@ -313,13 +313,13 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                               : std::vector<std::vector<int>>{});
   shape.cp_a2a = static_cast<int>(cp_exchange_.a2a);
   check_batch(config_, dp_);
-  if (config_.train.cuda_graph && (par.pp > 1 || cp_ > 1 || par.ep > 1)) {
-    // (Data and tensor parallelism's collectives join the capture; these
-    // exchange between the passes on the host's schedule, or read routing
-    // and chunk layouts on the host.)
+  if (config_.train.cuda_graph && (par.pp > 1 || par.ep > 1)) {
+    // (Data, tensor and context parallelism's collectives join the capture;
+    // a pipeline's exchange between the passes on the host's schedule, and
+    // experts' routing is read on the host.)
     throw ConfigError(
-        "train.cuda_graph: one process, data or tensor parallelism (this run has pp " +
-        std::to_string(par.pp) + ", cp " + std::to_string(cp_) + ", ep " + std::to_string(par.ep) +
+        "train.cuda_graph: one process, data, tensor or context parallelism (this run has pp " +
+        std::to_string(par.pp) + ", ep " + std::to_string(par.ep) +
         ", whose exchanges a graph does not hold yet)");
   }
   ramp_ = config_.train.batch_ramp();

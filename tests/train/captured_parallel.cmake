@@ -1,14 +1,14 @@
-# train.cuda_graph under data and tensor parallelism, ranks on simulated
+# train.cuda_graph under data, tensor and context parallelism, ranks on simulated
 # GPUs: each layout of LAYOUTS ('@'-separated "ranks|--set flags") trains
 # captured as it trains uncaptured, every step's loss and gradient norm to
 # the last digit, and says it captured its passes. NCCL's calls (here the
-# mock's, over MPI) join the capture: tensor parallelism's inside the
-# passes, and under data parallelism the gradients' reductions, every one
+# mock's, over MPI) join the capture: tensor and context parallelism's
+# inside the passes, and under data parallelism the gradients' reductions, every one
 # of the several buckets (parallel.bucket_mb 0.01) started inside the
 # backward pass, as uncaptured (but for sequence parallelism's late ones). ZeRO-1's gathers are waited for before each
 # replay. The output z-loss and multi-token prediction's losses are
-# compared too where a layout has them. Pipeline parallelism is refused by
-# name.
+# compared too where a layout has them. Pipeline and expert parallelism are
+# refused by name.
 # Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
 # LAYOUTS.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
@@ -26,10 +26,10 @@ foreach(entry IN LISTS layouts)
   separate_arguments(flags UNIX_COMMAND "${layout}")
   # (attention_kernel auto times cuDNN against Triad's kernels, which on the
   # simulator's busy cores can come out either way from run to run: two
-  # runs compared to the last digit take one kernel. f32 and packed
-  # documents' masks take Triad's alone.)
-  if(layout MATCHES "precision=(bf16|fp16)" AND NOT layout MATCHES "reset_attention_mask=true")
-    list(APPEND flags --set model.attention_kernel=cudnn)
+  # runs compared to the last digit take one kernel, Triad's SIMT kernels
+  # unless the layout names one.)
+  if(NOT layout MATCHES "attention_kernel=")
+    list(APPEND flags --set model.attention_kernel=simt)
   endif()
   run("uncaptured (${layout})" ${MPIRUN} -np ${np} ${TRAIN} ${common} ${flags}
       --set output.dir=${WORK}/eager${i})
@@ -61,6 +61,6 @@ foreach(entry IN LISTS layouts)
 endforeach()
 # A pipeline's stages exchange between passes on the host's schedule:
 # refused by name.
-run_expecting_error("captured pp 2" "train.cuda_graph: one process, data or tensor parallelism \\(this run has pp 2, cp 1, ep 1"
+run_expecting_error("captured pp 2" "train.cuda_graph: one process, data, tensor or context parallelism \\(this run has pp 2, ep 1"
                     ${MPIRUN} -np 2 ${TRAIN} ${common} --set parallel.pp=2
                     --set train.cuda_graph=true --set output.dir=${WORK}/pp)

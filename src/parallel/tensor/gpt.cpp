@@ -998,7 +998,37 @@ Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tenso
     throw ShapeError("TensorParallelGpt: targets must be (B, T), got " +
                      shape_str(targets.shape()));
   const std::vector<cp::Run> runs = chunk_runs(targets.size(1), "the targets");
-  const Tensor all = contiguous(cast(to_device(targets, Device::cpu()), DType::I64));
+  if (!targets.device().is_cpu()) {
+    // Targets on a device (inside a CUDA graph's capture they cannot be
+    // read here): the chunk and its share formed there, in f64 as the
+    // host's (integer counts, one division), the share then rounded to the
+    // loss's dtype as scale() rounds it. The chunk's gradient is not
+    // written ahead (its share is not known here): the backward computes
+    // it from the gradient that arrives, the same value the host's path
+    // writes ahead.
+    const Tensor all = cast(targets, DType::I64);
+    const Tensor mine = contiguous(cp::take_runs(all, 1, runs));
+    Backend& be = backend_for(all);
+    auto scored = [&](const Tensor& t) {
+      Tensor ignored = empty(t.shape(), DType::F64, t.device());
+      be.binary(BinaryOp::Eq, cast(t, DType::F64), full(t.shape(), -100.0, DType::F64, t.device()),
+                ignored);
+      be.affine(ignored, -1.0, 1.0, ignored);
+      return sum(ignored);
+    };
+    const Tensor total = scored(all), here = scored(mine);
+    // (No target scored anywhere: a share of 0, here / 1.)
+    Tensor none = empty({}, DType::F64, total.device());
+    be.binary(BinaryOp::Eq, total, zeros({}, DType::F64, total.device()), none);
+    const Tensor share = div(scale(here, static_cast<double>(cp_->size())), add(total, none));
+    const Tensor loss = vocab_parallel_linear_cross_entropy(
+        in.input, head_->weight(), mine, head_->vocab_start(), head_->valid_rows(), group_,
+        cfg_.final_logit_softcap, in.comm, head_->bias(), z_loss, 0.0,
+        z_loss ? cfg_.z_loss_coef : 0.0);
+    if (z_loss) *z_loss = mul(*z_loss, cast(share, z_loss->dtype()));
+    return mul(loss, cast(share, loss.dtype()));
+  }
+  const Tensor all = contiguous(cast(targets, DType::I64));
   const Tensor mine = contiguous(cp::take_runs(all, 1, runs));
   auto scored = [](const Tensor& t) {
     const int64_t* p = t.data<int64_t>();
@@ -1009,10 +1039,16 @@ Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tenso
   const int64_t total = scored(all), here = scored(mine);
   const double share =
       total ? static_cast<double>(here * cp_->size()) / static_cast<double>(total) : 0.0;
-  // (The chunk's loss is scaled by its share below: its gradient too.)
+  // (The chunk's loss is scaled by its share below: its gradient too, the
+  // arriving gradient times the share in the loss's dtype, which is what
+  // is written ahead.)
+  const double ahead =
+      stat_dtype(in.input.dtype()) == DType::F64
+          ? expected_grad * share
+          : static_cast<double>(static_cast<float>(expected_grad) * static_cast<float>(share));
   const Tensor loss = vocab_parallel_linear_cross_entropy(
       in.input, head_->weight(), mine, head_->vocab_start(), head_->valid_rows(), group_,
-      cfg_.final_logit_softcap, in.comm, head_->bias(), z_loss, expected_grad * share,
+      cfg_.final_logit_softcap, in.comm, head_->bias(), z_loss, ahead,
       z_loss ? cfg_.z_loss_coef : 0.0);
   if (z_loss) *z_loss = scale(*z_loss, share);
   return scale(loss, share);
@@ -1063,6 +1099,12 @@ nn::ForwardContext TensorParallelGpt::chunked(const Tensor& ids,
   const std::vector<cp::Run> runs = chunk_runs(ids.size(1), "the token ids");
   if (out.positions.defined()) {
     out.positions = contiguous(cp::take_runs(out.positions, 1, runs));
+  } else if (!ids.device().is_cpu()) {
+    // Ids on a device (inside a CUDA graph's capture nothing can be
+    // uploaded): the chunk's positions made there, the same values.
+    const Tensor row = arange(0, ids.size(1), DType::I64, ids.device());
+    const Tensor rows = make_view(row, {B, ids.size(1)}, {0, 1}, row.offset());
+    out.positions = contiguous(cp::take_runs(rows, 1, runs));
   } else {
     const int64_t count = ids.size(1) / cp_->size();
     std::vector<int64_t> pos;
