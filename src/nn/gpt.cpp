@@ -1323,8 +1323,20 @@ Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vect
   if (ctx.mtp_stats) ctx.mtp_stats->record(depths);
   Tensor sum = depths[0];
   for (size_t k = 1; k < depths.size(); ++k) sum = add(sum, depths[k]);
-  return attach_loss(loss, sum,
-                     cfg.mtp_loss_weight / static_cast<double>(depths.size()) * ctx.loss_grad);
+  const auto n = static_cast<int64_t>(depths.size());
+  if (ctx.loss_grad_seed.defined()) {
+    const Tensor& seed = ctx.loss_grad_seed;
+    const double weight = cfg.mtp_loss_weight / static_cast<double>(n);
+    const Tensor grad = mul(full({}, weight, seed.dtype(), seed.device()), reshape(seed, {}));
+    return attach_loss(loss, sum, cast(grad, sum.dtype()));
+  }
+  return attach_loss(loss, sum, mtp_loss_grad(cfg, n, ctx.loss_grad, sum.dtype()));
+}
+
+double mtp_loss_grad(const GptConfig& cfg, int64_t depths, double loss_grad, DType dtype) {
+  const double weight = cfg.mtp_loss_weight / static_cast<double>(std::max<int64_t>(depths, 1));
+  if (dtype == DType::F64) return weight * loss_grad;
+  return static_cast<double>(static_cast<float>(weight) * static_cast<float>(loss_grad));
 }
 
 std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, const Tensor& targets,
@@ -1342,9 +1354,10 @@ std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, con
     h = mtp_[i]->forward(h, ahead, ctx);
     // (Each depth's loss gets with_mtp_losses's weight as its gradient:
     // written with the loss, as the head's.)
-    const double expected =
-        ctx.training ? cfg_.mtp_loss_weight / static_cast<double>(mtp_.size()) * ctx.loss_grad
-                     : 0.0;
+    const double expected = ctx.training
+                                ? mtp_loss_grad(cfg_, static_cast<int64_t>(mtp_.size()),
+                                                ctx.loss_grad, stat_dtype(head_weight().dtype()))
+                                : 0.0;
     out.push_back(linear_cross_entropy(scale_for_head(cfg_, mtp_[i]->out_norm(h)), head_weight(),
                                        mtp_targets(targets, docs, k), -100,
                                        cfg_.final_logit_softcap, head_bias(), nullptr, expected));

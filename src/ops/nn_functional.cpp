@@ -680,6 +680,25 @@ Tensor attach_loss(const Tensor& x, const Tensor& loss, double grad) {
   return y;
 }
 
+Tensor attach_loss(const Tensor& x, const Tensor& loss, const Tensor& grad) {
+  detail::check_defined(x, "attach_loss", "x");
+  detail::check_floating(loss, "attach_loss", "loss");
+  if (loss.numel() != 1 || grad.numel() != 1 || grad.dtype() != loss.dtype() ||
+      grad.device() != loss.device()) {
+    throw ShapeError("attach_loss: loss " + shape_str(loss.shape()) + " " +
+                     dtype_name(loss.dtype()) + " on " + loss.device().str() + " and its weight " +
+                     shape_str(grad.shape()) + " " + dtype_name(grad.dtype()) + " on " +
+                     grad.device().str() +
+                     " (expected one element each, of one dtype on one device)");
+  }
+  Tensor y = make_view(x, x.shape(), x.strides(), x.offset());
+  const Tensor weight = reshape(grad.detach(), loss.shape()).detach();
+  record("attach_loss", {x, loss}, {y}, [weight](const TensorList& g) {
+    return TensorList{g[0], clone(weight)};
+  });
+  return y;
+}
+
 namespace {
 
 // What the backward of a cross entropy over logits (N, V) needs (never the

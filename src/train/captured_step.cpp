@@ -161,6 +161,8 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
       nn::ForwardContext ctx = layout;
       ctx.call = call + static_cast<uint64_t>(i);
       ctx.loss_grad = per_token ? 0.0 : loss_scale / micro;
+      // (Multi-token prediction's losses weigh their gradient by the seed.)
+      if (per_token) ctx.loss_grad_seed = step->seeds[i];
       const Tensor loss = tp_model_ ? tp_model_->loss(step->inputs[i], step->targets[i], ctx)
                                     : model_->loss(step->inputs[i], step->targets[i], ctx);
       Tensor part = cast(loss.detach(), DType::F64);

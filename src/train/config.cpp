@@ -638,10 +638,6 @@ void validate(const Config& c, bool min_lr_given) {
     if (c.device == "cpu") refuse("needs device: cuda (it is cpu)");
     if (c.model.moe.experts > 0)
       refuse("a mixture of experts (model.moe) reads its routing on the host in every layer");
-    if (c.model.mtp_layers > 0 && t.loss_average == "tokens")
-      refuse(
-          "model.mtp_layers with train.loss_average 'tokens': the prediction modules' losses "
-          "would keep the captured step's micro-batch weights");
   }
   // bf16 gradients are those of bf16 parameters (they are f32 under fp32,
   // and fp16's loss scaling wants f32 sums).

@@ -4369,6 +4369,7 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
       {"bf16 z-loss", "dropout: 0.0, z_loss_coef: 0.01"},
       {"fp32 z-loss tokens", "dropout: 0.0, z_loss_coef: 0.01"},
       {"bf16 mtp", "dropout: 0.0, mtp_layers: 2"},
+      {"bf16 tokens mtp", "dropout: 0.0, mtp_layers: 2"},
       {"bf16 documents", "dropout: 0.0"},
       {"bf16 documents mtp", "dropout: 0.0, mtp_layers: 2"},
       {"bf16 documents rope window",

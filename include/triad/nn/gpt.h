@@ -707,6 +707,11 @@ struct ForwardContext {
   // weight): a loss computed inside the model (model.moe's load balancing)
   // takes its own weight times this. 1: backward from the loss alone.
   double loss_grad = 1.0;
+  // That gradient as a one-element device tensor (the loss's dtype), where
+  // it changes between a CUDA graph's replays (train.loss_average tokens
+  // inside a capture; loss_grad is then 0): multi-token prediction's losses
+  // weigh their gradient by it. Undefined: loss_grad.
+  Tensor loss_grad_seed = {};
   // Where mixture-of-experts layers report their routing while training
   // (null: nowhere).
   std::shared_ptr<MoeStats> moe_stats = {};
@@ -871,6 +876,12 @@ Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k);
 // (attach_loss); ctx.mtp_stats records them.
 Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vector<Tensor>& depths,
                        const ForwardContext& ctx);
+// The gradient each of `depths` modules' losses gets from with_mtp_losses:
+// cfg.mtp_loss_weight / depths times the micro-batch's loss gradient, the
+// product formed in `dtype` (the losses' statistics dtype) as a replay
+// forms it from ForwardContext::loss_grad_seed on the device, so that the
+// gradient a module's head writes ahead is the one that arrives.
+double mtp_loss_grad(const GptConfig& cfg, int64_t depths, double loss_grad, DType dtype);
 
 // Multi-token prediction module k (DeepSeek-V3's MTP module; k from 1 to
 // model.mtp_layers): from the previous depth's hidden states h (B, T, C;

@@ -154,6 +154,9 @@ Tensor index_add_rows(const Tensor& src, const Tensor& index, int64_t rows);
 // objective with weight `grad` without travelling to the model's end
 // (across pipeline stages): Megatron-LM's auxiliary-loss scaler.
 Tensor attach_loss(const Tensor& x, const Tensor& loss, double grad);
+// The same with the weight a one-element tensor of the loss's dtype on its
+// device, read when backward runs (a CUDA graph's replay refills it).
+Tensor attach_loss(const Tensor& x, const Tensor& loss, const Tensor& grad);
 
 // Mean over non-ignored rows of -log softmax(logits)[target]. logits (..., V);
 // targets (...) i32/i64. Returns a scalar (shape []) of the statistics dtype (f32,

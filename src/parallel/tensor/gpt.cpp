@@ -1230,7 +1230,8 @@ std::vector<Tensor> TensorParallelGpt::mtp_losses(const Tensor& hidden, const Te
     h = block(m.layer, x, ctx);
     // (Each depth's loss gets nn::with_mtp_losses's weight as its gradient.)
     const double expected =
-        ctx.training ? cfg_.mtp_loss_weight / static_cast<double>(mtp_.size()) * ctx.loss_grad
+        ctx.training ? nn::mtp_loss_grad(cfg_, static_cast<int64_t>(mtp_.size()), ctx.loss_grad,
+                                         stat_dtype(head_->weight().dtype()))
                      : 0.0;
     out.push_back(
         head_loss_after(*m.ln_out, h, nn::mtp_targets(targets, docs, k), nullptr, expected));
