@@ -80,6 +80,27 @@ TEST(AttachLoss, GivesTheLossItsWeightAndPassesTheRestOn) {
   expect_refused<ShapeError>([&] { (void)attach_loss(x, z, 1.0); }, "must hold one element");
 }
 
+// The weight as a one-element tensor (multi-token prediction's inside a
+// captured step under per-token averaging): read when backward runs, so a
+// value written after the forward pass is the one the loss's gradient
+// takes; the same gradients as the number. A weight of another dtype or
+// more than one element is refused by name.
+TEST(AttachLoss, ATensorWeightIsReadWhenBackwardRuns) {
+  Tensor x = randn({3, 4}, 1, 1, 1.0, DType::F64), z = randn({5}, 1, 2, 1.0, DType::F64);
+  x.set_requires_grad(true);
+  z.set_requires_grad(true);
+  Tensor weight = full({}, 0.25, DType::F64);
+  const Tensor y = mul(attach_loss(x, sum(mul(z, z)), weight), x);
+  fill_(weight, 0.75);  // (after the forward pass, before backward)
+  autograd::backward({sum(y)});
+  const std::vector<double> zs = to_double_vector(z), gz = to_double_vector(z.grad());
+  for (size_t i = 0; i < zs.size(); ++i) EXPECT_EQ(gz[i], 0.75 * 2 * zs[i]);
+  expect_refused<ShapeError>([&] { (void)attach_loss(x, sum(z), full({}, 1.0, DType::F32)); },
+                             "of one dtype");
+  expect_refused<ShapeError>([&] { (void)attach_loss(x, sum(z), full({2}, 1.0, DType::F64)); },
+                             "one element each");
+}
+
 TEST(RouteTopK, PicksTheMostProbableExpertsAndGroupsTheRowsByExpert) {
   // 3 tokens, 4 experts, top 2. Token 1 ties experts 0 and 2: the lower first.
   const std::vector<double> probs = {0.1, 0.5, 0.3, 0.1,  //
