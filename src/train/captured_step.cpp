@@ -22,21 +22,28 @@
 #include "triad/dist/mesh.h"
 #include "triad/nn/documents.h"
 #include "triad/ops.h"
+#include "triad/parallel/pipeline/executor.h"
 
 namespace triad::train {
 
 Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Batch>& batches,
                                                      uint64_t call) {
-  if (!(model_ || tp_model_) || pp_model_ || !device_.is_cuda()) {
+  if (!(model_ || tp_model_ || pp_model_) || !device_.is_cuda()) {
     throw Error(
-        "train.cuda_graph: a captured step needs one process, or data-, tensor- or "
-        "context-parallel ranks, on CUDA devices");
+        "train.cuda_graph: a captured step needs one process, or data-, tensor-, context- or "
+        "pipeline-parallel ranks, on CUDA devices");
   }
-  // Tensor and context parallelism exchange inside the passes: over NCCL,
-  // whose calls join the capture.
-  const std::vector<dist::ProcessGroupPtr> inside =
-      tp_model_ && mesh_ ? std::vector{mesh_->tp(), mesh_->cp(), mesh_->cp_a2a(), mesh_->cp_ring()}
-                         : std::vector<dist::ProcessGroupPtr>{};
+  // Tensor, context and pipeline parallelism exchange inside the passes
+  // (a pipeline's stages between them too, on the schedule's order, and
+  // its first and last stage sum the tied embedding's gradients): over
+  // NCCL, whose calls join the capture.
+  std::vector<dist::ProcessGroupPtr> inside;
+  if ((tp_model_ || pp_model_) && mesh_)
+    inside = {mesh_->tp(), mesh_->cp(), mesh_->cp_a2a(), mesh_->cp_ring()};
+  if (pp_model_) {
+    inside.push_back(pp_model_->groups().pp);
+    if (pp_model_->ties_embedding_across_ranks()) inside.push_back(pp_model_->groups().embedding);
+  }
   for (const dist::ProcessGroupPtr& g : inside) {
     if (!g || g->size() == 1 || g->captures_device_collectives()) continue;
     throw Error("train.cuda_graph: the collectives inside the passes (group '" + g->name() +
@@ -45,13 +52,19 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   }
   const double micro = static_cast<double>(batches.size());
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  // A pipeline's schedule for this many micro-batches (zb-auto's and
+  // zb-v's, ordered by the costs their measured step gave).
+  pipeline::PipelineExecutor* executor =
+      pp_model_ ? &executor_for(static_cast<int64_t>(batches.size())) : nullptr;
   if (captured_ &&
-      (captured_->loss_scale != loss_scale || captured_->inputs.size() != batches.size())) {
+      (captured_->loss_scale != loss_scale || captured_->inputs.size() != batches.size() ||
+       captured_->executor != executor)) {
     // fp16's loss scale moved (after a window of clean steps, or an
-    // overflow), or a batch ramp changed the micro-batches a step holds:
-    // both seldom. The graph's backward starts from the old scale and runs
-    // the old micro-batches, so the step is captured anew, the old graph's
-    // gradients dropped first so that the new capture writes its own.
+    // overflow), or a batch ramp changed the micro-batches a step holds (a
+    // pipeline's schedule with them): all seldom. The graph's backward
+    // starts from the old scale and runs the old micro-batches in the old
+    // order, so the step is captured anew, the old graph's gradients
+    // dropped first so that the new capture writes its own.
     captured_.reset();
     zero_grad();
   }
@@ -152,7 +165,37 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     reducer_->set_deferred(!step->reduces);
     reducer_->wait_gathers();
   }
+  // A pipeline's executor runs its schedule inside the capture, each
+  // micro-batch's ids and targets read from the device, its weight from the
+  // refilled scalars; its host clock and the step timer's events are left
+  // out (a replay is timed whole).
+  std::vector<data::Batch> on_device;
+  pipeline::PipelineExecutor::DeviceLossWeights weights;
+  if (executor) {
+    for (size_t i = 0; i < batches.size(); ++i) {
+      data::Batch b = batches[i];
+      b.inputs = step->inputs[i];
+      b.targets = step->targets[i];
+      on_device.push_back(std::move(b));
+    }
+    weights.seeds = step->seeds;
+    weights.factors = step->factors;
+  }
   cuda::Graph graph = cuda::capture(device_.index, [&] {
+    if (executor) {
+      struct Untimed {
+        pipeline::PipelineExecutor& e;
+        DeviceTimer& timer;
+        ~Untimed() { e.set_timer(&timer); }
+      } untimed{*executor, timer};
+      executor->set_timer(nullptr);
+      executor->set_chunk_timing(false);
+      const pipeline::PipelineStepResult r =
+          executor->run(on_device, layout, loss_scale, per_token ? &weights : nullptr);
+      step->loss_sum = r.loss_sum;
+      if (step->reduces) reducer_->finish();
+      return;
+    }
     Tensor loss_sum;
     for (size_t i = 0; i < batches.size(); ++i) {
       // As the uncaptured step's micro-batch (forward_backward): its mean
@@ -179,8 +222,14 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   });
   step->graph = std::move(graph);
   step->loss_scale = loss_scale;
+  step->executor = executor;
   const char* plural = batches.size() == 1 ? "" : "es";
   std::string extra;
+  if (executor) {
+    extra += fmt::format(", schedule {} over {} stages with its sends and receives",
+                         pipeline::schedule_name(executor->schedule().kind),
+                         executor->schedule().num_stages());
+  }
   if (scaler_) extra += fmt::format(", loss scale {}", loss_scale);
   if (step->reduces) {
     extra +=

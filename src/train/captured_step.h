@@ -42,6 +42,10 @@ struct Trainer::CapturedStep {
   // end: GradientReducer::captures_reductions), so that the step does not
   // call GradientReducer::finish after a replay.
   bool reduces = false;
+  // A pipeline's executor whose schedule the graph runs (null without a
+  // pipeline): a step that takes another (a batch ramp's, or zb-auto's
+  // measured order) captures anew.
+  const pipeline::PipelineExecutor* executor = nullptr;
 };
 
 }  // namespace triad::train

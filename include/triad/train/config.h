@@ -107,13 +107,15 @@ struct TrainSection {
   // it: Megatron-LM's per-token loss). They differ only where microbatches
   // hold different numbers of unmasked targets (data.eod_mask_loss).
   std::string loss_average = "microbatches";
-  // true (device: cuda, one process, data, tensor or context parallelism): each
-  // step's forward and backward passes, every micro-batch's, are captured
-  // once as a CUDA graph (after one uncaptured step) and replayed on the
+  // true (device: cuda, one process, data, tensor, context or pipeline
+  // parallelism): each step's forward and backward passes, every
+  // micro-batch's, are captured once as a CUDA graph (after one uncaptured
+  // step; zb-auto and zb-v after their measured step) and replayed on the
   // next steps' batches, refilled in device tensors; the optimizer steps
   // outside it. Data parallelism's reductions over NCCL are captured with
   // the backward they overlap (otherwise run after it), tensor and context
-  // parallelism's collectives inside the passes (NCCL only). Fewer launches and
+  // parallelism's collectives inside the passes and a pipeline's schedule
+  // with its sends and receives (NCCL only). Fewer launches and
   // no host work a step; for a dense model (validate says what it
   // refuses). A step at a new fp16 loss scale or a ramp's new batch size
   // captures anew.

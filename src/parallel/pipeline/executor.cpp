@@ -372,11 +372,19 @@ PipelineExecutor::PipelineExecutor(PipelineModel& model, Schedule schedule)
 }
 
 PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
-                                         const nn::ForwardContext& ctx, double loss_scale) {
+                                         const nn::ForwardContext& ctx, double loss_scale,
+                                         const DeviceLossWeights* weights) {
   const int m = schedule_.m, S = schedule_.num_stages(), r = model_.rank();
   if (static_cast<int>(micro.size()) != m) {
     throw ValueError("pipeline step: " + std::to_string(micro.size()) +
                      " microbatches for a schedule of m = " + std::to_string(m));
+  }
+  if (weights && (static_cast<int>(weights->seeds.size()) != m ||
+                  static_cast<int>(weights->factors.size()) != m)) {
+    throw ValueError("pipeline step: " + std::to_string(weights->seeds.size()) + " seeds and " +
+                     std::to_string(weights->factors.size()) +
+                     " factors of the loss weights for m = " + std::to_string(m) +
+                     " microbatches (one each expected)");
   }
   const auto& cfg = model_.config();
   const auto& tpg = model_.groups().tp;
@@ -643,6 +651,12 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       // the model (MoE load balancing) take their gradient times it.
       const double w = micro[mb].loss_weight;
       cctx.loss_grad = w >= 0 ? loss_scale * w : loss_scale / m;
+      if (weights) {
+        // (Read on the device; multi-token prediction weighs by the seed,
+        // and the head's gradient waits for it in the backward pass.)
+        cctx.loss_grad = 0.0;
+        cctx.loss_grad_seed = weights->seeds[static_cast<size_t>(mb)];
+      }
     }
     // On the host, sends done by now let go of what they sent (and, asked,
     // the MPI group moves the others on). A GPU's are never polled: their
@@ -690,11 +704,17 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
             // losses, or their sum weighted by each one's share of the tokens.
             const double w = micro[mb].loss_weight;
             Tensor part = cast(l.detach(), DType::F64);
-            if (w >= 0) part = scale(part, w * m);
+            Tensor seed;
+            if (weights) {
+              part = mul(part, weights->factors[static_cast<size_t>(mb)]);
+              seed = weights->seeds[static_cast<size_t>(mb)];
+              if (seed.dtype() != l.dtype()) seed = cast(seed, l.dtype());
+            } else {
+              if (w >= 0) part = scale(part, w * m);
+              seed = full({}, w >= 0 ? loss_scale * w : loss_scale / m, l.dtype(), l.device());
+            }
             loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
-            autograd::backward(
-                {l}, {full({}, w >= 0 ? loss_scale * w : loss_scale / m, l.dtype(), l.device())},
-                opts);
+            autograd::backward({l}, {seed}, opts);
             losses.erase(k);
           } else {
             // (A stage whose parameters are all frozen, with none before it

@@ -218,6 +218,54 @@ TEST(Pipeline, TheLossSumReachesEveryRankAndIsReadOnlyWhenAsked) {
   }
 }
 
+// A captured step's loss weights (train.cuda_graph under loss_average
+// tokens) come from device scalars refilled before each replay: run with
+// them, and with the batches' own weights unset, the step is the one the
+// batches' host weights give, loss sum and every gradient to the bit, under
+// a plain and a split-backward schedule. Seeds or factors that do not
+// match the micro-batches are refused by name.
+TEST(Pipeline, DeviceLossWeightsStepAsTheBatchesOwnWeights) {
+  const int p = g_world->size();
+  for (const ScheduleKind kind : {ScheduleKind::OneFOneB, ScheduleKind::ZbH1}) {
+    const Case c{kind, 1, p + 1};
+    const double loss_scale = 4.0;
+    auto weighted = batches(c.m, 5);
+    PipelineExecutor::DeviceLossWeights weights;
+    for (int mb = 0; mb < c.m; ++mb) {
+      // Unequal shares of the step's targets, as per-token averaging gives.
+      const double w = (1.0 + mb) / (c.m * (c.m + 1) / 2.0);
+      weighted[static_cast<size_t>(mb)].loss_weight = w;
+      weights.seeds.push_back(full({}, loss_scale * w, DType::F32));
+      weights.factors.push_back(full({}, w * c.m, DType::F64));
+    }
+    auto unweighted = weighted;
+    for (auto& b : unweighted) b.loss_weight = -1;  // (read from the device scalars instead)
+    PipelineModel host_model = model_for(c, 29), device_model = model_for(c, 29);
+    PipelineExecutor host(host_model, make_schedule(kind, p, c.m, c.v));
+    PipelineExecutor device(device_model, make_schedule(kind, p, c.m, c.v));
+    const PipelineStepResult want = host.run(weighted, {}, loss_scale);
+    const PipelineStepResult got = device.run(unweighted, {}, loss_scale, &weights);
+    EXPECT_EQ(item(got.loss_sum), item(want.loss_sum)) << name(c);
+    const auto params = device_model.named_parameters();
+    const auto host_params = host_model.named_parameters();
+    ASSERT_EQ(params.size(), host_params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      ASSERT_EQ(to_double_vector(params[i].second.grad()),
+                to_double_vector(host_params[i].second.grad()))
+          << name(c) << " " << params[i].first;
+    }
+    PipelineExecutor::DeviceLossWeights short_by_one = weights;
+    short_by_one.factors.pop_back();
+    try {
+      device.run(unweighted, {}, loss_scale, &short_by_one);
+      ADD_FAILURE() << "too few factors were taken";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("factors of the loss weights"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // Scatter-gather: under tp 2 without sequence parallelism each TP rank
 // sends its half of every activation and gradient and the next stage
 // all-gathers the halves: the same step as sending whole payloads, bit for

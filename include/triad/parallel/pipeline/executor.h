@@ -226,8 +226,20 @@ class PipelineExecutor {
   // batch's loss_weight, which is microbatch i's ctx.loss_grad; the
   // reported loss is unscaled. ctx.moe_stats collects this rank's MoE
   // layers' routing.
+  //
+  // With `weights` (a CUDA graph's capture, train.cuda_graph), microbatch
+  // i's loss weight comes from device scalars refilled before each replay
+  // instead of the batch's loss_weight: its backward starts from
+  // weights->seeds[i] (the loss's dtype: loss_scale times its weight; also
+  // ctx.loss_grad_seed, ctx.loss_grad 0), and its loss joins loss_sum
+  // times weights->factors[i] (f64). The batches' ids and targets may then
+  // be device tensors, which the passes read there.
+  struct DeviceLossWeights {
+    std::vector<Tensor> seeds, factors;
+  };
   PipelineStepResult run(const std::vector<data::Batch>& microbatches,
-                         const nn::ForwardContext& ctx, double loss_scale = 1.0);
+                         const nn::ForwardContext& ctx, double loss_scale = 1.0,
+                         const DeviceLossWeights* weights = nullptr);
   // Forward only (evaluation): no autograd graph, no dropout, any number of
   // microbatches. Each rank runs its stages in (microbatch, stage) order,
   // receiving activations from the previous stage and sending them on, so
