@@ -137,6 +137,15 @@ void CachingAllocator::release_graph(uint64_t graph, uint64_t stream) {
     if (b.graph == graph) b.graph = 0;
 }
 
+void CachingAllocator::note_replay(uint64_t graph) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto g = graph_pools_.find(graph);
+  if (g == graph_pools_.end()) return;
+  int64_t pooled = 0;
+  for (const auto& [size, ptr] : g->second) pooled += static_cast<int64_t>(size);
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated + pooled);
+}
+
 void CachingAllocator::release_stream(uint64_t stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto p = pools_.find(stream);

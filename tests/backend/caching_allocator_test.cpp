@@ -217,6 +217,38 @@ TEST(CachingAllocator, AGraphsBlocksStayItsOwnUntilItIsReleased) {
   EXPECT_EQ(a.stats().reserved, 0);
 }
 
+// A replayed graph's temporaries are in use while it runs: the peak after
+// a replay counts the blocks its capture freed into its pool, as the
+// capture's own peak did, and reset_peak starts the next count from what is
+// handed out alone.
+TEST(CachingAllocator, AReplayCountsTheGraphsTemporariesInThePeak) {
+  FakeDevice dev(64 << 20);
+  CachingAllocator a(dev);
+  void* kept = a.allocate_on(1024, 1);  // a tensor outside the graph
+  a.begin_capture(11);
+  void* t1 = a.allocate_on(4096, 1);
+  void* t2 = a.allocate_on(8192, 1);
+  void* out = a.allocate_on(2048, 1);  // the graph's output, still handed out
+  a.deallocate(t1, 4096);
+  a.deallocate(t2, 8192);
+  a.end_capture();
+  EXPECT_EQ(a.stats().peak_allocated, 1024 + 4096 + 8192 + 2048);
+  a.reset_peak();
+  EXPECT_EQ(a.stats().peak_allocated, 1024 + 2048);
+  a.note_replay(11);
+  EXPECT_EQ(a.stats().peak_allocated, 1024 + 2048 + 4096 + 8192);
+  a.note_replay(12);  // (no such graph: nothing to count)
+  EXPECT_EQ(a.stats().peak_allocated, 1024 + 2048 + 4096 + 8192);
+  a.release_graph(11, 1);
+  a.reset_peak();
+  a.note_replay(11);  // released: its blocks are the cache's
+  EXPECT_EQ(a.stats().peak_allocated, 1024 + 2048);
+  a.deallocate(kept, 1024);
+  a.deallocate(out, 2048);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0);
+}
+
 // A block handed out before the capture and freed after it (an input the
 // graph reads, let go by its caller) joins the graph too: no request takes
 // it until the graph is released. One freed before the capture is the

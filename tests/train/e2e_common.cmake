@@ -51,8 +51,21 @@ endfunction()
 # captured its passes of several micro-batches, and the runs in `eager` and
 # `graph` report the same `steps` losses, gradient norms, output z-losses
 # and multi-token prediction losses (where they have them), to the last
-# digit. The losses go to `outvar`.
+# digit. The losses go to `outvar`. The last step's peak memory (a replay's,
+# its graph's temporaries counted) is within a quarter of the uncaptured
+# step's either way: the graph holds what the step uses, no more, and the
+# peak does not leave it out.
 function(expect_captured_as_uncaptured label output eager graph steps outvar)
+  field(${eager} peak_memory_bytes eager_peaks)
+  field(${graph} peak_memory_bytes graph_peaks)
+  list(GET eager_peaks -1 eager_peak)
+  list(GET graph_peaks -1 graph_peak)
+  math(EXPR low "${eager_peak} * 4 / 5")
+  math(EXPR high "${eager_peak} * 5 / 4")
+  if(graph_peak LESS low OR graph_peak GREATER high)
+    message(FATAL_ERROR "${label}: the captured step's peak is ${graph_peak} bytes, the "
+                        "uncaptured one's ${eager_peak} (expected within a quarter)")
+  endif()
   if(NOT output MATCHES "captured the step's forward and backward passes \\([2-9] micro-batches")
     message(FATAL_ERROR "${label}: no capture in the log:\n${output}")
   endif()

@@ -72,6 +72,13 @@ class CachingAllocator final : public Allocator {
   void begin_capture(uint64_t graph);
   void end_capture();
   void release_graph(uint64_t graph, uint64_t stream);
+  // A replay of `graph` is queued: its freed blocks (the temporaries its
+  // capture made and let go, which each replay uses again) count as
+  // handed out for the peak, which becomes at least allocated plus them.
+  // Between replays they are counted in `reserved` alone, as cached blocks
+  // are; without this a replayed step's peak would leave out most of its
+  // activations.
+  void note_replay(uint64_t graph);
   // The size class a request is rounded to.
   static size_t round_size(size_t nbytes);
 

@@ -2215,9 +2215,10 @@ void Graph::check() const {
 void Graph::replay() const {
   if (exec_ == nullptr) throw Error("cuda::Graph::replay: an empty graph (nothing captured)");
   detail::DeviceGuard g(device_);
-  detail::check(
-      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda_backend().state(device_).stream),
-      "cudaGraphLaunch");
+  detail::CudaBackend::DeviceState& s = cuda_backend().state(device_);
+  detail::check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), s.stream), "cudaGraphLaunch");
+  // (The peak counts the graph's temporaries while it runs.)
+  s.allocator.note_replay(id_);
 }
 
 Graph capture(int device, const std::function<void()>& record) {
