@@ -2504,13 +2504,39 @@ TEST(CudaRuntime, AnInputFreedAfterTheCaptureIsNotHandedToOtherTensors) {
 }
 
 // What a capture cannot hold fails it, naming the capture, and leaves the
-// stream as it was: here a read of a value (a wait for the device).
+// stream as it was: here a read of a value (a wait for the device), and an
+// upload from the host (whose pinned staging block every replay would read
+// again, whatever it held by then), each named by the copy before CUDA
+// could refuse it; and a wait the backend does not make itself, by CUDA's
+// refusal at the capture's end.
 TEST(CudaRuntime, ACaptureThatWaitsForTheDeviceFailsClearly) {
   autograd::NoGradGuard no_grad;
   const Tensor x = to_device(full({256}, 2.0, DType::F32), kGpu);
   try {
     cuda::capture(0, [&] { (void)item(sum(scale(x, 0.5))); });
     FAIL() << "a capture that reads a value back succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cuda::capture"), std::string::npos) << m;
+    EXPECT_NE(m.find("a download to the host of "), std::string::npos) << m;
+    EXPECT_NE(m.find("inside a CUDA graph's capture"), std::string::npos) << m;
+  }
+  const Tensor host = full({64}, 3.0, DType::F32);
+  try {
+    cuda::capture(0, [&] { (void)add(x, to_device(host, kGpu)); });
+    FAIL() << "a capture that uploads from the host succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("an upload from the host of "), std::string::npos) << m;
+    EXPECT_NE(m.find("inside a CUDA graph's capture"), std::string::npos) << m;
+    EXPECT_NE(m.find("before the capture"), std::string::npos) << m;
+  }
+  try {
+    cuda::capture(0, [&] {
+      (void)scale(x, 0.5);
+      cuda::synchronize(0);
+    });
+    FAIL() << "a capture that waits for the device succeeded";
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("cuda::capture"), std::string::npos) << m;

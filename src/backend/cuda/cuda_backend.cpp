@@ -436,6 +436,20 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     check(cudaStreamSynchronize(ds.stream), "peer copy: destination stream");
     return;
   }
+  // Inside a CUDA graph's capture neither direction can work: an upload
+  // goes through a pinned staging block that the graph would read again at
+  // every replay, whatever it then holds, and a download waits for the
+  // device, which a capture refuses.
+  if (open_capture((from_host ? dst : src).device().index) != nullptr) {
+    throw Error(
+        std::string(from_host ? "copy: an upload from the host" : "copy: a download to the host") +
+        " of " + shape_str(src.shape()) + " " + dtype_name(src.dtype()) +
+        " inside a CUDA graph's capture (" +
+        (from_host ? "its replays would read the staging buffer as it is then: make the "
+                     "tensor on the device before the capture, or form it there"
+                   : "the host cannot wait for the device there: read it after a replay") +
+        ")");
+  }
   if (from_host) {
     DeviceState& s = state(dst.device().index);
     DeviceGuard g(s.index);
