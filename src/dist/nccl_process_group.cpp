@@ -470,6 +470,24 @@ class NcclProcessGroup final : public ProcessGroup,
   }
   bool has_p2p_link(int peer) const override { return links_.count(peer) > 0; }
   bool captures_device_collectives() const override { return true; }
+  void watch_device_work(const std::string& what) override {
+    check_failure();
+    DeviceGuard g(device_);
+    const auto compute = static_cast<cudaStream_t>(cuda::compute_stream(device_));
+    const std::string call = "process group '" + name_ + "' (rank " + std::to_string(rank_) +
+                             " of " + std::to_string(size_) + ", cuda:" + std::to_string(device_) +
+                             "): " + what;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(compute, &capture), call);
+    if (capture != cudaStreamCaptureStatusNone) {
+      throw Error("watch_device_work on " + call +
+                  ": inside a CUDA graph's capture (nothing runs until a replay; watch that)");
+    }
+    const Event done = events_->take(call);
+    check_cuda(cudaEventRecord(done.get(), compute), call);
+    watchdog_->watch([done] { return cudaEventQuery(done.get()) != cudaErrorNotReady; }, call,
+                     timeout_);
+  }
 
  private:
   std::string describe(const std::string& op, const Tensor& t, const std::string& peers) const {
@@ -717,6 +735,10 @@ class DeviceRoutedGroup final : public ProcessGroup {
   // Links are the NCCL group's: they carry the CUDA tensors.
   bool has_p2p_link(int peer) const override { return nccl_->has_p2p_link(peer); }
   bool captures_device_collectives() const override { return nccl_->captures_device_collectives(); }
+  void watch_device_work(const std::string& what) override {
+    nccl_->set_timeout(timeout_);
+    nccl_->watch_device_work(what);
+  }
 
  private:
   ProcessGroup& pick(const Tensor& t) {

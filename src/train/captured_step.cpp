@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <string>
 
 #include "triad/autograd/engine.h"
@@ -87,6 +88,26 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
     // forward's fences ran at the capture only).
     if (reducer_) reducer_->wait_gathers();
     captured_->graph.replay();
+    // The graph's collectives were issued at its capture, where no watchdog
+    // saw them: each group that may have calls in it watches the replay as
+    // one call, so that a hung exchange inside it fails the group past its
+    // timeout (its communicator aborted, the next call raising it) rather
+    // than hang the host's next wait for good.
+    if (mesh_) {
+      const std::string what =
+          fmt::format("a replay of the captured step's passes ({} micro-batches, train.cuda_graph)",
+                      batches.size());
+      std::vector<const dist::ProcessGroup*> watched;
+      for (const dist::ProcessGroupPtr& g :
+           {mesh_->tp(), mesh_->dp(), mesh_->pp(), mesh_->embedding(), mesh_->cp(), mesh_->cp_a2a(),
+            mesh_->cp_ring()}) {
+        if (!g || g->size() == 1 ||
+            std::find(watched.begin(), watched.end(), g.get()) != watched.end())
+          continue;
+        watched.push_back(g.get());
+        g->watch_device_work(what);
+      }
+    }
     // (The sums the capture recorded, which this replay wrote.)
     for (const auto& [captured, step] : {std::pair{captured_->z_losses, z_loss_stats_},
                                          std::pair{captured_->mtp_losses, mtp_stats_}}) {

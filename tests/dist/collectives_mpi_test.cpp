@@ -685,6 +685,58 @@ TEST(NcclGroup, TheWatchdogFailsACallPastTheTimeoutAndTheNextCallRaisesIt) {
   cuda::synchronize(g_device.index);
 }
 
+// A CUDA graph's captured calls are not watched; its replay is, as one call
+// of each group (watch_device_work, which train.cuda_graph calls after each
+// replay): a replay that has not finished past the group's timeout fails
+// the group, the next call raising it with the replay named. One that
+// finishes in time leaves the group as it was, and inside a capture the
+// watch is refused.
+TEST(NcclGroup, AReplayPastTheTimeoutFailsTheGroupWatchingIt) {
+  const int64_t n = 6;
+  for (const auto timeout : {std::chrono::milliseconds(100), std::chrono::milliseconds(300000)}) {
+    const bool late = timeout.count() < 1000;
+    SCOPED_TRACE(late ? "late" : "in time");
+    auto g = fresh_nccl_group(timeout);
+    Tensor t = filled(g->rank(), n, DType::F32);
+    cuda::synchronize(g_device.index);
+    std::string refused;
+    cuda::Graph graph = cuda::capture(g_device.index, [&] {
+      g->all_reduce(t, ReduceOp::Sum)->wait();
+      try {
+        g->watch_device_work("a replay");
+      } catch (const Error& e) {
+        refused = e.what();
+      }
+    });
+    EXPECT_NE(refused.find("inside a CUDA graph's capture"), std::string::npos) << refused;
+    graph.replay();
+    g->watch_device_work("a replay of the test's graph");
+    if (!late) {
+      cuda::synchronize(g_device.index);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      Tensor more = filled(g->rank(), n, DType::F32);
+      EXPECT_NO_THROW(g->all_reduce(more, ReduceOp::Sum)->wait());
+      cuda::synchronize(g_device.index);
+      continue;
+    }
+    // (The simulator runs the work queued after the replay only when the
+    // program's thread needs it: to the watchdog the replay has not ended.)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    try {
+      Tensor more = filled(g->rank(), n, DType::F32);
+      g->all_reduce(more, ReduceOp::Sum);
+      ADD_FAILURE() << "expected a TimeoutError";
+    } catch (const TimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("process group 'watched/nccl'"), std::string::npos) << m;
+      EXPECT_NE(m.find("a replay of the test's graph"), std::string::npos) << m;
+      EXPECT_NE(m.find("timed out after 100 ms; the communicator was aborted"), std::string::npos)
+          << m;
+    }
+    cuda::synchronize(g_device.index);
+  }
+}
+
 // Waiting for `w` raises an Error, not a timeout, whose message holds each
 // of `pieces`.
 void expect_failure(const WorkPtr& w, const std::vector<std::string>& pieces) {

@@ -105,6 +105,14 @@ class ProcessGroup {
   // (NCCL's do: each replay runs it, Work::wait orders the graph after it).
   // A group that stages device tensors through the host cannot be captured.
   virtual bool captures_device_collectives() const { return false; }
+  // Watches the work queued so far on the device's compute stream as one of
+  // this group's calls, described by `what`: a CUDA graph's replay, whose
+  // captured calls no watchdog saw. Past the group's timeout the group
+  // fails as for a late call of its own (NCCL's: its communicators aborted,
+  // which ends a call that hangs in the replay, and the next call or wait
+  // raising the TimeoutError). A group without a watchdog, or without
+  // device calls, does nothing. Not inside a capture.
+  virtual void watch_device_work(const std::string& /*what*/) {}
 
  protected:
   ProcessGroup(std::string name, int rank, int size, std::vector<int> members)
