@@ -2168,7 +2168,8 @@ pipeline::PipelineExecutor& Trainer::executor_for(int64_t micro) {
 }
 
 std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss,
-                                                      std::vector<double>* group_squares) const {
+                                                      std::vector<double>* group_squares,
+                                                      std::vector<int64_t>* check_words) const {
   autograd::NoGradGuard ng;
   // The norm's square (ZeRO-1: of this rank's pieces) and the loss in one
   // read: the step's one wait for the device.
@@ -2205,7 +2206,17 @@ std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss,
     G = t.numel();
     for (int64_t i = 0; i < G; ++i) read.push_back(narrow(t, 0, i, 1));
   }
+  // A captured step's checks of its device ids and targets (train.cuda_graph)
+  // come back in the same copy, last: one word a check.
+  const std::vector<Tensor> words =
+      captured_ ? captured_->graph.check_words() : std::vector<Tensor>{};
+  read.insert(read.end(), words.begin(), words.end());
   const std::vector<double> values = items(read);
+  if (check_words) {
+    check_words->clear();
+    for (auto w = values.end() - static_cast<std::ptrdiff_t>(words.size()); w != values.end(); ++w)
+      check_words->push_back(static_cast<int64_t>(*w));
+  }
   const double loss = values.at(0) / step_loss.count;
   std::vector<double> square{squares.defined() ? values.at(1) : 0.0};
   auto at = values.begin() + (squares.defined() ? 2 : 1);
@@ -2608,9 +2619,10 @@ StepMetrics Trainer::train_step(int64_t index) {
   if (scaler_) unscale_gradients();
   double norm = 0, loss = 0;
   std::vector<double> group_squares;  // (log.grad_norms; read with the norm)
-  std::tie(norm, loss) = grad_norm_and_loss(step_loss, &group_squares);
+  std::vector<int64_t> check_words;   // (a captured step's, read with the norm)
+  std::tie(norm, loss) = grad_norm_and_loss(step_loss, &group_squares, &check_words);
   // A replay's ids and targets out of range, before anything is updated.
-  if (captured_) captured_->graph.check();
+  if (captured_) captured_->graph.check(check_words);
   double clip_coef = 1.0;
   std::vector<std::pair<std::string, double>> grad_norms =
       norms_by_group(grad_norm_groups_, /*of_grads=*/true, &group_squares);

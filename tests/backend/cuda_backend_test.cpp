@@ -4209,9 +4209,28 @@ TEST(CudaGraphs, AReplayNamesABadTokenIdAndABadTarget) {
   bad_targets[7] = -3;
   backend_for(dev_tg).copy(from_vector(bad_targets, {2, 16}, DType::I64), dev_tg);
   expect_named("target -3 at position 7 is outside [0, 97)");
+  // In two halves (the trainer reads the words with its gradient norm):
+  // the same error from the words read after the replay.
+  g.replay();
+  const std::vector<Tensor> words = g.check_words();
+  ASSERT_FALSE(words.empty());
+  std::vector<int64_t> read;
+  for (const double w : items(words)) read.push_back(static_cast<int64_t>(w));
+  try {
+    g.check(read);
+    ADD_FAILURE() << "no error from the words read";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("target -3 at position 7"), std::string::npos)
+        << e.what();
+  }
+  read.pop_back();
+  EXPECT_THROW(g.check(read), ValueError);  // (one word a check)
   backend_for(dev_tg).copy(tg, dev_tg);
   g.replay();
   EXPECT_NO_THROW(g.check());
+  read.clear();
+  for (const double w : items(g.check_words())) read.push_back(static_cast<int64_t>(w));
+  EXPECT_NO_THROW(g.check(read));
   EXPECT_TRUE(std::isfinite(item(loss)));
 }
 

@@ -7,7 +7,10 @@
 # step's share is the difference between runs of 1 and 3 steps (steps 2 and
 # 3: zb-auto's step 2 is the one it times for its order, with no wait of
 # its own; the first step's one-time waits fall out). Two
-# micro-batches per step: the pinned staging pool's own queries (which
+# micro-batches per step. A layout under train.cuda_graph is measured over
+# its replayed steps alone (the difference between runs of 3 and 5 steps:
+# step 2 captures), whose checks of the device batch are read with the
+# norm. The pinned staging pool's own queries (which
 # never wait) make 2 per micro-batch (at most 6 per step pass), where one
 # polled NCCL wait per collective made dozens.
 # Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
@@ -39,7 +42,13 @@ foreach(layout IN LISTS layouts)
   if(nfields GREATER 3)
     list(GET fields 3 most_queries)
   endif()
-  foreach(steps 1 3)
+  set(fewer 1)
+  set(more 3)
+  if(flags MATCHES "train.cuda_graph=true")
+    set(fewer 3)
+    set(more 5)
+  endif()
+  foreach(steps ${fewer} ${more})
     set(dir ${WORK}/layout${index}_${steps})
     execute_process(COMMAND ${MPIRUN} -np ${np} -x TRIAD_SIM_REPORT=1 --output-filename ${dir}/ranks
                             ${TRAIN} ${common} ${flags} --set train.steps=${steps}
@@ -51,7 +60,7 @@ foreach(layout IN LISTS layouts)
   endforeach()
   math(EXPR last "${np} - 1")
   foreach(rank RANGE ${last})
-    foreach(steps 1 3)
+    foreach(steps ${fewer} ${more})
       file(GLOB err ${WORK}/layout${index}_${steps}/ranks/*/rank.${rank}/stderr)
       file(STRINGS "${err}" line REGEX "^cuda_sim: ")
       if(NOT line MATCHES " ([0-9]+) host waits, ([0-9]+) not-ready queries")
@@ -60,8 +69,8 @@ foreach(layout IN LISTS layouts)
       set(waits_${steps} ${CMAKE_MATCH_1})
       set(queries_${steps} ${CMAKE_MATCH_2})
     endforeach()
-    math(EXPR waits "(${waits_3} - ${waits_1}) / 2")
-    math(EXPR queries "(${queries_3} - ${queries_1}) / 2")
+    math(EXPR waits "(${waits_${more}} - ${waits_${fewer}}) / 2")
+    math(EXPR queries "(${queries_${more}} - ${queries_${fewer}}) / 2")
     message(STATUS "layout '${layout}' rank ${rank}: ${waits} host waits, ${queries} not-ready queries per step")
     set(most 1)
     if(limits)

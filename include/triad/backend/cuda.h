@@ -15,6 +15,7 @@
 #include "triad/core/allocator.h"
 #include "triad/core/attention_heads.h"
 #include "triad/core/dtype.h"
+#include "triad/core/tensor.h"
 
 namespace triad::detail {
 struct CaptureChecks;
@@ -98,6 +99,15 @@ class Graph {
   // (a bad one reads no memory). Returns at once when the capture left
   // nothing to check. Call it before using a replay's results.
   void check() const;
+  // The same in two halves, so that a caller reads the checks with its own
+  // values in one wait (train.cuda_graph reads them with the gradient
+  // norm): check_words() gives one i64 element per check, on the device,
+  // each -1 or the position of the first index out of range; check(words)
+  // takes their values, read after the replay, and throws as check() does
+  // (reading the indices only then). Throws ValueError unless `words` has
+  // one value per check.
+  std::vector<Tensor> check_words() const;
+  void check(const std::vector<int64_t>& words) const;
   bool empty() const { return exec_ == nullptr; }
 
  private:

@@ -205,9 +205,12 @@ class Trainer {
   // (mtp_stats_, z_loss_stats_: LossSums::read). Collective over the
   // pipeline, the tensor-parallel group and (ZeRO-1) the world, as the
   // norm is.
-  // With `group_squares` under log.grad_norms, the groups' squares too.
+  // With `group_squares` under log.grad_norms, the groups' squares too;
+  // with `check_words` a captured step's checks of its device ids and
+  // targets (cuda::Graph::check_words), for cuda::Graph::check.
   std::pair<double, double> grad_norm_and_loss(const StepLoss& step_loss,
-                                               std::vector<double>* group_squares = nullptr) const;
+                                               std::vector<double>* group_squares = nullptr,
+                                               std::vector<int64_t>* check_words = nullptr) const;
   // Forward and backward of this rank's share of step `index`. Times its
   // passes in step_timer() (and, for pipelines, the whole of them as
   // "pipeline").

@@ -43,6 +43,7 @@
 #include "scalar_type.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/cuda.h"
+#include "triad/ops/creation.h"
 
 namespace triad::detail {
 namespace k = triad::kernels;
@@ -2206,15 +2207,33 @@ void Graph::release() {
   cuda_backend().state(device_).allocator.release_graph(id_, 0);
 }
 
-void Graph::check() const {
+std::vector<Tensor> Graph::check_words() const {
   if (exec_ == nullptr) throw Error("cuda::Graph::check: an empty graph (nothing captured)");
-  if (!checks_ || checks_->checks.empty()) return;
-  // (The first copy waits for the last replay.)
+  std::vector<Tensor> out;
+  if (checks_)
+    for (const detail::CaptureChecks::Check& c : checks_->checks) out.push_back(c.word);
+  return out;
+}
+
+void Graph::check() const {
+  const std::vector<Tensor> words = check_words();
+  if (words.empty()) return;
+  // (One read of every word: it waits for the last replay.)
+  std::vector<int64_t> values;
+  for (const double v : items(words)) values.push_back(static_cast<int64_t>(v));
+  check(values);
+}
+
+void Graph::check(const std::vector<int64_t>& words) const {
+  const size_t checks = check_words().size();
+  if (words.size() != checks) {
+    throw ValueError("cuda::Graph::check: " + std::to_string(words.size()) + " words for " +
+                     std::to_string(checks) + " checks (one each expected)");
+  }
   detail::CudaBackend& be = cuda_backend();
-  for (const detail::CaptureChecks::Check& c : checks_->checks) {
-    Tensor word = triad::empty({1}, DType::I64, Device::cpu());
-    be.copy(c.word, word);
-    const int64_t at = word.data<int64_t>()[0];
+  for (size_t i = 0; i < checks; ++i) {
+    const detail::CaptureChecks::Check& c = checks_->checks[i];
+    const int64_t at = words[i];
     if (at == -1) continue;
     Tensor ids = triad::empty(c.indices.shape(), c.indices.dtype(), Device::cpu());
     be.copy(c.indices, ids);
