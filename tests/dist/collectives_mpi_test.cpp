@@ -660,6 +660,22 @@ ProcessGroupPtr fresh_nccl_group(std::chrono::milliseconds timeout) {
   return make_nccl_group(bootstrap, g_world->rank());
 }
 
+// The next call on `g`, a group watched with a timeout of 100 ms, raises
+// the TimeoutError of the late call described by `late`.
+void expect_timed_out(const ProcessGroupPtr& g, const std::string& late) {
+  try {
+    Tensor more = filled(g->rank(), 6, DType::F32);
+    g->all_reduce(more, ReduceOp::Sum);
+    ADD_FAILURE() << "expected a TimeoutError";
+  } catch (const TimeoutError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("process group 'watched/nccl'"), std::string::npos) << m;
+    EXPECT_NE(m.find(late), std::string::npos) << m;
+    EXPECT_NE(m.find("timed out after 100 ms; the communicator was aborted"), std::string::npos)
+        << m;
+  }
+}
+
 // On the simulator, the GPU runs a stream's work only when the program's
 // thread needs it: a call whose result the program does not ask for is, to
 // the watchdog's thread, a call that has not finished.
@@ -670,17 +686,7 @@ TEST(NcclGroup, TheWatchdogFailsACallPastTheTimeoutAndTheNextCallRaisesIt) {
   WorkPtr w = g->all_reduce(t, ReduceOp::Sum);
   w->wait();  // stream-ordered: returns at once
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  try {
-    Tensor more = filled(g->rank(), 6, DType::F32);
-    g->all_reduce(more, ReduceOp::Sum);
-    FAIL() << "expected a TimeoutError";
-  } catch (const TimeoutError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("process group 'watched/nccl'"), std::string::npos) << m;
-    EXPECT_NE(m.find("all_reduce(sum) of f32 [6]"), std::string::npos) << m;
-    EXPECT_NE(m.find("timed out after 100 ms; the communicator was aborted"), std::string::npos)
-        << m;
-  }
+  expect_timed_out(g, "all_reduce(sum) of f32 [6]");
   EXPECT_THROW(w->wait(), TimeoutError);  // the group stays failed
   cuda::synchronize(g_device.index);
 }
@@ -722,17 +728,7 @@ TEST(NcclGroup, AReplayPastTheTimeoutFailsTheGroupWatchingIt) {
     // (The simulator runs the work queued after the replay only when the
     // program's thread needs it: to the watchdog the replay has not ended.)
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    try {
-      Tensor more = filled(g->rank(), n, DType::F32);
-      g->all_reduce(more, ReduceOp::Sum);
-      ADD_FAILURE() << "expected a TimeoutError";
-    } catch (const TimeoutError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("process group 'watched/nccl'"), std::string::npos) << m;
-      EXPECT_NE(m.find("a replay of the test's graph"), std::string::npos) << m;
-      EXPECT_NE(m.find("timed out after 100 ms; the communicator was aborted"), std::string::npos)
-          << m;
-    }
+    expect_timed_out(g, "a replay of the test's graph");
     cuda::synchronize(g_device.index);
   }
 }
