@@ -250,6 +250,17 @@ DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy po
   }
 }
 
+std::vector<ProcessGroupPtr> DeviceMesh::groups() const {
+  std::vector<ProcessGroupPtr> out;
+  for (const ProcessGroupPtr& g :
+       {tp_, dp_, pp_, mp_, embedding_, ep_, edp_, cp_, cp_a2a_, cp_ring_}) {
+    if (!g || g->size() == 1) continue;
+    if (std::none_of(out.begin(), out.end(), [&](const ProcessGroupPtr& o) { return o == g; }))
+      out.push_back(g);
+  }
+  return out;
+}
+
 void DeviceMesh::use_cuda(int device, bool half_gradient_sums) {
   // The pipeline's neighbours exchange over links of their own, unless
   // TRIAD_NCCL_P2P_STREAMS=one keeps every call on the group's stream.

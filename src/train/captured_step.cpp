@@ -15,7 +15,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <string>
 
 #include "triad/autograd/engine.h"
@@ -97,16 +96,7 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
       const std::string what =
           fmt::format("a replay of the captured step's passes ({} micro-batches, train.cuda_graph)",
                       batches.size());
-      std::vector<const dist::ProcessGroup*> watched;
-      for (const dist::ProcessGroupPtr& g :
-           {mesh_->tp(), mesh_->dp(), mesh_->pp(), mesh_->embedding(), mesh_->cp(), mesh_->cp_a2a(),
-            mesh_->cp_ring()}) {
-        if (!g || g->size() == 1 ||
-            std::find(watched.begin(), watched.end(), g.get()) != watched.end())
-          continue;
-        watched.push_back(g.get());
-        g->watch_device_work(what);
-      }
+      for (const dist::ProcessGroupPtr& g : mesh_->groups()) g->watch_device_work(what);
     }
     // (The sums the capture recorded, which this replay wrote.)
     for (const auto& [captured, step] : {std::pair{captured_->z_losses, z_loss_stats_},

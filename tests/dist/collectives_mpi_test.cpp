@@ -512,6 +512,22 @@ TEST(Mesh, CommunicatorsMatchTheShape) {
     ASSERT_NE(mesh.embedding(), nullptr);
     EXPECT_EQ(mesh.embedding()->members(), emb);
   }
+  // groups(): every group of more than one rank, each once (a replay of a
+  // captured step is watched on each).
+  std::vector<const ProcessGroup*> want;
+  for (const ProcessGroupPtr& g :
+       {mesh.tp(), mesh.dp(), mesh.pp(), mesh.model_parallel(), mesh.embedding(), mesh.ep(),
+        mesh.expert_dp(), mesh.cp(), mesh.cp_a2a(), mesh.cp_ring()}) {
+    if (g && g->size() > 1 && std::find(want.begin(), want.end(), g.get()) == want.end())
+      want.push_back(g.get());
+  }
+  std::vector<const ProcessGroup*> got;
+  for (const ProcessGroupPtr& g : mesh.groups()) {
+    EXPECT_GT(g->size(), 1) << g->name();
+    got.push_back(g.get());
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got.empty(), P == 1);  // (a world of one has no group of two)
   EXPECT_EQ(mesh.node().num_nodes, 1);
   EXPECT_EQ(mesh.local_device(), me);
   // A wrong world size is refused before any communicator is made.

@@ -111,6 +111,11 @@ class DeviceMesh {
   // null unless 1 < cp_a2a < cp).
   const ProcessGroupPtr& cp_a2a() const { return cp_a2a_; }
   const ProcessGroupPtr& cp_ring() const { return cp_ring_; }
+  // Every group of more than one rank this rank belongs to (tp, dp, pp,
+  // model-parallel, embedding, the expert and context groups), each once:
+  // what use_cuda gives NCCL, and what a CUDA graph's replay may hold
+  // calls of.
+  std::vector<ProcessGroupPtr> groups() const;
   int ep_rank() const { return ep_->rank(); }
   int tp_rank() const { return coords_[0]; }
   int dp_rank() const { return coords_[1]; }

@@ -2225,7 +2225,8 @@ void Graph::check() const {
 }
 
 void Graph::check(const std::vector<int64_t>& words) const {
-  const size_t checks = check_words().size();
+  if (exec_ == nullptr) throw Error("cuda::Graph::check: an empty graph (nothing captured)");
+  const size_t checks = checks_ ? checks_->checks.size() : 0;
   if (words.size() != checks) {
     throw ValueError("cuda::Graph::check: " + std::to_string(words.size()) + " words for " +
                      std::to_string(checks) + " checks (one each expected)");
