@@ -601,21 +601,27 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const DType dt = weight.dtype();
   const Device dev = weight.device();
   const Tensor leaf = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
-  record("embedding", {weight}, {out},
-         [ic, ws, dt, dev, C, leaf](const TensorList& g) -> TensorList {
-           Tensor dout = contiguous(g[0]);
-           const Tensor rows = make_view(dout, {ic.numel(), C}, {C, 1}, dout.offset());
-           // A leaf weight's gradient takes the rows the ids touch, added in place
-           // (no dense gradient of the whole table, no add after).
-           if (autograd::accumulate_into_leaf_grad(leaf, [&](Tensor& acc, double beta) {
-                 backend_for(acc).embedding_backward_into(ic, rows, acc, beta);
-               })) {
-             return {Tensor()};
-           }
-           Tensor dw = empty(ws, dt, dev);
-           backend_for(dw).embedding_backward(ic, rows, dw);
-           return {dw};
-         });
+  // The weight's gradient is the whole backward (the ids take none): a
+  // split backward (zero-bubble W) defers it with a linear layer's, so a
+  // pipeline adds a stage's embedding gradients in its W passes, in
+  // microbatch order, wherever its B passes fall.
+  detail::record_layer(
+      "embedding", {weight}, {out}, {0}, [](const TensorList&) -> TensorList { return {Tensor()}; },
+      [ws, dt, dev, C, leaf](const Tensor& ids, const TensorList& g) -> TensorList {
+        Tensor dout = contiguous(g[0]);
+        const Tensor rows = make_view(dout, {ids.numel(), C}, {C, 1}, dout.offset());
+        // A leaf weight's gradient takes the rows the ids touch, added in place
+        // (no dense gradient of the whole table, no add after).
+        if (autograd::accumulate_into_leaf_grad(leaf, [&](Tensor& acc, double beta) {
+              backend_for(acc).embedding_backward_into(ids, rows, acc, beta);
+            })) {
+          return {Tensor()};
+        }
+        Tensor dw = empty(ws, dt, dev);
+        backend_for(dw).embedding_backward(ids, rows, dw);
+        return {dw};
+      },
+      ic, nullptr);
   return out;
 }
 

@@ -166,6 +166,31 @@ void PipelineModel::to(Device device) {
 
 void PipelineModel::zero_grad() const {
   for (const auto& c : chunks_) c->zero_grad();
+  head_grad_.reset();
+}
+
+bool PipelineModel::head_shares_token_embedding(int chunk) const {
+  const tp::TensorParallelGpt& c = *chunks_.at(static_cast<size_t>(chunk));
+  return chunk > 0 && c.plan().head && c.holds_token_embedding() &&
+         chunks_.front()->holds_token_embedding() &&
+         &c.token_embedding().impl() == &chunks_.front()->token_embedding().impl();
+}
+
+void PipelineModel::swap_head_grad() const {
+  std::swap(chunks_.front()->token_embedding().impl().grad, head_grad_);
+}
+
+void PipelineModel::join_head_grad() const {
+  if (!head_grad_) return;
+  TensorImpl& w = chunks_.front()->token_embedding().impl();
+  if (!w.grad) {
+    w.grad = std::move(head_grad_);
+  } else {
+    autograd::NoGradGuard ng;
+    Tensor total(w.grad);
+    backend_for(total).accumulate(Tensor(head_grad_), total);
+  }
+  head_grad_.reset();
 }
 
 bool PipelineModel::ties_embedding_across_ranks() const {
@@ -530,6 +555,26 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     }
     if (sink_) sink_(action_name(a), category, t0, t1);
   };
+  // The V's last stage on its first rank adds the head's gradient for the
+  // shared token embedding into a buffer of its own (see
+  // PipelineModel::head_shares_token_embedding).
+  std::vector<bool> own_head_grad;
+  for (int c = 0; c < model_.v(); ++c)
+    own_head_grad.push_back(model_.head_shares_token_embedding(c));
+  auto timed_backward = [&](const Action& a, auto&& fn) {
+    struct Swapped {
+      const PipelineModel* model;
+      explicit Swapped(const PipelineModel* m) : model(m) {
+        if (model) model->swap_head_grad();
+      }
+      ~Swapped() {
+        if (model) model->swap_head_grad();
+      }
+      Swapped(const Swapped&) = delete;
+      Swapped& operator=(const Swapped&) = delete;
+    } swapped(own_head_grad[static_cast<size_t>(a.chunk)] ? &model_ : nullptr);
+    timed(a, fn);
+  };
   for (const Action& a : schedule_.ranks[r]) {
     if (!a.is_compute()) {
       // What goes out in one call: the whole batch, or one linked peer's
@@ -695,7 +740,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         break;
       case ComputeKind::Backward:
       case ComputeKind::BackwardInput:
-        timed(a, [&] {
+        timed_backward(a, [&] {
           autograd::BackwardOptions opts;
           if (a.compute == ComputeKind::BackwardInput) opts.defer_weight_grads = &stores[k];
           if (stage == S - 1) {
@@ -736,7 +781,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         --live;
         break;
       case ComputeKind::BackwardWeight:
-        timed(a, [&] {
+        timed_backward(a, [&] {
           stores.at(k).flush();
           stores.erase(k);
         });
@@ -744,6 +789,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     }
   }
   for (auto& q : pending_sends) q.work->wait();
+  model_.join_head_grad();
   for (int c = 0; c < model_.v(); ++c) model_.chunk(c).reduce_partial_grads();
   model_.reduce_tied_embedding_grads();
   // Every pipeline rank reports the loss, read only if asked (a trainer

@@ -83,6 +83,18 @@ class PipelineModel {
   // weights) so both copies take the same step. Nothing to do when one rank
   // holds both stages (the V placement): they share the tensor.
   void reduce_tied_embedding_grads() const;
+  // Whether `chunk` is the last stage on the V placement's first rank,
+  // whose head (or prediction modules) reads the first stage's token
+  // embedding, the same tensor. Its gradient for that tensor adds up in a
+  // buffer of its own: the executor swaps it in around the chunk's
+  // backward passes (swap_head_grad, twice) and joins it to the
+  // embedding's at the end of the step (join_head_grad). Each part adds up
+  // in microbatch order, so the sum is the same whatever order a schedule
+  // interleaves the two stages' passes in (zb-v's comes from measured
+  // times): bit-identical from run to run.
+  bool head_shares_token_embedding(int chunk) const;
+  void swap_head_grad() const;
+  void join_head_grad() const;
   // Whether the first and last stage's ranks each hold a copy of the token
   // embedding (the head or prediction modules read it, and no one rank
   // holds both stages): the embedding group's replicas. The same on every
@@ -142,6 +154,9 @@ class PipelineModel {
   Placement placement_;
   std::vector<std::vector<int64_t>> layers_;  // per stage
   std::vector<std::shared_ptr<tp::TensorParallelGpt>> chunks_;
+  // The head's part of the shared token embedding's gradient between
+  // swap_head_grad and join_head_grad (null otherwise).
+  mutable std::shared_ptr<TensorImpl> head_grad_;
 };
 
 // What a step measured on this rank.
