@@ -258,21 +258,36 @@ __device__ void add_row_groups(const A (&acc)[V], A* smem, F&& out) {
 // Stage two, the chunks' partial sums of each column: a block of
 // kFinishCols x kFinishSlices threads takes kFinishCols columns, thread
 // (col, slice) adding chunks slice, slice + kFinishSlices, ...; add_slices
-// returns the slices added in order (to slice 0's threads; 0 to the others).
+// returns the slices added in a fixed order (to slice 0's threads; 0 to the
+// others): runs of kFinishRun slices in order, then the runs in order.
 // `smem` holds kFinishSlices * kFinishCols values; every thread must call.
-// 32 slices (1024 threads), each loading 8 partials at once: the stage adds
-// partial rows that the first stage wrote from a wave of blocks (a
-// LayerNorm backward's 1056 on an H200, 8.6 MiB at C 1024) in only C / 32
-// blocks, so it is bound by the loads in flight, not by the bandwidth.
-constexpr int kFinishCols = 32, kFinishSlices = 32, kFinishUnroll = 8;
+// The stage adds partial rows that the first stage wrote from a wave of
+// blocks (a LayerNorm backward's 792 on an H200, 6.5 MB at C 1024) and is
+// bound by the loads in flight, not by the bandwidth: 8 columns a block
+// (a 32-byte sector of f32 partials, two of f64) across 128 slices spread
+// it over C / 8 blocks, where 32 columns took only C / 32 multiprocessors
+// (32 of the H200's 132 at C 1024), each thread then loading about 6
+// partials of a wave at once instead of about 25 in turn.
+constexpr int kFinishCols = 8, kFinishSlices = 128, kFinishUnroll = 8, kFinishRun = 8;
+static_assert(kFinishSlices % kFinishRun == 0 && kFinishCols * kFinishSlices <= 1024,
+              "the finishing stage's slices come in whole runs, in one block");
 template <class A>
 __device__ A add_slices(A s, A* smem) {
   const int col = threadIdx.x % kFinishCols, slice = threadIdx.x / kFinishCols;
   smem[slice * kFinishCols + col] = s;
   __syncthreads();
+  // Each run's sum goes where its first slice was: only its own thread
+  // reads the run, so no other thread sees the write before the barrier.
+  constexpr int kRuns = kFinishSlices / kFinishRun;
+  if (slice < kRuns) {
+    A run = 0;
+    for (int k = 0; k < kFinishRun; ++k) run += smem[(slice * kFinishRun + k) * kFinishCols + col];
+    smem[slice * kFinishRun * kFinishCols + col] = run;
+  }
+  __syncthreads();
   if (slice != 0) return A(0);
   A total = 0;
-  for (int k = 0; k < kFinishSlices; ++k) total += smem[k * kFinishCols + col];
+  for (int r = 0; r < kRuns; ++r) total += smem[r * kFinishRun * kFinishCols + col];
   return total;
 }
 
