@@ -372,6 +372,60 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
   }
 }
 
+// ln_backward_fused_kernel for held rows, with each lane's column sums
+// over its rows in registers instead of its warp's slice of shared memory:
+// no shared-memory read and write per element and row, for more registers
+// (and so fewer blocks a multiprocessor). The warps' sums meet in shared
+// memory only at the end, laid out as the fused kernel's slices, and are
+// added in the same order: with the same grid, the same bits
+// (norm_backward's register_sums).
+template <class T, int V, bool SumDx>
+__global__ void __launch_bounds__(32 * kFusedWarps)
+    ln_backward_register_sums_kernel(const T* dy, const T* x, const T* w, const float* mean,
+                                     const float* rstd, T* dx, int64_t N, int64_t C, const T* dsum,
+                                     float* part_w, float* part_b, float* part_d, float woff) {
+  constexpr int kSlots = kRowPacks * V;  // a held row's elements a lane takes
+  extern __shared__ float sums[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t slice = slots_per_lane(C, V) * 32;
+  const int d_slice = part_b ? 2 : 1, per_warp = d_slice + (SumDx ? 1 : 0);
+  float aw[kSlots] = {}, ab[kSlots] = {}, ad[SumDx ? kSlots : 1] = {};
+  const bool bias = part_b != nullptr;
+  const int64_t stride = int64_t(gridDim.x) * kFusedWarps;
+  for (int64_t row = blockIdx.x * int64_t(kFusedWarps) + warp; row < N; row += stride) {
+    // (The held row's loops are unrolled: every slot is a constant, and
+    // the sums stay in registers.)
+    ln_backward_row_held<V>(dy, x, w, mean, rstd, dx, C, dsum, row, lane, woff,
+                            [&](int64_t slot, float g, float xhat, float dxv) {
+                              aw[slot] += g * xhat;
+                              if (bias) ab[slot] += g;
+                              if constexpr (SumDx) ad[slot] += dxv;
+                            });
+  }
+  float* sw = sums + warp * per_warp * slice;
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    if (k < slice / 32) {
+      sw[k * 32 + lane] = aw[k];
+      if (bias) sw[slice + k * 32 + lane] = ab[k];
+      if constexpr (SumDx) sw[d_slice * slice + k * 32 + lane] = ad[k];
+    }
+  }
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const int64_t at = slot_index(c, V);
+    float a = 0, b = 0, d = 0;
+    for (int k = 0; k < kFusedWarps; ++k) {
+      a += sums[k * per_warp * slice + at];
+      if (part_b) b += sums[(k * per_warp + 1) * slice + at];
+      if constexpr (SumDx) d += sums[(k * per_warp + d_slice) * slice + at];
+    }
+    part_w[blockIdx.x * C + c] = a;
+    if (part_b) part_b[blockIdx.x * C + c] = b;
+    if constexpr (SumDx) part_d[blockIdx.x * C + c] = d;
+  }
+}
+
 // partial[chunk][c] sums over rows of that chunk (blockIdx.y = chunk) for
 // rows too wide for the fused kernel: tiles of packed columns by row groups
 // (device_utils.cuh: add_row_groups).
@@ -505,16 +559,17 @@ void norm_forward(const char* name, const void* x, const void* weight, const voi
 // in, depends on the device and the shape only. Asked once per device, width
 // and number of sums (`dx_sums`: dx's column sums as well, a third slice of
 // shared memory): every backward sizes its workspace and its grid by it.
-int64_t fused_blocks(int64_t C, bool dx_sums) {
+int64_t fused_blocks(int64_t C, bool dx_sums, bool register_sums) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int64_t, bool>, int64_t> known;  // by (device, C, dx_sums)
+  // by (device, C, dx_sums, register_sums)
+  static std::map<std::tuple<int, int64_t, bool, bool>, int64_t> known;
   int device = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
     return kFusedBlocks;
   }
   std::lock_guard<std::mutex> lock(mutex);
-  const auto it = known.find({device, C, dx_sums});
+  const auto it = known.find({device, C, dx_sums, register_sums});
   if (it != known.end()) return it->second;
   const int64_t slots =
       std::max({slots_per_lane(C, 1), slots_per_lane(C, 4), slots_per_lane(C, 8)});
@@ -523,10 +578,14 @@ int64_t fused_blocks(int64_t C, bool dx_sums) {
   using B = __nv_bfloat16;
   constexpr int V = kPack<B>;
   const bool held = holds_row<B, V>(C);
-  const auto kernel = dx_sums ? (held ? ln_backward_fused_kernel<B, V, true, true>
-                                      : ln_backward_fused_kernel<B, V, false, true>)
-                              : (held ? ln_backward_fused_kernel<B, V, true, false>
-                                      : ln_backward_fused_kernel<B, V, false, false>);
+  auto kernel = dx_sums ? (held ? ln_backward_fused_kernel<B, V, true, true>
+                                : ln_backward_fused_kernel<B, V, false, true>)
+                        : (held ? ln_backward_fused_kernel<B, V, true, false>
+                                : ln_backward_fused_kernel<B, V, false, false>);
+  if (register_sums && held) {
+    kernel = dx_sums ? ln_backward_register_sums_kernel<B, V, true>
+                     : ln_backward_register_sums_kernel<B, V, false>;
+  }
   // (Beyond 48 KiB a launch would need the attribute set; kFusedMaxC keeps
   // the sums below it.)
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
@@ -536,7 +595,7 @@ int64_t fused_blocks(int64_t C, bool dx_sums) {
     cudaGetLastError();
     return kFusedBlocks;
   }
-  return known[{device, C, dx_sums}] = int64_t(sms) * per_sm;
+  return known[{device, C, dx_sums, register_sums}] = int64_t(sms) * per_sm;
 }
 
 // Partial rows of the column sums: the fused kernel's blocks, or the
@@ -549,10 +608,10 @@ int64_t fused_blocks(int64_t C, bool dx_sums) {
 // at 8192 rows of 768 the same wave (2.6 rows a warp) ran at 1.69 TB/s
 // against 512 blocks' 2.01.
 constexpr int64_t kFusedMinRows = 4;
-int64_t partial_rows(int64_t N, int64_t C, bool dx_sums) {
+int64_t partial_rows(int64_t N, int64_t C, bool dx_sums, bool register_sums) {
   if (C <= kFusedMaxC) {
     constexpr int64_t rows_per_block = kFusedWarps * kFusedMinRows;
-    return std::min<int64_t>(fused_blocks(C, dx_sums),
+    return std::min<int64_t>(fused_blocks(C, dx_sums, register_sums),
                              std::max<int64_t>((N + rows_per_block - 1) / rows_per_block, 1));
   }
   return std::min<int64_t>(kChunks, std::max<int64_t>(N, 1));
@@ -563,7 +622,7 @@ void norm_backward(const char* name, const void* dy, const void* x, const void* 
                    const float* mean, const float* rstd, void* dx, void* dweight, void* dbias,
                    ScalarType type, int64_t N, int64_t C, void* workspace, cudaStream_t stream,
                    const void* dsum, bool f32_param_grads, double beta, double weight_offset,
-                   float* dx_sums) {
+                   float* dx_sums, bool register_sums) {
   require(check_layer_norm(type, N, C, 1.0), name);
   if (!workspace) throw std::invalid_argument(std::string(name) + ": workspace is null");
   if (dx_sums && C > kDxSumsMaxC) {
@@ -571,7 +630,7 @@ void norm_backward(const char* name, const void* dy, const void* x, const void* 
                                 std::to_string(C) + " (at most " + std::to_string(kDxSumsMaxC) +
                                 " columns)");
   }
-  const int64_t chunks = partial_rows(N, C, dx_sums != nullptr);
+  const int64_t chunks = partial_rows(N, C, dx_sums != nullptr, register_sums);
   const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
   float* part_w = static_cast<float*>(workspace);
   float* part_b = mean ? part_w + chunks * C : nullptr;
@@ -599,7 +658,10 @@ void norm_backward(const char* name, const void* dy, const void* x, const void* 
         auto run_held = [&](auto sum_dx) {
           constexpr bool D = decltype(sum_dx)::value;
           if constexpr (V == kPack<T>) {
-            if (holds_row<T, V>(C)) return run(ln_backward_fused_kernel<T, V, true, D>);
+            if (holds_row<T, V>(C)) {
+              if (register_sums) return run(ln_backward_register_sums_kernel<T, V, D>);
+              return run(ln_backward_fused_kernel<T, V, true, D>);
+            }
           }
           run(ln_backward_fused_kernel<T, V, false, D>);
         };
@@ -647,8 +709,9 @@ void norm_backward(const char* name, const void* dy, const void* x, const void* 
 }
 }  // namespace
 
-size_t layer_norm_backward_workspace(int64_t N, int64_t C, bool dx_sums) {
-  return static_cast<size_t>((dx_sums ? 3 : 2) * partial_rows(N, C, dx_sums) * C) * sizeof(float);
+size_t layer_norm_backward_workspace(int64_t N, int64_t C, bool dx_sums, bool register_sums) {
+  return static_cast<size_t>((dx_sums ? 3 : 2) * partial_rows(N, C, dx_sums, register_sums) * C) *
+         sizeof(float);
 }
 
 bool layer_norm_backward_sums_dx(int64_t C) {
@@ -668,10 +731,11 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
                          int64_t N, int64_t C, void* workspace, cudaStream_t stream,
                          const void* dsum, bool f32_param_grads, double beta, double weight_offset,
-                         float* dx_sums) {
+                         float* dx_sums, bool register_sums) {
   if (!mean || !dbias) throw std::invalid_argument("layer_norm_backward: mean and dbias are null");
   norm_backward("layer_norm_backward", dy, x, weight, mean, rstd, dx, dweight, dbias, type, N, C,
-                workspace, stream, dsum, f32_param_grads, beta, weight_offset, dx_sums);
+                workspace, stream, dsum, f32_param_grads, beta, weight_offset, dx_sums,
+                register_sums);
 }
 
 void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
@@ -684,9 +748,10 @@ void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, S
 void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
                        void* dx, void* dweight, ScalarType type, int64_t N, int64_t C,
                        void* workspace, cudaStream_t stream, const void* dsum, bool f32_param_grads,
-                       double beta, double weight_offset) {
+                       double beta, double weight_offset, bool register_sums) {
   norm_backward("rms_norm_backward", dy, x, weight, nullptr, rstd, dx, dweight, nullptr, type, N, C,
-                workspace, stream, dsum, f32_param_grads, beta, weight_offset, nullptr);
+                workspace, stream, dsum, f32_param_grads, beta, weight_offset, nullptr,
+                register_sums);
 }
 
 }  // namespace triad::kernels

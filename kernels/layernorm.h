@@ -23,8 +23,10 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
                         double weight_offset = 0.0);
 
 // Bytes of device scratch layer_norm_backward needs for (N, C), with or
-// without dx's column sums.
-size_t layer_norm_backward_workspace(int64_t N, int64_t C, bool dx_sums = false);
+// without dx's column sums, and with or without register_sums (below: its
+// blocks, and so its partial rows, are its own).
+size_t layer_norm_backward_workspace(int64_t N, int64_t C, bool dx_sums = false,
+                                     bool register_sums = false);
 // Whether layer_norm_backward can sum dx's columns for rows of C (up to
 // 1024: the sums' third slice of shared memory must fit beside the others).
 bool layer_norm_backward_sums_dx(int64_t C);
@@ -39,11 +41,17 @@ bool layer_norm_backward_sums_dx(int64_t C);
 // for them), dx's column sums too, from the values before they are rounded
 // to the type, in a fixed order; stored, never added to (the bias gradient
 // of the layer whose output was the residual).
+// With `register_sums`, rows a warp holds whole (up to 1024 columns in
+// bf16/f16, 512 in f32) keep each lane's column sums in registers rather
+// than in shared memory: the same order of addition, other blocks (the
+// kernel's occupancy differs), so the same bits only at the same grid. The
+// workspace must be sized with the same flag.
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
                          int64_t N, int64_t C, void* workspace, cudaStream_t stream,
                          const void* dsum = nullptr, bool f32_param_grads = false,
-                         double beta = 0.0, double weight_offset = 0.0, float* dx_sums = nullptr);
+                         double beta = 0.0, double weight_offset = 0.0, float* dx_sums = nullptr,
+                         bool register_sums = false);
 
 // RMSNorm (LLaMA's), LayerNorm's kernels with the mean taken as 0 and no
 // bias: y = x * rstd * (weight_offset + w), rstd = 1/sqrt(mean(x^2) + eps),
@@ -58,6 +66,7 @@ void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, S
 void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
                        void* dx, void* dweight, ScalarType type, int64_t N, int64_t C,
                        void* workspace, cudaStream_t stream, const void* dsum = nullptr,
-                       bool f32_param_grads = false, double beta = 0.0, double weight_offset = 0.0);
+                       bool f32_param_grads = false, double beta = 0.0, double weight_offset = 0.0,
+                       bool register_sums = false);
 
 }  // namespace triad::kernels

@@ -93,6 +93,13 @@ int main(int argc, char** argv) {
   report("layer_norm_backward",
          time_ms([&] { be.layer_norm_backward(y, x, w, mean, rstd, dx, dw, db, 0.0); }, iters),
          4 * N * C * h, 0);
+  // The same with each lane's column sums in registers
+  // (cuda::set_norm_backward_register_sums), against the shared-memory sums.
+  triad::cuda::set_norm_backward_register_sums(true);
+  report("layer_norm_backward_register_sums",
+         time_ms([&] { be.layer_norm_backward(y, x, w, mean, rstd, dx, dw, db, 0.0); }, iters),
+         4 * N * C * h, 0);
+  triad::cuda::set_norm_backward_register_sums(false);
   // The residual add fused into the LayerNorm: reads x, r; writes h, y (and
   // back: reads dy, dh, h; writes dx), against residual_add + layer_norm.
   Tensor r = rnd({N, C}, 13), hsum = triad::empty({N, C}, bf, gpu);
@@ -127,6 +134,14 @@ int main(int argc, char** argv) {
             [&] { be.layer_norm_backward_into(ys, &rs, hs, ws, ms, rss, dxs, dws, dbs, 0.0, 0.0); },
             iters),
         5 * rows * width * h, 0);
+    triad::cuda::set_norm_backward_register_sums(true);
+    report(
+        "add_layer_norm_backward_into_f32_register_sums" + shape,
+        time_ms(
+            [&] { be.layer_norm_backward_into(ys, &rs, hs, ws, ms, rss, dxs, dws, dbs, 0.0, 0.0); },
+            iters),
+        5 * rows * width * h, 0);
+    triad::cuda::set_norm_backward_register_sums(false);
   }
   // RMSNorm (LLaMA's) and its fused residual add: LayerNorm's kernels
   // without the mean and the bias; the weight's f32 gradient as in training.

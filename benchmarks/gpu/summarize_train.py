@@ -20,6 +20,7 @@ DEFAULTS = {
     "bias_grad_epilogue": False,
     "dgelu_bias_grad_epilogue": False,
     "add_norm_bias_sums": False,
+    "norm_backward_register_sums": False,
     "attention_deterministic": True,
     "attention_kernel": "auto",
     "recompute": "none",
@@ -127,7 +128,7 @@ def summarize(runs):
 # by its key in the run's JSON line ("--" and the key with dashes), and the
 # autotuning's, which also takes its count of candidates.
 SWITCHES = ("gemm_autotune", "dgelu_bias_grad_epilogue", "add_norm_bias_sums",
-            "bias_grad_epilogue", "sync_free", "cuda_graph")
+            "norm_backward_register_sums", "bias_grad_epilogue", "sync_free", "cuda_graph")
 
 
 def switch_flags(run):

@@ -67,6 +67,10 @@ int run(int argc, char** argv) {
   app.add_flag("--add-norm-bias-sums", add_norm_bias_sums,
                "the output projections' bias gradients from the add-norm backward's sums "
                "(cuda::set_add_norm_bias_sums), not by the column-sum kernel");
+  bool norm_backward_register_sums = false;
+  app.add_flag("--norm-backward-register-sums", norm_backward_register_sums,
+               "the LayerNorm backward's weight and bias column sums in each lane's registers "
+               "over its rows (cuda::set_norm_backward_register_sums), not in shared memory");
   int gemm_autotune = 0;
   app.add_option("--gemm-autotune", gemm_autotune,
                  "time up to this many of cuBLASLt's candidate algorithms on each product's "
@@ -143,6 +147,7 @@ int run(int argc, char** argv) {
   triad::cuda::set_attention_kernel(triad::cuda::attention_kernel_from_string(attention));
   triad::cuda::set_attention_deterministic(!nondeterministic);
   triad::cuda::set_add_norm_bias_sums(add_norm_bias_sums);
+  triad::cuda::set_norm_backward_register_sums(norm_backward_register_sums);
   {
     triad::cuda::GemmSettings gemm = triad::cuda::gemm_settings();
     gemm.bias_grad_epilogue = bias_grad_epilogue;
@@ -345,6 +350,7 @@ int run(int argc, char** argv) {
       {"bias_grad_epilogue", bias_grad_epilogue},
       {"dgelu_bias_grad_epilogue", dgelu_bias_grad_epilogue},
       {"add_norm_bias_sums", add_norm_bias_sums},
+      {"norm_backward_register_sums", norm_backward_register_sums},
       {"recompute", recompute},
       {"activation", activation},
       {"moment_precision", moments},

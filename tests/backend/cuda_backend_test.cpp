@@ -2059,6 +2059,82 @@ TEST(CudaKernels, LayerNormBackwardFillsTheDeviceAndMatchesTheCpu) {
 #endif
 }
 
+// cuda::set_norm_backward_register_sums: the norms' backward with each
+// lane's column sums in registers gives what the shared-memory sums give.
+// LayerNorm (with the residual's gradient and dx's column sums in bf16) and
+// RMSNorm, in bf16 at C 1024 and 768 (rows held whole, 768 leaving a lane's
+// last pack empty) and in f32 at 512 (held) and 1000 (not held: the loop
+// over packs, as without the switch). Against the CPU at the dtype's
+// tolerance, and, where the grid is the same (the simulator's occupancy
+// counts shared memory, not registers), bit for bit: the same order of
+// addition. The workspace follows the switch.
+TEST(CudaKernels, NormBackwardSumsInRegistersAsInSharedMemory) {
+  struct Case {
+    DType dtype;
+    int64_t C;
+  };
+  for (const Case c : {Case{DType::BF16, 1024}, Case{DType::BF16, 768}, Case{DType::F32, 512},
+                       Case{DType::F32, 1000}}) {
+    const int64_t N = 1000, C = c.C;
+    const DType d = c.dtype;
+    const bool half = d != DType::F32;
+    SCOPED_TRACE(std::string(dtype_name(d)) + " C " + std::to_string(C));
+    const Tensor x = cast(randn({N, C}, 21, 1), d), w = cast(randn({C}, 21, 2), d),
+                 b = cast(randn({C}, 21, 3), d), dy = cast(randn({N, C}, 21, 4), d),
+                 dh = cast(randn({N, C}, 21, 5), d);
+    // LayerNorm's y, dx, dweight, dbias (and dx's column sums in bf16),
+    // then RMSNorm's dx and dweight.
+    auto run = [&](Device dev, bool registers) {
+      cuda::set_norm_backward_register_sums(registers);
+      Backend& be = backend_for(dev.type);
+      const Tensor xd = to_device(x, dev), wd = to_device(w, dev), bd = to_device(b, dev),
+                   dyd = to_device(dy, dev), dhd = to_device(dh, dev);
+      Tensor y = empty({N, C}, d, dev), mean = empty({N}, DType::F32, dev),
+             rstd = empty({N}, DType::F32, dev), dx = empty({N, C}, d, dev),
+             dw = empty({C}, DType::F32, dev), db = empty({C}, DType::F32, dev);
+      be.layer_norm_forward(xd, wd, bd, 1e-5, y, mean, rstd, 0.0);
+      std::vector<std::vector<double>> out;
+      if (half && dev.is_cuda()) {
+        cuda::set_add_norm_bias_sums(true);
+        const Tensor sums = be.layer_norm_backward_into_with_dx_sums(dyd, &dhd, xd, wd, mean, rstd,
+                                                                     dx, dw, db, 0.0, 0.0);
+        cuda::set_add_norm_bias_sums(false);
+        EXPECT_TRUE(sums.defined());
+        if (sums.defined()) out.push_back(to_double_vector(sums));
+      } else {
+        be.layer_norm_backward_into(dyd, half ? &dhd : nullptr, xd, wd, mean, rstd, dx, dw, db, 0.0,
+                                    0.0);
+      }
+      for (const Tensor& t : {y, dx, dw, db}) out.push_back(to_double_vector(t));
+      Tensor ry = empty({N, C}, d, dev), rrstd = empty({N}, DType::F32, dev),
+             rdx = empty({N, C}, d, dev), rdw = empty({C}, DType::F32, dev);
+      be.rms_norm_forward(xd, wd, 1e-5, ry, rrstd, 0.0);
+      be.rms_norm_backward_into(dyd, half ? &dhd : nullptr, xd, wd, rrstd, rdx, rdw, 0.0, 0.0);
+      out.push_back(to_double_vector(rdx));
+      out.push_back(to_double_vector(rdw));
+      if (dev.is_cuda()) cuda::synchronize(0);
+      cuda::set_norm_backward_register_sums(false);
+      return out;
+    };
+    const auto shared = run(kGpu, false), registers = run(kGpu, true);
+    const auto cpu = run(Device::cpu(), false);
+    ASSERT_EQ(registers.size(), shared.size());
+    // (The CPU has no dx sums: its outputs line up with the GPU's last 6.)
+    const size_t skip = registers.size() - cpu.size();
+    const char* names[] = {"y", "dx", "dweight", "dbias", "rms dx", "rms dweight"};
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const bool params = i == 2 || i == 3 || i == 5;
+      expect_close(registers[skip + i], cpu[i], half ? (params ? 1e-3 : 1e-2) : 1e-4,
+                   half ? (params ? 1e-4 : 1e-2) : 1e-6, names[i]);
+    }
+#ifdef TRIAD_CUDA_SIM
+    EXPECT_EQ(kernels::layer_norm_backward_workspace(N, C, half, true),
+              kernels::layer_norm_backward_workspace(N, C, half, false));
+    for (size_t i = 0; i < shared.size(); ++i) EXPECT_EQ(registers[i], shared[i]) << "output " << i;
+#endif
+  }
+}
+
 // cuda::set_add_norm_bias_sums: the fused add-norm backward also gives its
 // input gradient's column sums (f32), in f32 and bf16, held and looped rows
 // (C 1024 and 768 packed, 40 and 37 not), equal to the column sums of the

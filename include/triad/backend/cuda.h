@@ -188,6 +188,17 @@ bool attention_deterministic();
 void set_add_norm_bias_sums(bool enabled);
 bool add_norm_bias_sums();
 
+// Whether the LayerNorm and RMSNorm backward keeps each lane's weight and
+// bias column sums in registers over the rows it takes, instead of adding
+// each row into its warp's slice of shared memory (rows a warp holds whole:
+// up to 1024 columns in bf16/f16, 512 in f32). The same order of addition;
+// more registers a thread, so fewer blocks and other partial rows (other
+// bits than the default's, as deterministic). Off (the default) until a GPU
+// has timed it against the shared-memory sums, which ran at about 40% of the
+// H200's bandwidth.
+void set_norm_backward_register_sums(bool enabled);
+bool norm_backward_register_sums();
+
 // How the CUDA backend runs its matrix products, process-wide (as PyTorch's
 // torch.backends.cuda.matmul flags). The defaults are the fast ones. Each
 // switch turned off takes one of cuBLASLt's liberties out of half-precision

@@ -1022,7 +1022,9 @@ void run_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, co
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   CudaBackend::DeviceState& s = be.state(dx.device().index);
   DeviceGuard g(s.index);
-  Scratch ws(s.allocator, k::layer_norm_backward_workspace(N, C, dx_sums != nullptr));
+  const bool register_sums = cuda::norm_backward_register_sums();
+  Scratch ws(s.allocator,
+             k::layer_norm_backward_workspace(N, C, dx_sums != nullptr, register_sums));
   const void* ds = dsum ? dsum->raw_data() : nullptr;
   const bool f32_grads = dweight.dtype() == DType::F32 && x.dtype() != DType::F32;
   launch(s.index, s.stream, name, [&] {
@@ -1030,11 +1032,11 @@ void run_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, co
       k::layer_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), mean->data<float>(),
                              rstd.data<float>(), dx.raw_data(), dweight.raw_data(),
                              dbias->raw_data(), scalar(x.dtype()), N, C, ws.get(), s.stream, ds,
-                             f32_grads, beta, weight_offset, dx_sums);
+                             f32_grads, beta, weight_offset, dx_sums, register_sums);
     } else {
       k::rms_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), rstd.data<float>(),
                            dx.raw_data(), dweight.raw_data(), scalar(x.dtype()), N, C, ws.get(),
-                           s.stream, ds, f32_grads, beta, weight_offset);
+                           s.stream, ds, f32_grads, beta, weight_offset, register_sums);
     }
   });
 }

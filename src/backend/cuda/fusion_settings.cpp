@@ -7,6 +7,7 @@
 namespace triad::cuda {
 namespace {
 std::atomic<bool> g_add_norm_bias_sums{false};
+std::atomic<bool> g_norm_backward_register_sums{false};
 }  // namespace
 
 void set_add_norm_bias_sums(bool enabled) {
@@ -15,6 +16,14 @@ void set_add_norm_bias_sums(bool enabled) {
 
 bool add_norm_bias_sums() {
   return g_add_norm_bias_sums;
+}
+
+void set_norm_backward_register_sums(bool enabled) {
+  g_norm_backward_register_sums = enabled;
+}
+
+bool norm_backward_register_sums() {
+  return g_norm_backward_register_sums;
 }
 
 }  // namespace triad::cuda
