@@ -381,11 +381,6 @@ bench_train --preset 350m --batch "$(batch_of 350m)" --dgelu-bias-grad-epilogue 
 # its layer_norm_backward_dx_sums against the default run's
 # layer_norm_backward plus the C-wide sum_rows_into calls.
 bench_train --preset 350m --batch "$(batch_of 350m)" --add-norm-bias-sums --profile-steps 3
-# 350M with the LayerNorm backward's column sums in each lane's registers
-# (cuda::set_norm_backward_register_sums), not its warp's shared memory:
-# its layer_norm_backward against the default run's (bench_kernels_gpu's
-# *_register_sums rows time the kernel alone).
-bench_train --preset 350m --batch "$(batch_of 350m)" --norm-backward-register-sums --profile-steps 3
 # 350M with its bias gradients from the weight gradients' GEMM epilogue
 # (BGRADB), not the column-sum kernel: on 2026-12-04 it cost 0.6 ms a step.
 bench_train --preset 350m --batch "$(batch_of 350m)" --bias-grad-epilogue
@@ -402,6 +397,12 @@ done
 for preset in 124m 350m; do
   bench_train --preset $preset --batch "$(batch_of $preset)" --cuda-graph
 done
+# 350M with the LayerNorm backward's column sums in each lane's registers
+# (cuda::set_norm_backward_register_sums), not its warp's shared memory:
+# its layer_norm_backward against the default run's (bench_kernels_gpu's
+# *_register_sums rows time the kernel alone; last of the switches, as the
+# newest, should the budget run out).
+bench_train --preset 350m --batch "$(batch_of 350m)" --norm-backward-register-sums --profile-steps 3
 # 350M with every switch above that made it faster alone (by at least
 # MIN_GAIN_PCT, default 0.2%, against its first run), all on at once: the
 # step the defaults would give with them, measured in this call, so that
