@@ -324,6 +324,29 @@ __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const
                      [](int64_t, float, float, float) {});
 }
 
+// The block's partial rows of the column sums (part_w/part_b/part_d
+// [blockIdx.x][c]) from its warps' slices of shared memory
+// ([warp][slice][slot][lane], the weight's, the bias's if any, dx's if
+// SumDx), the warps added in order. Every thread of the block calls, after
+// the barrier that ends the slices' writes.
+template <int V, bool SumDx>
+__device__ __forceinline__ void write_block_partials(const float* sums, int64_t slice, int64_t C,
+                                                     float* part_w, float* part_b, float* part_d) {
+  const int d_slice = part_b ? 2 : 1, per_warp = d_slice + (SumDx ? 1 : 0);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const int64_t at = slot_index(c, V);
+    float a = 0, b = 0, d = 0;
+    for (int k = 0; k < kFusedWarps; ++k) {
+      a += sums[k * per_warp * slice + at];
+      if (part_b) b += sums[(k * per_warp + 1) * slice + at];
+      if constexpr (SumDx) d += sums[(k * per_warp + d_slice) * slice + at];
+    }
+    part_w[blockIdx.x * C + c] = a;
+    if (part_b) part_b[blockIdx.x * C + c] = b;
+    if constexpr (SumDx) part_d[blockIdx.x * C + c] = d;
+  }
+}
+
 // dx for rows blockIdx.x * kFusedWarps + warp, then every gridDim.x *
 // kFusedWarps rows after, and part_w/part_b[blockIdx.x][c]: the column sums
 // of dy * xhat and dy over the block's rows, in a fixed order (part_b null
@@ -358,18 +381,7 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
     }
   }
   __syncthreads();
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const int64_t at = slot_index(c, V);
-    float a = 0, b = 0, d = 0;
-    for (int k = 0; k < kFusedWarps; ++k) {
-      a += sums[k * per_warp * slice + at];
-      if (part_b) b += sums[(k * per_warp + 1) * slice + at];
-      if constexpr (SumDx) d += sums[(k * per_warp + d_slice) * slice + at];
-    }
-    part_w[blockIdx.x * C + c] = a;
-    if (part_b) part_b[blockIdx.x * C + c] = b;
-    if constexpr (SumDx) part_d[blockIdx.x * C + c] = d;
-  }
+  write_block_partials<V, SumDx>(sums, slice, C, part_w, part_b, part_d);
 }
 
 // ln_backward_fused_kernel for held rows, with each lane's column sums
@@ -412,18 +424,7 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
     }
   }
   __syncthreads();
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const int64_t at = slot_index(c, V);
-    float a = 0, b = 0, d = 0;
-    for (int k = 0; k < kFusedWarps; ++k) {
-      a += sums[k * per_warp * slice + at];
-      if (part_b) b += sums[(k * per_warp + 1) * slice + at];
-      if constexpr (SumDx) d += sums[(k * per_warp + d_slice) * slice + at];
-    }
-    part_w[blockIdx.x * C + c] = a;
-    if (part_b) part_b[blockIdx.x * C + c] = b;
-    if constexpr (SumDx) part_d[blockIdx.x * C + c] = d;
-  }
+  write_block_partials<V, SumDx>(sums, slice, C, part_w, part_b, part_d);
 }
 
 // partial[chunk][c] sums over rows of that chunk (blockIdx.y = chunk) for

@@ -12,6 +12,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "triad/backend/backend.h"
@@ -128,19 +129,19 @@ int main(int argc, char** argv) {
            time_ms([&] { be.add_layer_norm_forward(xs, rs, ws, bs, 1e-5, hs, ys, ms, rss, 0.0); },
                    iters),
            4 * rows * width * h, 0);
-    report(
-        "add_layer_norm_backward_into_f32" + shape,
-        time_ms(
-            [&] { be.layer_norm_backward_into(ys, &rs, hs, ws, ms, rss, dxs, dws, dbs, 0.0, 0.0); },
-            iters),
-        5 * rows * width * h, 0);
-    triad::cuda::set_norm_backward_register_sums(true);
-    report(
-        "add_layer_norm_backward_into_f32_register_sums" + shape,
-        time_ms(
-            [&] { be.layer_norm_backward_into(ys, &rs, hs, ws, ms, rss, dxs, dws, dbs, 0.0, 0.0); },
-            iters),
-        5 * rows * width * h, 0);
+    // (Then with each lane's column sums in registers,
+    // cuda::set_norm_backward_register_sums.)
+    for (const bool registers : {false, true}) {
+      triad::cuda::set_norm_backward_register_sums(registers);
+      report("add_layer_norm_backward_into_f32" + std::string(registers ? "_register_sums" : "") +
+                 shape,
+             time_ms(
+                 [&] {
+                   be.layer_norm_backward_into(ys, &rs, hs, ws, ms, rss, dxs, dws, dbs, 0.0, 0.0);
+                 },
+                 iters),
+             5 * rows * width * h, 0);
+    }
     triad::cuda::set_norm_backward_register_sums(false);
   }
   // RMSNorm (LLaMA's) and its fused residual add: LayerNorm's kernels
