@@ -29,14 +29,17 @@
 #      expert capacity with the router z-loss, and both
 #      models with cuDNN's non-deterministic attention backward, then every
 #      run in one table (summarize_train.py),
-#   6. runs the collective benchmark through the NCCL group (one rank).
+#   6. runs the collective benchmark through the NCCL group (one rank),
+#   7. profiles Triad's memory-bound kernels of a 350M step with Nsight
+#      Compute (where the machine's ncu reads the counters): each one's
+#      memory and SM throughput, occupancy and what its warps wait on.
 # Results go to OUT (default out/gpu; the device tool sets OUT and brings
-# back at most 8 files, so there are 7): summary.log (what this prints),
+# back at most 8 files): summary.log (what this prints),
 # build.log, gpu_tests.log, kernels.jsonl, collectives_nccl.log,
-# train.jsonl, torch.err. Exit status: non-zero when the build or a gpu
+# train.jsonl, torch.err, ncu.csv. Exit status: non-zero when the build or a gpu
 # test fails, or a step ran out of the budget.
 #
-# Environment: STAGES (default "build tests kernels nccl train": the steps
+# Environment: STAGES (default "build tests kernels nccl train profile": the steps
 # above to run, each timed, always in the order above; "pack" is the one
 # below), SKIP_BUILD=1 (drops
 # "build"; reuses BUILD_DIR), BUDGET_S (the seconds the whole script may
@@ -79,7 +82,7 @@
 # have to compile.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-STAGES=" ${STAGES:-build tests kernels nccl train} "
+STAGES=" ${STAGES:-build tests kernels nccl train profile} "
 if [ "${SKIP_BUILD:-0}" = 1 ]; then STAGES=${STAGES// build / }; fi
 want() { [[ "$STAGES" == *" $1 "* ]]; }
 if want pack; then
@@ -144,6 +147,9 @@ NEED_TORCH_RUN=${NEED_TORCH_RUN:-60}
 # (Not yet timed on a GPU: 350M's start, 12 steps and its 0.7 GB of weights
 # written, guessed from bench_train_gpu's runs.)
 NEED_TRAINER_RUN=${NEED_TRAINER_RUN:-30}
+# (Not yet timed either: ncu over bench_kernels_gpu, about 10 kernels
+# profiled, guessed.)
+NEED_PROFILE=${NEED_PROFILE:-60}
 
 # A hash of the sources the programs are built from (a pack is unpacked only
 # where it is the same).
@@ -261,7 +267,7 @@ fi
 build_log="$OUT/build.log"
 [ -f "$build_log" ] || build_log="$BUILD_DIR/run_all_build.log"
 
-if want tests || want kernels || want nccl || want train; then
+if want tests || want kernels || want nccl || want train || want profile; then
   echo "== devices"
   "$BUILD_DIR/examples/triad-devices" 2>&1
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>/dev/null
@@ -503,6 +509,57 @@ bounded "$BUILD_DIR/benchmarks/bench_collectives" --backend nccl --max-bytes 256
   >"$OUT/collectives_nccl.log" 2>&1 || status=1
 tail -25 "$OUT/collectives_nccl.log"
 took nccl
+fi
+
+# Nsight Compute's view of the kernels of Triad's own that a 350M step
+# spends most of its memory-bound time in (the norms, the bias gradients'
+# column sums, AdamW and the gradient norm): bench_kernels_gpu at 350M's
+# width and batch, each kernel's second call (the first is its warm-up)
+# profiled once, with the clocks left alone (METHOD.md). ncu.csv holds, per
+# kernel: its DRAM and SM throughput against the peak, registers and
+# occupancy, and the warp states its time went to. Where ncu cannot read
+# the counters (gVisor) it says so and the step ends.
+if want profile && fits "$NEED_PROFILE" "STAGES=profile"; then
+  ncu=${NCU:-$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
+  if [ -z "$ncu" ]; then
+    echo "== Nsight Compute: no ncu on this machine"
+  else
+    echo "== Nsight Compute: the memory-bound kernels of a 350M step (ncu.csv)"
+    report=$(mktemp -d)/kernels
+    # (ncu's own messages only, not the bench's JSON lines or its log.)
+    bounded "$ncu" --clock-control none -f -o "$report" \
+      --kernel-id "::regex:^(ln_|reduce_columns|adamw|sum_squares|sum_partials):2" \
+      --section SpeedOfLight --section LaunchStats --section Occupancy \
+      --section WarpStateStats --section MemoryWorkloadAnalysis \
+      "$BUILD_DIR/benchmarks/bench_kernels_gpu" --iters 1 --no-sweep --batch 16 \
+      --d-model 1024 --heads 16 --hbm-gbs "$HBM" --peak-tflops "$PEAK" 2>&1 |
+      grep -E "^==(PROF|ERROR|WARNING)==" | grep -v "Profiling \"" | head -20
+    if [ -f "$report.ncu-rep" ]; then
+      "$ncu" --import "$report.ncu-rep" --csv --page details >"$OUT/ncu.csv" 2>&1 || status=1
+      echo "   $(grep -c '"Duration"' "$OUT/ncu.csv") kernels profiled"
+      # Each kernel's time and DRAM throughput at a glance.
+      python3 - "$OUT/ncu.csv" <<'PY' || true
+import csv, sys
+shown = ("Duration", "DRAM Throughput", "Compute (SM) Throughput", "Achieved Occupancy",
+         "Registers Per Thread")
+seen = {}
+for r in csv.DictReader(open(sys.argv[1])):
+    # The kernel's own name (no namespaces, return type or parameters)
+    # with its template arguments, shortened.
+    full = r.get("Kernel Name", "").replace("(anonymous namespace)", "").split("(")[0]
+    base, _, args = full.partition("<")
+    name = base.split("::")[-1].split(" ")[-1] + (("<" + args)[:40] if args else "")
+    if r.get("Metric Name") in shown:
+        value = (r.get("Metric Value", "") + " " + r.get("Metric Unit", "")).strip()
+        seen.setdefault((r.get("ID"), name), {})[r["Metric Name"]] = value
+for (_, name), m in seen.items():
+    print(f"   {name}: " + ", ".join(f"{k} {v}" for k, v in m.items()))
+PY
+    else
+      echo "   (no report: ncu could not profile here)"
+    fi
+  fi
+  took profile
 fi
 
 # Last, with what the budget leaves: the conformance tests that the suite

@@ -11,6 +11,8 @@
 #   with SKIP_BUILD=1 must find the unpacked programs' libraries; a pack from other
 #   sources must not be unpacked (the script compiles instead, here a
 #   stand-in `cmake` that fails);
+# - its profile stage must import ncu's report into ncu.csv and summarise
+#   each kernel (a stand-in ncu), and say so when ncu cannot profile;
 # - with a budget too small for anything (BUDGET_S=1), it must skip its
 #   steps, name them, and exit non-zero;
 # - when the conformance suite crashes, it must run again, each in a
@@ -112,6 +114,48 @@ run_all(SKIP_BUILD=1 "STAGES=tests" OUT=${WORK}/out_again)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "== programs from a pack: the CUDA runtime and NCCL also from"
    OR out MATCHES "== build")
   message(FATAL_ERROR "run_all.sh SKIP_BUILD=1 after an unpacked pack did not find its libraries")
+endif()
+
+# The profile stage with a stand-in ncu: its report imported into ncu.csv,
+# each kernel's time and bandwidth in the summary, ncu's progress lines
+# left out; a profiler that cannot read the counters leaves no report, and
+# the run says so without failing.
+file(WRITE ${WORK}/ncu/ncu [=[#!/bin/sh
+case " $* " in
+  *" --import "*)
+    echo '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"'
+    k='"void triad::kernels::(anonymous namespace)::ln_backward_fused_kernel<__nv_bfloat16, 8, true, false>(const T1 *, long)"'
+    echo '"0",'"$k"',"GPU Speed Of Light Throughput","Duration","usecond","66.70"'
+    echo '"0",'"$k"',"GPU Speed Of Light Throughput","DRAM Throughput","%","41.20"'
+    echo '"1","adamw_multi_kernel","GPU Speed Of Light Throughput","Duration","usecond","3200"'
+    exit 0 ;;
+esac
+report=
+while [ $# -gt 0 ]; do
+  [ "$1" = -o ] && report=$2
+  shift
+done
+echo "==PROF== Connected to process 1"
+echo '==PROF== Profiling "ln_backward_fused_kernel" - 0: 0%....50%....100% - 38 passes'
+echo '{"kernel": "layer_norm_backward", "ms": 1}'
+[ -n "$report" ] && : >"$report.ncu-rep" && echo "==PROF== Report: $report.ncu-rep"
+]=])
+file(WRITE ${WORK}/ncu/no_counters [=[#!/bin/sh
+echo "==ERROR== Failed to initialize the profiler: LibraryNotLoaded"
+exit 1
+]=])
+file(CHMOD ${WORK}/ncu/ncu ${WORK}/ncu/no_counters PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+run_all(SKIP_BUILD=1 STAGES=profile NCU=${WORK}/ncu/ncu OUT=${WORK}/out_profile)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "==PROF== Report: " OR out MATCHES "Profiling \""
+   OR out MATCHES "\"kernel\"" OR NOT out MATCHES "   2 kernels profiled"
+   OR NOT out MATCHES "   ln_backward_fused_kernel<__nv_bfloat16, 8, true, false>: Duration 66.70 usecond, DRAM Throughput 41.20 %"
+   OR NOT EXISTS ${WORK}/out_profile/ncu.csv)
+  message(FATAL_ERROR "run_all.sh's profile stage did not report the stand-in ncu's kernels")
+endif()
+run_all(SKIP_BUILD=1 STAGES=profile NCU=${WORK}/ncu/no_counters OUT=${WORK}/out_no_counters)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "==ERROR== Failed to initialize the profiler"
+   OR NOT out MATCHES "no report: ncu could not profile here")
+  message(FATAL_ERROR "run_all.sh's profile stage did not say that ncu could not profile")
 endif()
 
 run_all("STAGES=tests kernels" BUDGET_S=1 OUT=${WORK}/out_budget)
