@@ -513,7 +513,8 @@ fi
 
 # Nsight Compute's view of the kernels of Triad's own that a 350M step
 # spends most of its memory-bound time in (the norms, the bias gradients'
-# column sums, AdamW and the gradient norm): bench_kernels_gpu at 350M's
+# column sums, AdamW and the gradient norm), and Triad's tensor-core
+# attention (what packed documents run): bench_kernels_gpu at 350M's
 # width and batch, each kernel's second call (the first is its warm-up)
 # profiled once, with the clocks left alone (METHOD.md). ncu.csv holds, per
 # kernel: its DRAM and SM throughput against the peak, registers and
@@ -528,7 +529,7 @@ if want profile && fits "$NEED_PROFILE" "STAGES=profile"; then
     report=$(mktemp -d)/kernels
     # (ncu's own messages only, not the bench's JSON lines or its log.)
     bounded "$ncu" --clock-control none -f -o "$report" \
-      --kernel-id "::regex:^(ln_|reduce_columns|adamw|sum_squares|sum_partials):2" \
+      --kernel-id "::regex:^(ln_|reduce_columns|adamw|sum_squares|sum_partials|attn_(forward|dq|dkdv)_tc):2" \
       --section SpeedOfLight --section LaunchStats --section Occupancy \
       --section WarpStateStats --section MemoryWorkloadAnalysis \
       "$BUILD_DIR/benchmarks/bench_kernels_gpu" --iters 1 --no-sweep --batch 16 \
