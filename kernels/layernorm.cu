@@ -559,7 +559,10 @@ void norm_forward(const char* name, const void* x, const void* weight, const voi
 // had left them 3.9. The count, and so the order the partial sums are added
 // in, depends on the device and the shape only. Asked once per device, width
 // and number of sums (`dx_sums`: dx's column sums as well, a third slice of
-// shared memory): every backward sizes its workspace and its grid by it.
+// shared memory) and kernel (`register_sums`: the register-sums kernel's
+// own occupancy where the bf16 row is held; a type whose row is not held
+// then runs the shared-memory kernel on that grid): every backward sizes
+// its workspace and its grid by it.
 int64_t fused_blocks(int64_t C, bool dx_sums, bool register_sums) {
   static std::mutex mutex;
   // by (device, C, dx_sums, register_sums)
