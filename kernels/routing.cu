@@ -77,6 +77,61 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+constexpr int kSlotThreads = 256;
+
+// Block e walks the assignments in chunks of the block, each chunk's
+// flags (choice == e) summed by a scan in shared memory: an assignment's
+// place among e's is the count before it. Then the empty slots, then each
+// group's count, then (every block a share) the picked indices.
+__global__ void __launch_bounds__(kSlotThreads)
+    capacity_slots_kernel(const int64_t* choice, int64_t A, int K, int E, int64_t capacity,
+                          int64_t group_assignments, int64_t* slot_token, int64_t* slot_assignment,
+                          int64_t* picked, int64_t* counts) {
+  __shared__ int64_t scan[kSlotThreads];
+  __shared__ int64_t scratch[32];
+  const int e = blockIdx.x, t = threadIdx.x;
+  int64_t* token = slot_token + e * capacity;
+  int64_t* assignment = slot_assignment + e * capacity;
+  int64_t before = 0;  // e's assignments before this chunk
+  for (int64_t start = 0; start < A; start += kSlotThreads) {
+    const int64_t a = start + t;
+    const int64_t flag = a < A && choice[a] == e ? 1 : 0;
+    scan[t] = flag;
+    __syncthreads();
+    for (int offset = 1; offset < kSlotThreads; offset <<= 1) {
+      const int64_t add = t >= offset ? scan[t - offset] : 0;
+      __syncthreads();
+      scan[t] += add;
+      __syncthreads();
+    }
+    const int64_t place = before + scan[t] - flag;
+    if (flag && place < capacity) {
+      token[place] = a / K;
+      assignment[place] = a;
+    }
+    before += scan[kSlotThreads - 1];
+    __syncthreads();  // (the next chunk writes scan)
+  }
+  // The empty slots: token 0 under the padding's gate (assignment A).
+  for (int64_t place = min(before, capacity) + t; place < capacity; place += kSlotThreads) {
+    token[place] = 0;
+    assignment[place] = A;
+  }
+  for (int64_t g = 0; g * group_assignments < A; ++g) {
+    int64_t count = 0;
+    for (int64_t a = g * group_assignments + t; a < (g + 1) * group_assignments; a += kSlotThreads)
+      count += choice[a] == e ? 1 : 0;
+    count = block_sum(count, scratch);
+    if (t == 0) counts[g * E + e] = count;
+  }
+  const int64_t N = A / K;
+  for (int64_t a = int64_t(blockIdx.x) * kSlotThreads + t; a < A;
+       a += int64_t(gridDim.x) * kSlotThreads) {
+    const int64_t c = choice[a];
+    picked[a] = c >= 0 && c < E ? (a / K) * E + c : N * E;
+  }
+}
+
 bool is_float(ScalarType t) {
   return t == ScalarType::F32 || t == ScalarType::F64;
 }
@@ -132,6 +187,29 @@ void route_top_k(const void* scores, ScalarType scores_type, const void* bias, S
   if (!s64 && b64) run(float{}, double{});
   if (!s64 && !b64) run(float{}, float{});
   check_launch("route_top_k");
+}
+
+Status check_capacity_slots(const CapacityShape& s) {
+  if (s.tokens < 0 || s.top_k < 1 || s.experts < 1 || s.experts > (int64_t{1} << 30) ||
+      s.capacity < 1 || s.group < 1 || s.tokens % s.group != 0) {
+    return Status::fail("capacity " + std::to_string(s.capacity) + " for " +
+                        std::to_string(s.experts) + " experts, top_k " + std::to_string(s.top_k) +
+                        ", " + std::to_string(s.tokens) + " tokens in groups of " +
+                        std::to_string(s.group) +
+                        " (expected capacity, experts (at most 2^30) and top_k >= 1, and groups "
+                        "that divide the tokens)");
+  }
+  return Status::fine();
+}
+
+void capacity_slots(const int64_t* choice, const CapacityShape& s, int64_t* slot_token,
+                    int64_t* slot_assignment, int64_t* picked, int64_t* counts,
+                    cudaStream_t stream) {
+  require(check_capacity_slots(s), "capacity_slots");
+  capacity_slots_kernel<<<static_cast<unsigned>(s.experts), kSlotThreads, 0, stream>>>(
+      choice, s.tokens * s.top_k, static_cast<int>(s.top_k), static_cast<int>(s.experts),
+      s.capacity, s.group * s.top_k, slot_token, slot_assignment, picked, counts);
+  check_launch("capacity_slots");
 }
 
 }  // namespace triad::kernels

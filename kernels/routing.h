@@ -34,4 +34,22 @@ Status check_route_top_k(ScalarType scores, ScalarType bias, const RouteShape& s
 void route_top_k(const void* scores, ScalarType scores_type, const void* bias, ScalarType bias_type,
                  const RouteShape& shape, int64_t* choice, void* chosen, cudaStream_t stream);
 
+// An expert's batch padded to its capacity (model.moe.pad_to_capacity):
+// each expert's first `capacity` assignments in token order, as
+// Backend::capacity_slots describes. `group` tokens make each group whose
+// assignments are counted apart (a divisor of tokens).
+struct CapacityShape {
+  int64_t tokens = 0, experts = 1, top_k = 1, capacity = 1, group = 1;
+};
+// Throws-free check of the shape: 1 <= top_k, experts and capacity, and
+// groups that divide the tokens.
+Status check_capacity_slots(const CapacityShape& shape);
+// choice (tokens, top_k) i64 (an expert, or -1 where a token could not
+// choose); slot_token and slot_assignment (experts * capacity), picked
+// (tokens * top_k) and counts (tokens / group, experts), all i64. One
+// block an expert, each counting its assignments in order.
+void capacity_slots(const int64_t* choice, const CapacityShape& shape, int64_t* slot_token,
+                    int64_t* slot_assignment, int64_t* picked, int64_t* counts,
+                    cudaStream_t stream);
+
 }  // namespace triad::kernels

@@ -26,7 +26,8 @@
 #      350M with every one of those switches that made it faster alone, all
 #      on at once, the example trainer (triad-train) on 350M's batch, a
 #      mixture of SwiGLU experts (grouped products), a mixture under an
-#      expert capacity with the router z-loss, and both
+#      expert capacity with the router z-loss, the same padded to its
+#      capacity (routed on the device) and captured as a CUDA graph, and both
 #      models with cuDNN's non-deterministic attention backward, then every
 #      run in one table (summarize_train.py),
 #   6. runs the collective benchmark through the NCCL group (one rank),
@@ -480,6 +481,13 @@ bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --activation sw
 # layer's one copy (N x k scores and one value, not N x E matrices).
 bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --capacity-factor 1.25 \
   --moe-z-loss 0.001 --profile-steps 2
+# The same padded to its capacity (model.moe.pad_to_capacity): routed on
+# the device with no wait, every expert's products one shape each step;
+# then captured as a CUDA graph, which only the padded mixture allows.
+bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --capacity-factor 1.25 \
+  --moe-z-loss 0.001 --pad-to-capacity --profile-steps 2
+bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --capacity-factor 1.25 \
+  --moe-z-loss 0.001 --pad-to-capacity --cuda-graph
 # cuDNN's faster, non-deterministic attention backward (what PyTorch's
 # flash attention does), when this build has cuDNN.
 if grep -q "cuDNN=ON" "$build_log" 2>/dev/null; then

@@ -47,6 +47,8 @@ def label(run):
             moe = f"experts {value} top {run.get('top_k', 0)}"
             if run.get("capacity_factor"):
                 moe += f" capacity {run['capacity_factor']:g}"
+            if run.get("pad_to_capacity"):
+                moe += " padded"
             if run.get("moe_z_loss"):
                 moe += f" z-loss {run['moe_z_loss']:g}"
             parts.append(moe)

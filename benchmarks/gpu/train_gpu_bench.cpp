@@ -97,6 +97,11 @@ int run(int argc, char** argv) {
                  "each expert's capacity as a multiple of a balanced share, the rest dropped "
                  "(model.moe.capacity_factor, with --experts; 0: dropless)")
       ->check(CLI::NonNegativeNumber);
+  bool pad_to_capacity = false;
+  app.add_flag("--pad-to-capacity", pad_to_capacity,
+               "each expert's batch padded to its capacity, routed on the device with no wait "
+               "(model.moe.pad_to_capacity, drop_policy position; with --capacity-factor): what "
+               "lets --cuda-graph capture a mixture");
   app.add_option("--moe-z-loss", moe_z_loss,
                  "the router z-loss's coefficient (model.moe.z_loss_coef, with --experts)")
       ->check(CLI::NonNegativeNumber);
@@ -135,12 +140,17 @@ int run(int argc, char** argv) {
                  static_cast<long long>(warmup));
     return 2;
   }
-  if (cuda_graph && experts > 0) {
-    // (Each mixture layer reads its routing's counts on the host.)
+  if (cuda_graph && experts > 0 && !pad_to_capacity) {
+    // (Each dropless mixture layer reads its routing's counts on the host.)
     std::fprintf(stderr,
                  "--cuda-graph: a mixture of experts (--experts %lld) waits for its "
-                 "routing in every layer, which a CUDA graph cannot hold\n",
+                 "routing in every layer, which a CUDA graph cannot hold (--pad-to-capacity "
+                 "routes it on the device)\n",
                  static_cast<long long>(experts));
+    return 2;
+  }
+  if (pad_to_capacity && (experts == 0 || capacity_factor == 0)) {
+    std::fprintf(stderr, "--pad-to-capacity needs --experts and --capacity-factor\n");
     return 2;
   }
 
@@ -175,6 +185,10 @@ int run(int argc, char** argv) {
   cfg.moe.top_k = top_k;
   cfg.moe.capacity_factor = capacity_factor;
   cfg.moe.z_loss_coef = moe_z_loss;
+  if (pad_to_capacity) {
+    cfg.moe.pad_to_capacity = true;
+    cfg.moe.drop_policy = triad::nn::GptConfig::Moe::DropPolicy::Position;
+  }
   const triad::Device device = triad::device_from_string(device_name);
   const triad::DType dtype = precision == "bf16"   ? triad::DType::BF16
                              : precision == "fp16" ? triad::DType::F16
@@ -364,6 +378,7 @@ int run(int argc, char** argv) {
       {"top_k", experts > 0 ? top_k : 0},
       {"capacity_factor", experts > 0 ? capacity_factor : 0.0},
       {"moe_z_loss", experts > 0 ? moe_z_loss : 0.0},
+      {"pad_to_capacity", pad_to_capacity},
       {"active_params", cfg.active_parameter_count()},
       {"tokens_per_s", tokens_per_s},
       {"step_ms", secs * 1000.0 / static_cast<double>(steps)},

@@ -145,4 +145,61 @@ ExpertRule route_top_k_rule(const Tensor& scores, const Tensor& bias, int64_t gr
   return rule;
 }
 
+void check_capacity_slots(const Tensor& choice, int64_t experts, int64_t capacity, int64_t group,
+                          const Tensor& slot_token, const Tensor& slot_assignment,
+                          const Tensor& picked, const Tensor& counts) {
+  if (choice.dtype() != DType::I64 || choice.dim() != 2 || !choice.is_contiguous()) {
+    throw ShapeError("capacity_slots: choice " + std::string(dtype_name(choice.dtype())) + " " +
+                     shape_str(choice.shape()) + " (expected contiguous i64 (tokens, top_k))");
+  }
+  const int64_t N = choice.size(0), k = choice.size(1);
+  if (experts < 1 || capacity < 1 || group < 1 || N % group != 0) {
+    throw ValueError("capacity_slots: capacity " + std::to_string(capacity) + " for " +
+                     std::to_string(experts) + " experts, " + std::to_string(N) +
+                     " tokens in groups of " + std::to_string(group) +
+                     " (expected experts >= 1, capacity >= 1 and groups that divide the tokens)");
+  }
+  const auto expect = [&](const Tensor& t, const char* what, const Shape& shape) {
+    if (t.dtype() != DType::I64 || t.shape() != shape || !t.is_contiguous() ||
+        !(t.device() == choice.device())) {
+      throw ShapeError(std::string("capacity_slots: ") + what + " " + dtype_name(t.dtype()) + " " +
+                       shape_str(t.shape()) + " on " + t.device().str() +
+                       " (expected contiguous i64 " + shape_str(shape) + " on " +
+                       choice.device().str() + ")");
+    }
+  };
+  expect(slot_token, "slot_token", {experts * capacity});
+  expect(slot_assignment, "slot_assignment", {experts * capacity});
+  expect(picked, "picked", {N * k});
+  expect(counts, "counts", {N / group, experts});
+}
+
+void fill_capacity_slots(const int64_t* choice, int64_t N, int64_t k, int64_t E, int64_t capacity,
+                         int64_t group, int64_t* slot_token, int64_t* slot_assignment,
+                         int64_t* picked, int64_t* counts) {
+  std::fill(counts, counts + (N / group) * E, int64_t{0});
+  std::vector<int64_t> kept(static_cast<size_t>(E), 0);
+  for (int64_t a = 0; a < N * k; ++a) {
+    const int64_t e = choice[a], n = a / k;
+    if (e < 0 || e >= E) {
+      picked[a] = N * E;
+      continue;
+    }
+    picked[a] = n * E + e;
+    ++counts[(n / group) * E + e];
+    int64_t& place = kept[static_cast<size_t>(e)];
+    if (place < capacity) {
+      slot_token[e * capacity + place] = n;
+      slot_assignment[e * capacity + place] = a;
+      ++place;
+    }
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t place = kept[static_cast<size_t>(e)]; place < capacity; ++place) {
+      slot_token[e * capacity + place] = 0;
+      slot_assignment[e * capacity + place] = N * k;
+    }
+  }
+}
+
 }  // namespace triad::detail

@@ -449,6 +449,16 @@ void GptConfig::validate() const {
                         means + ")");
     };
     check_number("capacity_factor", moe.capacity_factor, 0, false, "0: dropless");
+    if (moe.pad_to_capacity && moe.capacity_factor == 0) {
+      throw ConfigError(
+          "model.moe.pad_to_capacity pads each expert's batch to its capacity, but "
+          "model.moe.capacity_factor is 0 (dropless: no capacity)");
+    }
+    if (moe.pad_to_capacity && moe.drop_policy != Moe::DropPolicy::Position) {
+      throw ConfigError(
+          "model.moe.pad_to_capacity keeps each expert's earliest tokens, as the device sorts "
+          "them: it needs model.moe.drop_policy 'position' (it is 'probs')");
+    }
     check_number("routed_scaling_factor", moe.routed_scaling_factor, 0, true,
                  "1: the gates as they are");
     check_number("bias_update_rate", moe.bias_update_rate, 0, false,
@@ -484,13 +494,15 @@ void GptConfig::validate() const {
           "have none); model.linear_bias applies to the attention and the dense MLPs alone");
     }
   } else if (!moe.dense_layers.empty() || moe.shared_ffn_hidden_size != 0 || moe.shared_gate ||
-             moe.capacity_factor != 0 || moe.z_loss_coef != 0 || moe.score != Moe::Score::Softmax ||
-             moe.routed_scaling_factor != 1.0 || moe.groups != 1 || moe.top_groups != 1 ||
+             moe.capacity_factor != 0 || moe.pad_to_capacity || moe.z_loss_coef != 0 ||
+             moe.score != Moe::Score::Softmax || moe.routed_scaling_factor != 1.0 ||
+             moe.groups != 1 || moe.top_groups != 1 ||
              moe.group_score != Moe::GroupScore::TopTwoSum || moe.expert_bias ||
              moe.aux_loss_scope != Moe::BalanceScope::MicroBatch) {
     throw ConfigError(
         "model.moe's dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
-        "z_loss_coef, score, routed_scaling_factor, groups, top_groups, group_score, "
+        "pad_to_capacity, z_loss_coef, score, routed_scaling_factor, groups, top_groups, "
+        "group_score, "
         "expert_bias and aux_loss_scope belong to a mixture, but model.moe.experts is 0");
   }
   if (head_bias && tie_embeddings) {

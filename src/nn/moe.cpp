@@ -266,16 +266,28 @@ double balance_loss_of_sums(const Routing& r, const std::vector<double>& sums, i
                      std::to_string(S) + " sequences of " + std::to_string(E) + " experts");
   }
   const auto at = [](int64_t i) { return static_cast<size_t>(i); };
+  std::vector<double> counts(at(S * E), 0.0);
+  for (int64_t n = 0; n < r.tokens; ++n)
+    for (int64_t j = 0; j < k; ++j) ++counts[at((n / T) * E + r.choice[at(n * k + j)])];
+  return balance_loss_of_counts(counts, sums, T, k, E);
+}
+
+double balance_loss_of_counts(const std::vector<double>& counts, const std::vector<double>& sums,
+                              int64_t sequence, int64_t top_k, int64_t experts) {
+  const int64_t T = sequence, k = top_k, E = experts;
+  const auto size = static_cast<int64_t>(counts.size());
+  if (T < 1 || k < 1 || E < 1 || counts.size() != sums.size() || size % E != 0) {
+    throw ValueError("balance_loss: " + std::to_string(counts.size()) + " counts and " +
+                     std::to_string(sums.size()) + " sums of " + std::to_string(E) +
+                     " experts for sequences of " + std::to_string(T) + " tokens, top_k " +
+                     std::to_string(k) + " (expected as many of each, whole rows of experts)");
+  }
+  const int64_t S = size / E;
+  if (S == 0) return 0.0;
   double total = 0;
-  std::vector<double> load(at(E));
-  for (int64_t s = 0; s < S; ++s) {
-    std::fill(load.begin(), load.end(), 0.0);
-    for (int64_t n = s * T; n < (s + 1) * T; ++n)
-      for (int64_t j = 0; j < k; ++j) ++load[at(r.choice[at(n * k + j)])];
-    for (int64_t e = 0; e < E; ++e) {
-      total +=
-          load[at(e)] / static_cast<double>(T * k) * sums[at(s * E + e)] / static_cast<double>(T);
-    }
+  for (int64_t i = 0; i < size; ++i) {
+    const auto at = static_cast<size_t>(i);
+    total += counts[at] / static_cast<double>(T * k) * sums[at] / static_cast<double>(T);
   }
   return static_cast<double>(E) * total / static_cast<double>(S);
 }
@@ -331,6 +343,53 @@ void MoeStats::record(double balance, double load, double dropped, double z_loss
   ++records;
 }
 
+void MoeStats::record_counts(int64_t layer, const std::vector<double>& counts,
+                             const std::vector<double>& sums, double z_loss, int64_t sequence,
+                             int64_t top_k, int64_t experts, int64_t capacity) {
+  const double balance = balance_loss_of_counts(counts, sums, sequence, top_k, experts);
+  const int64_t E = experts, S = static_cast<int64_t>(counts.size()) / E;
+  std::vector<int64_t> load(static_cast<size_t>(E), 0);
+  for (int64_t i = 0; i < S * E; ++i)
+    load[static_cast<size_t>(i % E)] += std::llround(counts[static_cast<size_t>(i)]);
+  int64_t busiest = 0, dropped = 0;
+  for (const int64_t l : load) {
+    busiest = std::max(busiest, l);
+    dropped += std::max<int64_t>(l - capacity, 0);
+  }
+  const double assignments = static_cast<double>(std::max<int64_t>(S * sequence * top_k, 1));
+  add_loads(layer, load);
+  record(balance, static_cast<double>(busiest * E) / assignments,
+         static_cast<double>(dropped) / assignments, z_loss);
+}
+
+void MoeStats::settle() {
+  if (pending.empty()) return;
+  std::vector<Tensor> parts;
+  for (const Pending& p : pending) {
+    parts.push_back(reshape(cast(p.counts, DType::F64), {p.counts.numel()}));
+    parts.push_back(reshape(cast(p.sums, DType::F64), {p.sums.numel()}));
+    if (p.z.defined()) parts.push_back(reshape(cast(p.z, DType::F64), {1}));
+  }
+  std::vector<double> all;
+  {
+    autograd::NoGradGuard no_grad;
+    all = to_double_vector(concat(parts, 0));
+  }
+  auto at = all.begin();
+  const auto take = [&at](int64_t n) {
+    std::vector<double> v(at, at + n);
+    at += n;
+    return v;
+  };
+  std::vector<Pending> read = std::move(pending);
+  pending.clear();
+  for (const Pending& p : read) {
+    const std::vector<double> counts = take(p.counts.numel()), sums = take(p.sums.numel());
+    const double z = p.z.defined() ? take(1)[0] : 0.0;
+    record_counts(p.layer, counts, sums, z, p.sequence, p.top_k, p.counts.size(1), p.capacity);
+  }
+}
+
 namespace {
 
 // One expert's two linear layers under their names.
@@ -356,6 +415,25 @@ class NamedModules : public Module {
 Tensor sigmoid(const Tensor& z) {
   const Tensor column = reshape(z, {z.numel(), 1});
   return reshape(narrow(softmax(concat({column, zeros_like(column)}, 1)), 1, 0, 1), z.shape());
+}
+
+// `loss` joined to x's graph with weight coef times the micro-batch's loss
+// gradient: ctx.loss_grad, or its device scalar where a CUDA graph's
+// replays refill it (ForwardContext::loss_grad_seed).
+Tensor attach_side_loss(const Tensor& x, const Tensor& loss, double coef,
+                        const ForwardContext& ctx) {
+  if (!ctx.loss_grad_seed.defined()) {
+    // (Formed in the loss's dtype, as a replay forms it from the seed: the
+    // same gradient captured or not.)
+    const double grad =
+        loss.dtype() == DType::F64
+            ? coef * ctx.loss_grad
+            : static_cast<double>(static_cast<float>(coef) * static_cast<float>(ctx.loss_grad));
+    return attach_loss(x, loss, grad);
+  }
+  const Tensor& seed = ctx.loss_grad_seed;
+  const Tensor grad = mul(full({}, coef, seed.dtype(), seed.device()), reshape(seed, {}));
+  return attach_loss(x, loss, cast(grad, loss.dtype()));
 }
 
 // A host vector as an index tensor (i64) on the host: the ops upload it
@@ -447,6 +525,7 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
           cfg.expert_ffn());
   }
   keyed_dropout_ = cfg.lora.dropout > 0 && (cfg.lora_on("mlp.c_fc") || cfg.lora_on("mlp.c_proj"));
+  pad_ = cfg.moe.pad_to_capacity;
   if (shared_) adapt("mlp.shared.", *shared_, cfg.moe.shared_ffn_hidden_size);
 }
 
@@ -674,6 +753,15 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // Under context parallelism the micro-batch is every rank's chunks.
   const int64_t P = chunks_.parts;
   const int64_t capacity = ctx.training ? expert_capacity(capacity_factor_, N * P, E, k) : 0;
+  // model.moe.pad_to_capacity: every expert's batch its capacity, the
+  // slots filled where the scores are.
+  const bool padded = pad_ && capacity > 0;
+  if (padded && (P > 1 || placement_)) {
+    throw ConfigError(
+        std::string("model.moe.pad_to_capacity: not supported under ") +
+        (P > 1 ? "context parallelism (parallel.cp)" : "expert parallelism (parallel.ep)") +
+        ", whose capacity spans other ranks' tokens");
+  }
   const bool sigmoid_scores = score_ == GptConfig::Moe::Score::Sigmoid;
   const bool balancing =
                  ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad(),
@@ -707,7 +795,11 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
       throw ShapeError("MoeMlp: the router's logits " + shape_str(scores.logits.shape()) +
                        " for the z-loss (expected " + shape_str(probs.shape()) + ")");
     }
-    cross_entropy(scores.logits, zeros({N}, DType::I64, Device::cpu()), -100, &z);
+    // (Inside a capture the targets live on the device, as a captured loss's.)
+    const bool capturing = backend_for(scores.logits).capturing(scores.logits.device());
+    cross_entropy(scores.logits,
+                  zeros({N}, DType::I64, capturing ? scores.logits.device() : Device::cpu()), -100,
+                  &z);
   }
   // What the host reads with the routing: those sums and the z-loss's value.
   std::vector<Tensor> read_with;
@@ -719,16 +811,117 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // reads their choices (and, under a capacity, the chosen scores, which
   // rank an expert's assignments).
   std::vector<std::vector<double>> read;
-  const Routing routing =
-      route_on_device(probs, capacity, x.dim() >= 3 ? x.size(-2) : N, read_with, &read);
+  Routing routing;
+  // Where each token's chosen probabilities are in probs (N k), each row's
+  // token and assignment (its gate), and each expert's rows: the host's,
+  // or the device's inside a capture.
+  Tensor picked_at, token_at, assignment_at;
+  std::vector<int64_t> per_expert;
+  Tensor counts;  // pad_to_capacity: (S, E) i64, each sequence's assignments per expert
+  bool recorded = false;
+  if (padded) {
+    Backend& backend = backend_for(probs);
+    const Device dev = probs.device();
+    Tensor chosen = empty({N, k}, DType::I64, dev);
+    backend.route_top_k(probs.is_contiguous() ? probs : contiguous(probs), expert_bias_, groups_,
+                        top_groups_, group_best_, chosen);
+    Tensor slot_token = empty({E * capacity}, DType::I64, dev),
+           slot_assignment = empty({E * capacity}, DType::I64, dev),
+           picked = empty({N * k}, DType::I64, dev);
+    counts = empty({S, E}, DType::I64, dev);
+    backend.capacity_slots(chosen, E, capacity, T_local, slot_token, slot_assignment, picked,
+                           counts);
+    per_expert.assign(static_cast<size_t>(E), capacity);
+    if (backend.capturing(dev)) {
+      // Nothing read: the ops take the device's indices, and the routing's
+      // statistics wait on the device for the step's end (MoeStats::settle).
+      if (keyed_dropout_) {
+        throw NotSupportedError(
+            "model.moe.pad_to_capacity inside a CUDA graph (train.cuda_graph): the experts' "
+            "adapters draw their dropout by assignment, which the host forms (model.lora.dropout "
+            "0 on mlp.c_fc and mlp.c_proj)");
+      }
+      picked_at = picked;
+      token_at = slot_token;
+      assignment_at = slot_assignment;
+      if (reporting) {
+        ctx.moe_stats->pending.push_back(
+            {layer_, T_local, k, capacity, counts, p_summed, z.defined() ? z.detach() : Tensor{}});
+      }
+      recorded = true;
+    } else {
+      // One read, as the dropless routing's: the slots, the choices and the
+      // counts with what the host reads beside them.
+      autograd::NoGradGuard no_grad;
+      std::vector<Tensor> parts{slot_token, slot_assignment, picked,
+                                reshape(counts, {counts.numel()})};
+      for (Tensor& t : parts) t = cast(t, DType::F64);
+      for (const Tensor& t : read_with) parts.push_back(reshape(cast(t, DType::F64), {t.numel()}));
+      const std::vector<double> all = to_double_vector(concat(parts, 0));
+      auto at = all.begin();
+      const auto take = [&at](int64_t n) {
+        std::vector<int64_t> v(static_cast<size_t>(n));
+        for (int64_t& x : v) x = static_cast<int64_t>(*at++);
+        return v;
+      };
+      routing.tokens = N;
+      routing.experts = E;
+      routing.top_k = k;
+      routing.token = take(E * capacity);
+      routing.assignment = take(E * capacity);
+      const std::vector<int64_t> pick = take(N * k);
+      std::vector<double> per_sequence(at, at + S * E);
+      at += S * E;
+      for (const Tensor& t : read_with) {
+        read.emplace_back(at, at + t.numel());
+        at += t.numel();
+      }
+      routing.choice.resize(static_cast<size_t>(N * k));
+      for (int64_t a = 0; a < N * k; ++a) {
+        const int64_t p = pick[static_cast<size_t>(a)], n = a / k;
+        if (p == N * E) {
+          // A token that could not choose: the scores (and biases) read only now.
+          throw_unchosen(
+              to_double_vector(narrow(probs, 0, n, 1)).data(), n, E,
+              expert_bias_.defined() ? to_double_vector(expert_bias_) : std::vector<double>{});
+        }
+        routing.choice[static_cast<size_t>(a)] = p - n * E;
+      }
+      routing.rows = per_expert;
+      routing.load.assign(static_cast<size_t>(E), 0);
+      for (int64_t i = 0; i < S * E; ++i)
+        routing.load[static_cast<size_t>(i % E)] +=
+            static_cast<int64_t>(per_sequence[static_cast<size_t>(i)]);
+      for (const int64_t l : routing.load) routing.dropped += std::max<int64_t>(l - capacity, 0);
+      picked_at = host_index(pick);
+      if (reporting) {
+        ctx.moe_stats->record_counts(layer_, per_sequence, read.front(),
+                                     z.defined() ? read.back().at(0) : 0.0, T_local, k, E,
+                                     capacity);
+      }
+      recorded = true;
+    }
+  } else {
+    routing = route_on_device(probs, capacity, x.dim() >= 3 ? x.size(-2) : N, read_with, &read);
+    std::vector<int64_t> picked(static_cast<size_t>(N * k));
+    for (int64_t a = 0; a < N * k; ++a)
+      picked[static_cast<size_t>(a)] = (a / k) * E + routing.choice[static_cast<size_t>(a)];
+    picked_at = host_index(picked);
+    per_expert = routing.rows;
+  }
+  if (!token_at.defined()) {
+    token_at = host_index(routing.token);
+    assignment_at = host_index(routing.assignment);
+  }
   std::vector<double> p_sums;
-  if (p_summed.defined()) p_sums = std::move(read.front());
+  if (p_summed.defined() && !read.empty()) p_sums = std::move(read.front());
   // The gates: each token's k chosen probabilities, renormalised over the k
-  // if asked, then the padding's 0: (N k + 1, 1).
-  std::vector<int64_t> picked(static_cast<size_t>(N * k));
-  for (int64_t a = 0; a < N * k; ++a)
-    picked[static_cast<size_t>(a)] = (a / k) * E + routing.choice[static_cast<size_t>(a)];
-  Tensor g = embedding(reshape(probs, {N * E, 1}), host_index(picked));  // (N k, 1)
+  // if asked, then the padding's 0: (N k + 1, 1). (Padded, probs gain a 0
+  // row where a token that could not choose points.)
+  Tensor g = embedding(
+      padded ? concat({reshape(probs, {N * E, 1}), zeros({1, 1}, probs.dtype(), probs.device())}, 0)
+             : reshape(probs, {N * E, 1}),
+      picked_at);  // (N k, 1)
   if (normalize_) {
     // (Sigmoid scores may all underflow: the sum keeps off 0, as DeepSeek's.)
     const Tensor per_token = reshape(g, {N, k});
@@ -738,9 +931,9 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   if (routed_scale_ != 1.0) g = scale(g, routed_scale_);
   g = concat({g, zeros({1, 1}, g.dtype(), g.device())}, 0);
   if (gate) g = gate(g);
-  const Tensor tokens = host_index(routing.token);
-  const Tensor gates = cast(embedding(g, host_index(routing.assignment)), x.dtype());  // (M, 1)
-  const Tensor rows = embedding(reshape(x, {N, C}), tokens);                           // (M, C)
+  const Tensor& tokens = token_at;
+  const Tensor gates = cast(embedding(g, assignment_at), x.dtype());  // (M, 1)
+  const Tensor rows = embedding(reshape(x, {N, C}), tokens);          // (M, C)
   // The adapters' dropout masks: each routed expert's row draws its
   // assignment's (the rows' keys, which travel with them to other ranks);
   // the shared expert's rows are the micro-batch's tokens in order, which
@@ -754,7 +947,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   Tensor outputs;  // (M, C), in rows' order
   if (placement_) {
     outputs = placement_->run(
-        rows, routing.rows, keys, [this, &draw](int64_t i, const Tensor& x, const Tensor& k) {
+        rows, per_expert, keys, [this, &draw](int64_t i, const Tensor& x, const Tensor& k) {
           return expert_forward(experts_.at(static_cast<size_t>(i)), x, draw(k));
         });
   } else if (grouped_experts()) {
@@ -765,15 +958,14 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
       fc.push_back(e.c_fc->weight());
       proj.push_back(e.c_proj->weight());
     }
-    outputs =
-        grouped_linear(unfused_activation(activation_, grouped_linear(rows, fc, routing.rows)),
-                       proj, routing.rows);
+    outputs = grouped_linear(unfused_activation(activation_, grouped_linear(rows, fc, per_expert)),
+                             proj, per_expert);
   } else {
     // (Split as one op: the rows' gradient is the experts' side by side.)
-    std::vector<Tensor> parts = split(rows, routing.rows, 0);
+    std::vector<Tensor> parts = split(rows, per_expert, 0);
     int64_t at = 0;
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t n = routing.rows[static_cast<size_t>(e)];
+      const int64_t n = per_expert[static_cast<size_t>(e)];
       Tensor& part = parts[static_cast<size_t>(e)];
       part = expert_forward(experts_[static_cast<size_t>(e)], part,
                             draw(keys.defined() ? narrow(keys, 0, at, n) : Tensor{}));
@@ -818,8 +1010,10 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     // of theirs). Under context parallelism f counts every chunk and P is
     // this rank's tokens' (Chunks).
     const int64_t T = T_local;
-    std::vector<double> share(static_cast<size_t>(S * E), 0.0);
-    if (P > 1) {
+    std::vector<double> share(static_cast<size_t>(padded ? 0 : S * E), 0.0);
+    if (padded) {
+      // (The counts where they were made: a capture's replays count their own.)
+    } else if (P > 1) {
       for (int64_t i = 0; i < S * E; ++i)
         share[static_cast<size_t>(i)] =
             whole[static_cast<size_t>(i)] / static_cast<double>(T * P * k);
@@ -832,18 +1026,19 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
         }
       }
     }
-    const Tensor f = from_vector(share, {S, E}, probs.dtype(), probs.device());
+    const Tensor f = padded ? scale(cast(counts, probs.dtype()), 1.0 / static_cast<double>(T * k))
+                            : from_vector(share, {S, E}, probs.dtype(), probs.device());
     const Tensor p = balanced_probs();
     const Tensor aux = scale(sum(mul(f, mean(reshape(p, {S, T, E}), 1))),
                              static_cast<double>(E) / static_cast<double>(S));
-    out = attach_loss(out, aux, aux_coef_ * ctx.loss_grad);
+    out = attach_side_loss(out, aux, aux_coef_, ctx);
   }
   double z_loss = 0;
   if (z.defined()) {
-    z_loss = read.back().at(0);
-    if (z.requires_grad()) out = attach_loss(out, z, z_coef_ * ctx.loss_grad);
+    if (!recorded) z_loss = read.back().at(0);
+    if (z.requires_grad()) out = attach_side_loss(out, z, z_coef_, ctx);
   }
-  if (reporting) {
+  if (reporting && !recorded) {
     // The busiest expert's assignments: under context parallelism the whole
     // micro-batch's (every chunk's counts, summed over the sequences).
     int64_t busiest = *std::max_element(routing.load.begin(), routing.load.end());

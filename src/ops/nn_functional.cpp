@@ -639,9 +639,12 @@ Tensor index_add_rows(const Tensor& src, const Tensor& index, int64_t rows) {
     throw ValueError("index_add_rows: index on " + index.device().str() + ", src on " +
                      src.device().str() + " (the index goes on src's device or the host)");
   }
-  {
+  if (!(index.device() == src.device() && !index.device().is_cpu() &&
+        backend_for(src).capturing(src.device()))) {
     // The backends add row by row through the index: one outside the
-    // output would write past it.
+    // output would write past it. (Inside a capture the device's index is
+    // checked by the backend, and a bad one reported by the graph's
+    // replays: cuda::Graph::check.)
     const Tensor host = contiguous(cast(to_device(index, Device::cpu()), DType::I64));
     const int64_t* p = host.data<int64_t>();
     for (int64_t i = 0; i < host.numel(); ++i) {

@@ -168,7 +168,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("moe",
          "none, or {experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
          "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, "
-         "z_loss_coef, score, routed_scaling_factor, groups, top_groups, group_score, "
+         "pad_to_capacity, z_loss_coef, score, routed_scaling_factor, groups, top_groups, "
+         "group_score, "
          "expert_bias, bias_update_rate, aux_loss_scope}",
          [&](const YAML::Node& v) {
            if (v.IsScalar()) {
@@ -187,6 +188,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
            if (v["shared_gate"]) c.moe.shared_gate = v["shared_gate"].as<bool>();
            if (v["capacity_factor"]) c.moe.capacity_factor = v["capacity_factor"].as<double>();
            if (v["z_loss_coef"]) c.moe.z_loss_coef = v["z_loss_coef"].as<double>();
+           if (v["pad_to_capacity"]) c.moe.pad_to_capacity = v["pad_to_capacity"].as<bool>();
            // (The routing's keys cost nothing; the expert biases count as parameters.)
            if (v["score"]) {
              const std::string f = v["score"].as<std::string>();

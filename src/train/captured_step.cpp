@@ -105,6 +105,7 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
       step->sums = captured->sums;
       step->records = captured->records;
     }
+    if (captured_->moe && moe_stats_) moe_stats_->pending = captured_->moe->pending;
     const DeviceTimer::Mark m1 = timer.mark();
     // (The replay's passes cannot be timed apart: rank timing's forward
     // column holds both, its backward column none.)
@@ -153,6 +154,10 @@ Trainer::StepLoss Trainer::captured_forward_backward(const std::vector<data::Bat
   if (config_.model.mtp_layers > 0) {
     step->mtp_losses = std::make_shared<nn::LossSums>();
     layout.mtp_stats = step->mtp_losses;
+  }
+  if (config_.model.moe.experts > 0) {
+    step->moe = std::make_shared<nn::MoeStats>();
+    layout.moe_stats = step->moe;
   }
   // A sliding window's key ranges depend on the batch's shape alone: made
   // (and uploaded) once before the capture, for every micro-batch. (Freed

@@ -9,6 +9,7 @@
 #include "triad/backend/cuda.h"
 #include "triad/core/tensor.h"
 #include "triad/nn/gpt.h"
+#include "triad/nn/moe.h"
 #include "triad/train/trainer.h"
 
 namespace triad::train {
@@ -34,6 +35,10 @@ struct Trainer::CapturedStep {
   std::shared_ptr<nn::LossSums> z_losses;
   // Multi-token prediction's losses by depth (model.mtp_layers), alike.
   std::shared_ptr<nn::LossSums> mtp_losses;
+  // A mixture's routing statistics (model.moe.pad_to_capacity), left on
+  // the device by the capture (MoeStats::pending), each replay's handed
+  // to its step's MoeStats. Null without a mixture.
+  std::shared_ptr<nn::MoeStats> moe;
   // fp16's loss scale its backward starts from (1 without one): a step at
   // another scale captures anew.
   double loss_scale = 1.0;

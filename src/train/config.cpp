@@ -97,14 +97,15 @@ std::string get_fp32_or_bf16(const YAML::Node& n, const std::string& key) {
 
 // model.moe: none, or a mapping of experts, top_k, ffn_hidden_size,
 // normalize_top_k, aux_loss_coef, dense_layers, shared_ffn_hidden_size,
-// shared_gate, capacity_factor, drop_policy, z_loss_coef, score,
+// shared_gate, capacity_factor, drop_policy, pad_to_capacity, z_loss_coef, score,
 // routed_scaling_factor, groups, top_groups, group_score, expert_bias,
 // bias_update_rate and aux_loss_scope over `base` (what model.hf_config read, or the
 // defaults): the keys given replace its.
 nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptConfig::Moe base) {
   const std::string keys =
       "experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, dense_layers, "
-      "shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, z_loss_coef, score, "
+      "shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, pad_to_capacity, "
+      "z_loss_coef, score, "
       "routed_scaling_factor, groups, top_groups, group_score, expert_bias, bias_update_rate, "
       "aux_loss_scope";
   const std::string expected = "none, or a mapping with experts (and " + keys.substr(9) + ")";
@@ -123,6 +124,7 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
                                                 "shared_gate",
                                                 "capacity_factor",
                                                 "drop_policy",
+                                                "pad_to_capacity",
                                                 "z_loss_coef",
                                                 "score",
                                                 "routed_scaling_factor",
@@ -167,6 +169,8 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
     m.drop_policy = p == "probs" ? nn::GptConfig::Moe::DropPolicy::Probs
                                  : nn::GptConfig::Moe::DropPolicy::Position;
   }
+  if (n["pad_to_capacity"])
+    m.pad_to_capacity = get_bool(n["pad_to_capacity"], key + ".pad_to_capacity");
   if (n["score"]) {
     const std::string f = get_string(n["score"], key + ".score");
     if (f != "softmax" && f != "sigmoid") {
@@ -636,8 +640,19 @@ void validate(const Config& c, bool min_lr_given) {
       throw ConfigError("train.cuda_graph: " + what);
     };
     if (c.device == "cpu") refuse("needs device: cuda (it is cpu)");
-    if (c.model.moe.experts > 0)
-      refuse("a mixture of experts (model.moe) reads its routing on the host in every layer");
+    if (c.model.moe.experts > 0 && !c.model.moe.pad_to_capacity) {
+      refuse(
+          "a mixture of experts (model.moe) reads its routing on the host in every layer; "
+          "model.moe.pad_to_capacity (with a capacity_factor and drop_policy position) routes "
+          "it on the device");
+    }
+  }
+  if (c.model.moe.pad_to_capacity && (c.parallel.cp > 1 || c.parallel.ep > 1)) {
+    throw ConfigError(
+        std::string("model.moe.pad_to_capacity is not supported with ") +
+        (c.parallel.cp > 1 ? "parallel.cp " + std::to_string(c.parallel.cp)
+                           : "parallel.ep " + std::to_string(c.parallel.ep)) +
+        " (an expert's capacity there spans other ranks' tokens, which the host routes)");
   }
   // bf16 gradients are those of bf16 parameters (they are f32 under fp32,
   // and fp16's loss scaling wants f32 sums).
@@ -2234,6 +2249,7 @@ std::string to_yaml(const Config& c) {
       e << YAML::Key << "capacity_factor" << YAML::Value << x.capacity_factor << YAML::Key
         << "drop_policy" << YAML::Value
         << (x.drop_policy == nn::GptConfig::Moe::DropPolicy::Probs ? "probs" : "position");
+      if (x.pad_to_capacity) e << YAML::Key << "pad_to_capacity" << YAML::Value << true;
     }
     if (x.score != nn::GptConfig::Moe::Score::Softmax)
       e << YAML::Key << "score" << YAML::Value << "sigmoid";

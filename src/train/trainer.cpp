@@ -2413,6 +2413,7 @@ void Trainer::side_loss_metrics_into(StepMetrics& m) const {
 
 void Trainer::moe_metrics_into(StepMetrics& m) const {
   if (!moe_stats_) return;
+  moe_stats_->settle();  // (a captured step's, read now)
   // Each rank saw its stages' layers and its micro-batches (a tensor-parallel
   // group's ranks the same routing): the mean over every record of every
   // rank, and the largest load anywhere.
@@ -2456,6 +2457,7 @@ const std::vector<double>& Trainer::world_expert_loads() const {
   // those of every micro-batch of every data-parallel replica.
   // (Multi-token prediction's blocks count on as layers n_layer, n_layer + 1, ...)
   const int64_t E = config_.model.moe.experts, L = config_.model.n_layer + config_.model.mtp_layers;
+  moe_stats_->settle();
   std::vector<double> loads(static_cast<size_t>(L * E), 0.0);
   for (const auto& [layer, load] : moe_stats_->loads)
     std::copy(load.begin(), load.end(), loads.begin() + layer * E);

@@ -1936,6 +1936,76 @@ TEST(CudaKernels, RouteTopKChoosesAsTheCpuDoes) {
   EXPECT_EQ(to_double_vector(gpu), std::vector<double>(8, -1.0));
 }
 
+// A mixture's batches padded to their capacity are formed on the device as
+// on the CPU: each expert's first assignments in token order, the empty
+// slots padding, the picked indices and each group's counts; capacities
+// under and over the loads, more assignments than a block takes at once,
+// tokens that could not choose (-1) left out.
+TEST(CudaKernels, CapacitySlotsFillAsTheCpuDoes) {
+  struct Case {
+    int64_t N, E, k, capacity, group;
+  };
+  const Case cases[] = {
+      {300, 8, 2, 40, 100}, {300, 8, 2, 200, 300}, {77, 5, 3, 1, 7}, {9, 70, 4, 3, 9}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("N " + std::to_string(c.N) + " E " + std::to_string(c.E) + " capacity " +
+                 std::to_string(c.capacity));
+    std::vector<double> v(static_cast<size_t>(c.N * c.k));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<double>((i * 2654435761u >> 7) % static_cast<uint64_t>(c.E));
+    for (int64_t j = 0; j < c.k; ++j) v[static_cast<size_t>(3 * c.k + j)] = -1;  // token 3
+    const Tensor choice = from_vector(v, {c.N, c.k}, DType::I64);
+    const auto fill = [&](const Device& device) {
+      std::vector<Tensor> out{empty({c.E * c.capacity}, DType::I64, device),
+                              empty({c.E * c.capacity}, DType::I64, device),
+                              empty({c.N * c.k}, DType::I64, device),
+                              empty({c.N / c.group, c.E}, DType::I64, device)};
+      backend_for(device.type)
+          .capacity_slots(to_device(choice, device), c.E, c.capacity, c.group, out[0], out[1],
+                          out[2], out[3]);
+      std::vector<std::vector<double>> host;
+      for (const Tensor& t : out) host.push_back(to_double_vector(t));
+      return host;
+    };
+    const auto cpu = fill(Device::cpu()), gpu = fill(kGpu);
+    EXPECT_EQ(gpu, cpu);
+    // The CPU's by hand: expert e's slot i holds its i-th assignment in
+    // token order, else token 0 under the padding's gate.
+    std::vector<int64_t> seen(static_cast<size_t>(c.E), 0);
+    std::vector<double> counts(static_cast<size_t>((c.N / c.group) * c.E), 0);
+    std::vector<double> token(static_cast<size_t>(c.E * c.capacity), 0),
+        assignment(token.size(), static_cast<double>(c.N * c.k));
+    for (int64_t a = 0; a < c.N * c.k; ++a) {
+      const auto e = static_cast<int64_t>(v[static_cast<size_t>(a)]);
+      if (e < 0) {
+        EXPECT_EQ(cpu[2][static_cast<size_t>(a)], static_cast<double>(c.N * c.E));
+        continue;
+      }
+      EXPECT_EQ(cpu[2][static_cast<size_t>(a)], static_cast<double>((a / c.k) * c.E + e));
+      ++counts[static_cast<size_t>((a / c.k / c.group) * c.E + e)];
+      int64_t& i = seen[static_cast<size_t>(e)];
+      if (i < c.capacity) {
+        token[static_cast<size_t>(e * c.capacity + i)] = static_cast<double>(a / c.k);
+        assignment[static_cast<size_t>(e * c.capacity + i)] = static_cast<double>(a);
+      }
+      ++i;
+    }
+    EXPECT_EQ(cpu[0], token);
+    EXPECT_EQ(cpu[1], assignment);
+    EXPECT_EQ(cpu[3], counts);
+  }
+  // Bad arguments name the value.
+  Tensor slots = empty({8}, DType::I64, kGpu), picked = empty({8}, DType::I64, kGpu),
+         counts = empty({3, 4}, DType::I64, kGpu);
+  try {
+    backend_for(DeviceType::CUDA)
+        .capacity_slots(empty({4, 2}, DType::I64, kGpu), 4, 2, 3, slots, slots, picked, counts);
+    ADD_FAILURE() << "expected a ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("4 tokens in groups of 3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaKernels, LayerNormBackwardIsDeterministic) {
   // The column sums run in a fixed order (warp slices, then blocks), with
   // no float atomics: the same bits every run, at a width the fused
@@ -4487,7 +4557,16 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
       {"bf16 documents", "dropout: 0.0"},
       {"bf16 documents mtp", "dropout: 0.0, mtp_layers: 2"},
       {"bf16 documents rope window",
-       "dropout: 0.0, position_embedding: rope, sliding_window: 6, full_attention_layers: [1]"}};
+       "dropout: 0.0, position_embedding: rope, sliding_window: 6, full_attention_layers: [1]"},
+      // A mixture padded to its capacity: routed on the device inside the
+      // capture, its statistics read after each replay; the balance and
+      // z-losses' weights each replay's (tokens).
+      {"bf16 moe",
+       "dropout: 0.0, moe: {experts: 4, top_k: 2, capacity_factor: 1.0, drop_policy: position, "
+       "pad_to_capacity: true, z_loss_coef: 0.001, aux_loss_scope: sequence}"},
+      {"fp32 tokens moe swiglu",
+       "dropout: 0.0, activation: swiglu, moe: {experts: 4, top_k: 1, capacity_factor: 1.5, "
+       "drop_policy: position, pad_to_capacity: true, shared_ffn_hidden_size: 16}"}};
   for (const auto& [run, settings] : runs) {
     SCOPED_TRACE(run);
     const std::string precision = run.substr(0, 4);
@@ -4528,6 +4607,14 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
       }
       if (run.find("z-loss") != std::string::npos) {
         EXPECT_GT(a.z_loss, 0.0);
+      }
+      EXPECT_EQ(b.moe_balance, a.moe_balance) << "step " << k;
+      EXPECT_EQ(b.moe_max_load, a.moe_max_load) << "step " << k;
+      EXPECT_EQ(b.moe_dropped, a.moe_dropped) << "step " << k;
+      EXPECT_EQ(b.moe_z_loss, a.moe_z_loss) << "step " << k;
+      if (run.find("moe") != std::string::npos) {
+        EXPECT_GT(a.moe_balance, 0.0);
+        EXPECT_GE(a.moe_dropped, 0.0);
       }
     }
     EXPECT_EQ(got, expected);

@@ -551,6 +551,111 @@ TEST(MoeMlp, OverCapacityAssignmentsAreDroppedWhileTrainingOnly) {
   }
 }
 
+// model.moe.pad_to_capacity: each expert's batch padded to its capacity,
+// its slots filled by Backend::capacity_slots, gives what the routing read
+// on the host gives under the same capacity (drop_policy position): the
+// outputs, every gradient, the balance and z-losses and the statistics;
+// only the experts' batches (and so their sums' rounding) differ.
+TEST(MoeMlp, PaddedToCapacityEqualsTheRoutingReadOnTheHost) {
+  for (const std::string variant :
+       {"gelu top 2", "swiglu top 1, shared expert, per sequence", "sigmoid, biased, groups"}) {
+    SCOPED_TRACE(variant);
+    GptConfig cfg = moe_config(4, variant[1] == 'w' ? 1 : 2,
+                               variant[0] == 'g' ? Activation::Gelu : Activation::SwiGlu);
+    cfg.moe.capacity_factor = 0.75;
+    cfg.moe.drop_policy = GptConfig::Moe::DropPolicy::Position;
+    cfg.moe.aux_loss_coef = 0.1;
+    cfg.moe.z_loss_coef = 0.01;
+    if (variant[1] == 'w') {
+      cfg.moe.shared_ffn_hidden_size = 4;
+      cfg.moe.aux_loss_scope = GptConfig::Moe::BalanceScope::Sequence;
+    }
+    if (variant[1] == 'i') {
+      cfg.moe.score = GptConfig::Moe::Score::Sigmoid;
+      cfg.moe.expert_bias = true;
+      cfg.moe.groups = 2;
+      cfg.moe.top_groups = 1;
+    }
+    GptConfig padded_cfg = cfg;
+    padded_cfg.moe.pad_to_capacity = true;
+    MoeMlp host(cfg, 0), padded(padded_cfg, 0);
+    randomise(host, 71);
+    randomise(padded, 71);
+    const Tensor x0 = randn({2, 6, cfg.d_model}, 73, 1, 1.0, DType::F64),
+                 w = randn({2, 6, cfg.d_model}, 73, 2, 1.0, DType::F64);
+    struct Run {
+      std::vector<double> out, dx;
+      std::map<std::string, std::vector<double>> grads;
+      std::shared_ptr<MoeStats> stats = std::make_shared<MoeStats>();
+    };
+    const auto run = [&](MoeMlp& m) {
+      Run r;
+      Tensor x = clone(x0);
+      x.set_requires_grad(true);
+      ForwardContext ctx{true, 0, 0};
+      ctx.moe_stats = r.stats;
+      const Tensor y = m.forward(x, ctx);
+      autograd::backward({y}, {w});
+      r.out = to_double_vector(y);
+      r.dx = to_double_vector(x.grad());
+      for (const auto& [name, p] : m.named_parameters())
+        if (p.grad().defined()) r.grads[name] = to_double_vector(p.grad());
+      return r;
+    };
+    const Run a = run(host), b = run(padded);
+    const auto near = [](const std::vector<double>& got, const std::vector<double>& want,
+                         const std::string& what) {
+      ASSERT_EQ(got.size(), want.size()) << what;
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << what << i;
+    };
+    near(b.out, a.out, "output");
+    near(b.dx, a.dx, "input gradient");
+    ASSERT_EQ(b.grads.size(), a.grads.size());
+    for (const auto& [name, g] : a.grads) near(b.grads.at(name), g, name);
+    EXPECT_GT(a.stats->dropped_sum, 0.0);  // (the capacity drops some)
+    EXPECT_DOUBLE_EQ(b.stats->dropped_sum, a.stats->dropped_sum);
+    EXPECT_DOUBLE_EQ(b.stats->max_load, a.stats->max_load);
+    EXPECT_NEAR(b.stats->balance_sum, a.stats->balance_sum, 1e-12);
+    EXPECT_NEAR(b.stats->z_loss_sum, a.stats->z_loss_sum, 1e-12);
+    EXPECT_EQ(b.stats->records, 1);
+    EXPECT_EQ(b.stats->loads, a.stats->loads);
+    // Evaluation stays dropless: both alike, nothing padded.
+    near(to_double_vector(padded.forward(x0, {false, 0, 0})),
+         to_double_vector(host.forward(x0, {false, 0, 0})), "evaluation");
+  }
+}
+
+// Statistics left on the device (a CUDA graph's) read as those recorded
+// at once: MoeStats::settle reads every pending layer's counts, summed
+// probabilities and z-loss in one copy and records each as record_counts.
+TEST(MoeStats, SettleRecordsWhatThePendingCountsSay) {
+  const std::vector<double> counts{3, 1, 0, 4, 2, 2, 3, 1}, sums{1.5, 0.5, 1, 1, 2, 1, 0.5, 0.5};
+  MoeStats now, later;
+  now.record_counts(2, counts, sums, 0.25, 4, 2, 4, 3);
+  now.record_counts(5, counts, sums, 0.0, 4, 2, 4, 2);
+  later.pending.push_back({2, 4, 2, 3, from_vector(counts, {2, 4}, DType::I64),
+                           from_vector(sums, {2, 4}, DType::F32),
+                           from_vector(std::vector<double>{0.25}, {}, DType::F32)});
+  later.pending.push_back({5, 4, 2, 2, from_vector(counts, {2, 4}, DType::I64),
+                           from_vector(sums, {2, 4}, DType::F32), Tensor{}});
+  later.settle();
+  EXPECT_TRUE(later.pending.empty());
+  EXPECT_EQ(later.records, 2);
+  EXPECT_EQ(later.balance_sum, now.balance_sum);
+  EXPECT_EQ(later.max_load, now.max_load);
+  EXPECT_EQ(later.dropped_sum, now.dropped_sum);
+  EXPECT_EQ(later.z_loss_sum, now.z_loss_sum);
+  EXPECT_EQ(later.loads, now.loads);
+  // By hand: loads (5, 3, 3, 5) of 16 assignments; over capacity 3, 4
+  // dropped (2 + 2); over 2, 8; the busiest at 5 * 4 / 16.
+  EXPECT_EQ(now.loads.at(2), (std::vector<double>{5, 3, 3, 5}));
+  EXPECT_DOUBLE_EQ(now.dropped_sum, 4.0 / 16 + 8.0 / 16);
+  EXPECT_DOUBLE_EQ(now.max_load, 5.0 * 4 / 16);
+  EXPECT_DOUBLE_EQ(now.z_loss_sum, 0.25);
+  later.settle();  // (nothing pending: nothing changes)
+  EXPECT_EQ(later.records, 2);
+}
+
 TEST(MoeMlp, GradientsOfInputRouterAndExpertsMatchFiniteDifferences) {
   for (const std::string variant : {"swiglu", "gelu, a gated shared expert", "swiglu, capacity"}) {
     SCOPED_TRACE(variant);
@@ -838,9 +943,18 @@ TEST(MoeConfig, ValidatesItsKeys) {
         c.moe.experts = 0;
         c.moe.capacity_factor = 1.0;
       },
-      "capacity_factor, z_loss_coef, score, routed_scaling_factor, groups, top_groups, "
-      "group_score, expert_bias and aux_loss_scope belong to a mixture, but model.moe.experts "
-      "is 0");
+      "capacity_factor, pad_to_capacity, z_loss_coef, score, routed_scaling_factor, groups, "
+      "top_groups, group_score, expert_bias and aux_loss_scope belong to a mixture, but "
+      "model.moe.experts is 0");
+  refused([](GptConfig& c) { c.moe.pad_to_capacity = true; },
+          "model.moe.pad_to_capacity pads each expert's batch to its capacity, but "
+          "model.moe.capacity_factor is 0");
+  refused(
+      [](GptConfig& c) {
+        c.moe.pad_to_capacity = true;
+        c.moe.capacity_factor = 1.0;
+      },
+      "it needs model.moe.drop_policy 'position' (it is 'probs')");
   refused([](GptConfig& c) { c.moe.group_score = GptConfig::Moe::GroupScore::Max; },
           "model.moe.group_score max scores groups of experts, but model.moe.groups is 1");
   refused(

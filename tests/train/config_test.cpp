@@ -558,8 +558,9 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
   expect_config_error(kValid, {"model.moe={experts: 4, shared: 8}"},
                       "(allowed: experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
                       "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
-                      "drop_policy, z_loss_coef, score, routed_scaling_factor, groups, "
-                      "top_groups, group_score, expert_bias, bias_update_rate, aux_loss_scope)");
+                      "drop_policy, pad_to_capacity, z_loss_coef, score, routed_scaling_factor, "
+                      "groups, top_groups, group_score, expert_bias, bias_update_rate, "
+                      "aux_loss_scope)");
   // The router z-loss's weight.
   const Config z = parse_config(kValid, {"model.moe={experts: 4, z_loss_coef: 0.001}"});
   EXPECT_DOUBLE_EQ(z.model.moe.z_loss_coef, 0.001);
@@ -1134,9 +1135,26 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
     overrides.insert(overrides.end(), captured.begin(), captured.end());
     EXPECT_TRUE(parse_config(kValid, overrides).train.cuda_graph);
   }
-  // (A mixture of experts is refused: its routing is read on the host.)
+  // (A mixture of experts is refused unless padded to its capacity: its
+  // routing is read on the host.)
   expect_config_error(kValid, {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4"},
                       "train.cuda_graph: a mixture of experts");
+  const std::vector<std::string> padded{"model.moe.experts=4", "model.moe.capacity_factor=1.25",
+                                        "model.moe.drop_policy=position",
+                                        "model.moe.pad_to_capacity=true"};
+  std::vector<std::string> graphed = padded;
+  graphed.insert(graphed.end(), {"train.cuda_graph=true", "device=cuda"});
+  const Config moe = parse_config(to_yaml(parse_config(kValid, graphed)));
+  EXPECT_TRUE(moe.train.cuda_graph);
+  EXPECT_TRUE(moe.model.moe.pad_to_capacity);
+  EXPECT_FALSE(parse_config(kValid, {"model.moe.experts=4"}).model.moe.pad_to_capacity);
+  for (const auto& [layout, what] :
+       {std::pair{"parallel.cp=2", "model.moe.pad_to_capacity is not supported with parallel.cp 2"},
+        {"parallel.ep=2", "model.moe.pad_to_capacity is not supported with parallel.ep 2"}}) {
+    std::vector<std::string> overrides = padded;
+    overrides.push_back(layout);
+    expect_config_error(kValid, overrides, what);
+  }
   EXPECT_TRUE(
       parse_config(to_yaml(parse_config(kValid, {"log.tensorboard=true"}))).log_tensorboard);
   EXPECT_FALSE(parse_config(kValid).log_param_norm);

@@ -509,6 +509,24 @@ class Backend {
   virtual void route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups,
                            int64_t top_groups, int64_t group_best, Tensor& choice,
                            Tensor* chosen = nullptr);
+  // A mixture's experts' batches padded to their capacity
+  // (model.moe.pad_to_capacity), formed where the choices are, so that
+  // nothing about them waits for the host: from choice (N, k) i64
+  // (route_top_k's; -1 where a token could not choose), each expert keeps
+  // its first `capacity` assignments (a = n * k + j) in token order.
+  // slot_token and slot_assignment (E * capacity, i64): expert e's slot i
+  // at e * capacity + i holds its i-th kept assignment's token and
+  // assignment, an empty slot token 0 and assignment N * k (the padding's
+  // gate, 0). picked (N * k, i64): n * E + choice[n][j], N * E where a token
+  // could not choose. counts (N / group, E, i64): the assignments each
+  // expert received from each run of `group` tokens, those over its
+  // capacity included. The default forms them on the host (copying through
+  // it when the tensors are elsewhere); the CUDA backend on the device.
+  // Throws ShapeError/ValueError naming the value for shapes, dtypes,
+  // capacity < 1 or a group that does not divide N.
+  virtual void capacity_slots(const Tensor& choice, int64_t experts, int64_t capacity,
+                              int64_t group, Tensor& slot_token, Tensor& slot_assignment,
+                              Tensor& picked, Tensor& counts);
 };
 
 // Throws ShapeError unless sum_sq (AdamWStep::clip_sum_sq) is one f64

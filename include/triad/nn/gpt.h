@@ -354,6 +354,14 @@ struct GptConfig {
     // earliest tokens' (Position, GShard's).
     enum class DropPolicy { Probs, Position };
     DropPolicy drop_policy = DropPolicy::Probs;
+    // Each expert's batch padded to its capacity, every slot filled (the
+    // empty ones by padding that weighs nothing): its shapes then never
+    // change, and the tokens go to their slots on the device
+    // (Backend::capacity_slots) without the host reading their choices.
+    // What lets a mixture run inside a CUDA graph (train.cuda_graph), as
+    // Megatron-LM's moe_pad_expert_input_to_capacity does. Needs a
+    // capacity_factor and drop_policy position.
+    bool pad_to_capacity = false;
     // How the router scores a token's fit with each expert: a softmax over
     // the experts (Mixtral's, Qwen's), or each expert's own sigmoid
     // (DeepSeek-V3's, GLM-4.5's), whose k chosen scores are the gates,

@@ -94,6 +94,12 @@ double balance_loss(const Routing& routing, const std::vector<double>& probs, in
 // sequence s's tokens (the whole micro-batch's with `sequence` 0).
 double balance_loss_of_sums(const Routing& routing, const std::vector<double>& sums,
                             int64_t sequence = 0);
+// The same from each sequence's assignment counts instead of a routing:
+// counts (S, E) row-major, counts[s * E + e] the assignments expert e
+// received from sequence s's `sequence` tokens (each choosing top_k) of
+// E = experts, and sums as above. balance_loss_of_sums adds in this order.
+double balance_loss_of_counts(const std::vector<double>& counts, const std::vector<double>& sums,
+                              int64_t sequence, int64_t top_k, int64_t experts);
 
 // Auxiliary-loss-free balancing's step for one layer (GptConfig::Moe::
 // expert_bias): each of its E biases moves by `rate` towards balance, up
@@ -126,6 +132,24 @@ struct MoeStats {
   std::map<int64_t, std::vector<double>> loads;
   void record(double balance, double load, double dropped = 0, double z_loss = 0);
   void add_loads(int64_t layer, const std::vector<int64_t>& load);
+  // A layer's routing counted where it ran (model.moe.pad_to_capacity):
+  // counts (S, E) of `sequence` tokens each choosing top_k, the summed
+  // probabilities (S, E) and the z-loss (0 without one), recorded as the
+  // layer records a routing it read.
+  void record_counts(int64_t layer, const std::vector<double>& counts,
+                     const std::vector<double>& sums, double z_loss, int64_t sequence,
+                     int64_t top_k, int64_t experts, int64_t capacity);
+  // The same left on the device, where a CUDA graph's replays write it
+  // (model.moe.pad_to_capacity inside train.cuda_graph): counts (S, E) i64,
+  // sums (S, E) and z (one element; undefined without a z-loss). settle()
+  // reads them all in one copy and records them; a reader of the fields
+  // above calls it first.
+  struct Pending {
+    int64_t layer = 0, sequence = 1, top_k = 1, capacity = 1;
+    Tensor counts, sums, z;
+  };
+  std::vector<Pending> pending;
+  void settle();
   double mean_balance() const { return records ? balance_sum / static_cast<double>(records) : 0; }
   double mean_dropped() const { return records ? dropped_sum / static_cast<double>(records) : 0; }
   double mean_z_loss() const { return records ? z_loss_sum / static_cast<double>(records) : 0; }
@@ -289,6 +313,7 @@ class MoeMlp : public Module {
   int64_t layer_;
   Activation activation_;
   bool keyed_dropout_ = false;  // the routed experts' adapters drop their input out
+  bool pad_ = false;            // model.moe.pad_to_capacity
   Chunks chunks_;
 };
 
