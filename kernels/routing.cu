@@ -79,41 +79,93 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kSlotThreads = 256;
 
-// Block e walks the assignments in chunks of the block, each chunk's
-// flags (choice == e) summed by a scan in shared memory: an assignment's
-// place among e's is the count before it. Then the empty slots, then each
-// group's count, then (every block a share) the picked indices.
+// The block's inclusive prefix sums of v in shared memory (scan, a slot a
+// thread): thread t's, and (scan[kSlotThreads - 1]) the block's total.
+__device__ int64_t block_scan(int64_t v, int64_t* scan) {
+  const int t = threadIdx.x;
+  scan[t] = v;
+  __syncthreads();
+  for (int offset = 1; offset < kSlotThreads; offset <<= 1) {
+    const int64_t add = t >= offset ? scan[t - offset] : 0;
+    __syncthreads();
+    scan[t] += add;
+    __syncthreads();
+  }
+  return scan[t];
+}
+
+// A score as an unsigned key in the same order (in f64: the host ranks
+// the f64 values).
+template <class S>
+__device__ __forceinline__ uint64_t order_key(S score) {
+  const double d = static_cast<double>(score);
+  uint64_t bits;
+  memcpy(&bits, &d, sizeof(bits));
+  return bits >> 63 ? ~bits : bits | (uint64_t{1} << 63);
+}
+
+// Block e counts its assignments (choice == e). Within its capacity, or
+// without scores to rank by, it keeps them in token order; over it, with
+// scores, it keeps the `capacity` highest (equal ones the earlier
+// assignments'), found as the capacity-th highest score's key, bit by bit
+// from the top, and then keeps them in token order. A scan of each chunk's
+// flags in shared memory places each kept one after those before it.
+// Then the empty slots, each group's count, and (every block a share) the
+// picked indices.
+template <class S>
 __global__ void __launch_bounds__(kSlotThreads)
-    capacity_slots_kernel(const int64_t* choice, int64_t A, int K, int E, int64_t capacity,
-                          int64_t group_assignments, int64_t* slot_token, int64_t* slot_assignment,
-                          int64_t* picked, int64_t* counts) {
+    capacity_slots_kernel(const int64_t* choice, const S* scores, int64_t A, int K, int E,
+                          int64_t capacity, int64_t group_assignments, int64_t* slot_token,
+                          int64_t* slot_assignment, int64_t* picked, int64_t* counts) {
   __shared__ int64_t scan[kSlotThreads];
   __shared__ int64_t scratch[32];
   const int e = blockIdx.x, t = threadIdx.x;
   int64_t* token = slot_token + e * capacity;
   int64_t* assignment = slot_assignment + e * capacity;
-  int64_t before = 0;  // e's assignments before this chunk
+  int64_t load = 0;
+  for (int64_t a = t; a < A; a += kSlotThreads) load += choice[a] == e ? 1 : 0;
+  load = block_sum(load, scratch);
+  const bool ranked = scores != nullptr && load > capacity;
+  // Over capacity and ranked: the capacity-th highest key (`bar`), and how
+  // many of those equal to it make the cut (`equal_kept`).
+  uint64_t bar = 0;
+  int64_t equal_kept = 0;
+  if (ranked) {
+    for (int bit = 63; bit >= 0; --bit) {
+      const uint64_t trial = bar | (uint64_t{1} << bit);
+      int64_t at_least = 0;
+      for (int64_t a = t; a < A; a += kSlotThreads)
+        at_least += choice[a] == e && order_key(scores[a]) >= trial ? 1 : 0;
+      if (block_sum(at_least, scratch) >= capacity) bar = trial;
+    }
+    int64_t above = 0;
+    for (int64_t a = t; a < A; a += kSlotThreads)
+      above += choice[a] == e && order_key(scores[a]) > bar ? 1 : 0;
+    equal_kept = capacity - block_sum(above, scratch);
+  }
+  int64_t kept_before = 0, equal_before = 0;
   for (int64_t start = 0; start < A; start += kSlotThreads) {
     const int64_t a = start + t;
-    const int64_t flag = a < A && choice[a] == e ? 1 : 0;
-    scan[t] = flag;
-    __syncthreads();
-    for (int offset = 1; offset < kSlotThreads; offset <<= 1) {
-      const int64_t add = t >= offset ? scan[t - offset] : 0;
-      __syncthreads();
-      scan[t] += add;
-      __syncthreads();
+    const bool mine = a < A && choice[a] == e;
+    int64_t keep = mine ? 1 : 0;
+    if (ranked) {
+      const uint64_t key = mine ? order_key(scores[a]) : 0;
+      const int64_t equal = mine && key == bar ? 1 : 0;
+      const int64_t equal_rank = equal_before + block_scan(equal, scan) - equal;
+      equal_before += scan[kSlotThreads - 1];
+      __syncthreads();  // (the next scan writes scan)
+      keep = mine && (key > bar || (equal && equal_rank < equal_kept)) ? 1 : 0;
     }
-    const int64_t place = before + scan[t] - flag;
-    if (flag && place < capacity) {
+    const int64_t place = kept_before + block_scan(keep, scan) - keep;
+    if (keep && place < capacity) {
       token[place] = a / K;
       assignment[place] = a;
     }
-    before += scan[kSlotThreads - 1];
-    __syncthreads();  // (the next chunk writes scan)
+    kept_before += scan[kSlotThreads - 1];
+    __syncthreads();
   }
   // The empty slots: token 0 under the padding's gate (assignment A).
-  for (int64_t place = min(before, capacity) + t; place < capacity; place += kSlotThreads) {
+  for (int64_t place = min(kept_before, capacity) + t; place < capacity; place += kSlotThreads) {
     token[place] = 0;
     assignment[place] = A;
   }
@@ -202,13 +254,27 @@ Status check_capacity_slots(const CapacityShape& s) {
   return Status::fine();
 }
 
-void capacity_slots(const int64_t* choice, const CapacityShape& s, int64_t* slot_token,
-                    int64_t* slot_assignment, int64_t* picked, int64_t* counts,
-                    cudaStream_t stream) {
+void capacity_slots(const int64_t* choice, const void* scores, ScalarType scores_type,
+                    const CapacityShape& s, int64_t* slot_token, int64_t* slot_assignment,
+                    int64_t* picked, int64_t* counts, cudaStream_t stream) {
   require(check_capacity_slots(s), "capacity_slots");
-  capacity_slots_kernel<<<static_cast<unsigned>(s.experts), kSlotThreads, 0, stream>>>(
-      choice, s.tokens * s.top_k, static_cast<int>(s.top_k), static_cast<int>(s.experts),
-      s.capacity, s.group * s.top_k, slot_token, slot_assignment, picked, counts);
+  if (scores && !is_float(scores_type)) {
+    require(
+        Status::fail(std::string("scores ") + scalar_name(scores_type) + " (expected f32 or f64)"),
+        "capacity_slots");
+  }
+  auto run = [&](auto tag) {
+    using S = decltype(tag);
+    capacity_slots_kernel<S><<<static_cast<unsigned>(s.experts), kSlotThreads, 0, stream>>>(
+        choice, static_cast<const S*>(scores), s.tokens * s.top_k, static_cast<int>(s.top_k),
+        static_cast<int>(s.experts), s.capacity, s.group * s.top_k, slot_token, slot_assignment,
+        picked, counts);
+  };
+  if (scores && scores_type == ScalarType::F64) {
+    run(double{});
+  } else {
+    run(float{});
+  }
   check_launch("capacity_slots");
 }
 

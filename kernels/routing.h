@@ -45,11 +45,14 @@ struct CapacityShape {
 // groups that divide the tokens.
 Status check_capacity_slots(const CapacityShape& shape);
 // choice (tokens, top_k) i64 (an expert, or -1 where a token could not
-// choose); slot_token and slot_assignment (experts * capacity), picked
-// (tokens * top_k) and counts (tokens / group, experts), all i64. One
-// block an expert, each counting its assignments in order.
-void capacity_slots(const int64_t* choice, const CapacityShape& shape, int64_t* slot_token,
-                    int64_t* slot_assignment, int64_t* picked, int64_t* counts,
-                    cudaStream_t stream);
+// choose); scores (tokens, top_k) of scores_type (f32 or f64), each
+// choice's score, or null: an over-full expert keeps its highest-scoring
+// assignments (equal ones the earlier), else its earliest; slot_token and
+// slot_assignment (experts * capacity), picked (tokens * top_k) and counts
+// (tokens / group, experts), all i64. One block an expert, each counting
+// its assignments in order.
+void capacity_slots(const int64_t* choice, const void* scores, ScalarType scores_type,
+                    const CapacityShape& shape, int64_t* slot_token, int64_t* slot_assignment,
+                    int64_t* picked, int64_t* counts, cudaStream_t stream);
 
 }  // namespace triad::kernels

@@ -100,7 +100,7 @@ int run(int argc, char** argv) {
   bool pad_to_capacity = false;
   app.add_flag("--pad-to-capacity", pad_to_capacity,
                "each expert's batch padded to its capacity, routed on the device with no wait "
-               "(model.moe.pad_to_capacity, drop_policy position; with --capacity-factor): what "
+               "(model.moe.pad_to_capacity; with --capacity-factor): what "
                "lets --cuda-graph capture a mixture");
   app.add_option("--moe-z-loss", moe_z_loss,
                  "the router z-loss's coefficient (model.moe.z_loss_coef, with --experts)")
@@ -185,10 +185,7 @@ int run(int argc, char** argv) {
   cfg.moe.top_k = top_k;
   cfg.moe.capacity_factor = capacity_factor;
   cfg.moe.z_loss_coef = moe_z_loss;
-  if (pad_to_capacity) {
-    cfg.moe.pad_to_capacity = true;
-    cfg.moe.drop_policy = triad::nn::GptConfig::Moe::DropPolicy::Position;
-  }
+  cfg.moe.pad_to_capacity = pad_to_capacity;
   const triad::Device device = triad::device_from_string(device_name);
   const triad::DType dtype = precision == "bf16"   ? triad::DType::BF16
                              : precision == "fp16" ? triad::DType::F16

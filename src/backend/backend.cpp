@@ -531,25 +531,37 @@ void Backend::route_top_k(const Tensor& scores, const Tensor& bias, int64_t grou
   }
 }
 
-void Backend::capacity_slots(const Tensor& choice, int64_t experts, int64_t capacity, int64_t group,
-                             Tensor& slot_token, Tensor& slot_assignment, Tensor& picked,
-                             Tensor& counts) {
-  detail::check_capacity_slots(choice, experts, capacity, group, slot_token, slot_assignment,
-                               picked, counts);
+void Backend::capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts,
+                             int64_t capacity, int64_t group, Tensor& slot_token,
+                             Tensor& slot_assignment, Tensor& picked, Tensor& counts) {
+  detail::check_capacity_slots(choice, scores, experts, capacity, group, slot_token,
+                               slot_assignment, picked, counts);
   const bool here = choice.device().type == DeviceType::CPU;
   Tensor c = choice;
   if (!here) {
     c = empty(choice.shape(), DType::I64, Device::cpu());
     copy(choice, c);
   }
+  // The scores in f64 on the host (f32 widens exactly).
+  Tensor ranks;
+  if (scores.defined()) {
+    Tensor staged = scores;
+    if (!here) {
+      staged = empty(scores.shape(), scores.dtype(), Device::cpu());
+      copy(scores, staged);
+    }
+    ranks = empty(scores.shape(), DType::F64, Device::cpu());
+    backend_for(ranks).copy(staged, ranks);
+  }
   const auto staged = [here](Tensor& t) {
     return here ? t : empty(t.shape(), DType::I64, Device::cpu());
   };
   Tensor token = staged(slot_token), assignment = staged(slot_assignment), p = staged(picked),
          n = staged(counts);
-  detail::fill_capacity_slots(c.data<int64_t>(), choice.size(0), choice.size(1), experts, capacity,
-                              group, token.data<int64_t>(), assignment.data<int64_t>(),
-                              p.data<int64_t>(), n.data<int64_t>());
+  detail::fill_capacity_slots(c.data<int64_t>(), ranks.defined() ? ranks.data<double>() : nullptr,
+                              choice.size(0), choice.size(1), experts, capacity, group,
+                              token.data<int64_t>(), assignment.data<int64_t>(), p.data<int64_t>(),
+                              n.data<int64_t>());
   if (here) return;
   copy(token, slot_token);
   copy(assignment, slot_assignment);

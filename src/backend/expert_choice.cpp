@@ -145,9 +145,10 @@ ExpertRule route_top_k_rule(const Tensor& scores, const Tensor& bias, int64_t gr
   return rule;
 }
 
-void check_capacity_slots(const Tensor& choice, int64_t experts, int64_t capacity, int64_t group,
-                          const Tensor& slot_token, const Tensor& slot_assignment,
-                          const Tensor& picked, const Tensor& counts) {
+void check_capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts,
+                          int64_t capacity, int64_t group, const Tensor& slot_token,
+                          const Tensor& slot_assignment, const Tensor& picked,
+                          const Tensor& counts) {
   if (choice.dtype() != DType::I64 || choice.dim() != 2 || !choice.is_contiguous()) {
     throw ShapeError("capacity_slots: choice " + std::string(dtype_name(choice.dtype())) + " " +
                      shape_str(choice.shape()) + " (expected contiguous i64 (tokens, top_k))");
@@ -158,6 +159,14 @@ void check_capacity_slots(const Tensor& choice, int64_t experts, int64_t capacit
                      std::to_string(experts) + " experts, " + std::to_string(N) +
                      " tokens in groups of " + std::to_string(group) +
                      " (expected experts >= 1, capacity >= 1 and groups that divide the tokens)");
+  }
+  if (scores.defined() && ((scores.dtype() != DType::F32 && scores.dtype() != DType::F64) ||
+                           scores.shape() != choice.shape() || !scores.is_contiguous() ||
+                           !(scores.device() == choice.device()))) {
+    throw ShapeError("capacity_slots: scores " + std::string(dtype_name(scores.dtype())) + " " +
+                     shape_str(scores.shape()) + " on " + scores.device().str() +
+                     " (expected contiguous f32 or f64 " + shape_str(choice.shape()) + " on " +
+                     choice.device().str() + ")");
   }
   const auto expect = [&](const Tensor& t, const char* what, const Shape& shape) {
     if (t.dtype() != DType::I64 || t.shape() != shape || !t.is_contiguous() ||
@@ -174,11 +183,12 @@ void check_capacity_slots(const Tensor& choice, int64_t experts, int64_t capacit
   expect(counts, "counts", {N / group, experts});
 }
 
-void fill_capacity_slots(const int64_t* choice, int64_t N, int64_t k, int64_t E, int64_t capacity,
-                         int64_t group, int64_t* slot_token, int64_t* slot_assignment,
-                         int64_t* picked, int64_t* counts) {
+void fill_capacity_slots(const int64_t* choice, const double* scores, int64_t N, int64_t k,
+                         int64_t E, int64_t capacity, int64_t group, int64_t* slot_token,
+                         int64_t* slot_assignment, int64_t* picked, int64_t* counts) {
   std::fill(counts, counts + (N / group) * E, int64_t{0});
-  std::vector<int64_t> kept(static_cast<size_t>(E), 0);
+  // Each expert's assignments in token order.
+  std::vector<std::vector<int64_t>> mine(static_cast<size_t>(E));
   for (int64_t a = 0; a < N * k; ++a) {
     const int64_t e = choice[a], n = a / k;
     if (e < 0 || e >= E) {
@@ -187,17 +197,25 @@ void fill_capacity_slots(const int64_t* choice, int64_t N, int64_t k, int64_t E,
     }
     picked[a] = n * E + e;
     ++counts[(n / group) * E + e];
-    int64_t& place = kept[static_cast<size_t>(e)];
-    if (place < capacity) {
-      slot_token[e * capacity + place] = n;
-      slot_assignment[e * capacity + place] = a;
-      ++place;
-    }
+    mine[static_cast<size_t>(e)].push_back(a);
   }
   for (int64_t e = 0; e < E; ++e) {
-    for (int64_t place = kept[static_cast<size_t>(e)]; place < capacity; ++place) {
-      slot_token[e * capacity + place] = 0;
-      slot_assignment[e * capacity + place] = N * k;
+    std::vector<int64_t>& kept = mine[static_cast<size_t>(e)];
+    if (static_cast<int64_t>(kept.size()) > capacity) {
+      // Over capacity: the highest scores (a stable sort: equal ones in
+      // token order) or the earliest, then back in token order.
+      if (scores) {
+        std::stable_sort(kept.begin(), kept.end(),
+                         [scores](int64_t a, int64_t b) { return scores[a] > scores[b]; });
+      }
+      kept.resize(static_cast<size_t>(capacity));
+      std::sort(kept.begin(), kept.end());
+    }
+    for (int64_t place = 0; place < capacity; ++place) {
+      const bool used = place < static_cast<int64_t>(kept.size());
+      const int64_t a = used ? kept[static_cast<size_t>(place)] : N * k;
+      slot_token[e * capacity + place] = used ? a / k : 0;
+      slot_assignment[e * capacity + place] = a;
     }
   }
 }

@@ -44,16 +44,18 @@ ExpertRule route_top_k_rule(const Tensor& scores, const Tensor& bias, int64_t gr
 
 // Backend::capacity_slots's arguments checked (ShapeError or ValueError
 // naming the value, prefixed "capacity_slots: "): choice (N, k) i64 and
-// the outputs' shapes on its device, capacity >= 1, experts >= 1 and a
-// group dividing N.
-void check_capacity_slots(const Tensor& choice, int64_t experts, int64_t capacity, int64_t group,
-                          const Tensor& slot_token, const Tensor& slot_assignment,
-                          const Tensor& picked, const Tensor& counts);
+// the outputs' shapes on its device, scores (undefined, or f32 or f64 as
+// choice's shape on its device), capacity >= 1, experts >= 1 and a group
+// dividing N.
+void check_capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts,
+                          int64_t capacity, int64_t group, const Tensor& slot_token,
+                          const Tensor& slot_assignment, const Tensor& picked,
+                          const Tensor& counts);
 
-// Backend::capacity_slots on the host, from choice (N * k) row-major into
-// the outputs' arrays.
-void fill_capacity_slots(const int64_t* choice, int64_t tokens, int64_t top_k, int64_t experts,
-                         int64_t capacity, int64_t group, int64_t* slot_token,
+// Backend::capacity_slots on the host, from choice (N * k) row-major and
+// scores (the same, or null: by position) into the outputs' arrays.
+void fill_capacity_slots(const int64_t* choice, const double* scores, int64_t tokens, int64_t top_k,
+                         int64_t experts, int64_t capacity, int64_t group, int64_t* slot_token,
                          int64_t* slot_assignment, int64_t* picked, int64_t* counts);
 
 }  // namespace triad::detail

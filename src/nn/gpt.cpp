@@ -454,11 +454,6 @@ void GptConfig::validate() const {
           "model.moe.pad_to_capacity pads each expert's batch to its capacity, but "
           "model.moe.capacity_factor is 0 (dropless: no capacity)");
     }
-    if (moe.pad_to_capacity && moe.drop_policy != Moe::DropPolicy::Position) {
-      throw ConfigError(
-          "model.moe.pad_to_capacity keeps each expert's earliest tokens, as the device sorts "
-          "them: it needs model.moe.drop_policy 'position' (it is 'probs')");
-    }
     check_number("routed_scaling_factor", moe.routed_scaling_factor, 0, true,
                  "1: the gates as they are");
     check_number("bias_update_rate", moe.bias_update_rate, 0, false,

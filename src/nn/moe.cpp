@@ -823,14 +823,18 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     Backend& backend = backend_for(probs);
     const Device dev = probs.device();
     Tensor chosen = empty({N, k}, DType::I64, dev);
+    // (drop_policy probs: an over-full expert ranks its assignments by
+    // their scores, which the choice writes beside it.)
+    const bool ranked = drop_policy_ == GptConfig::Moe::DropPolicy::Probs;
+    Tensor chosen_scores = ranked ? empty({N, k}, probs.dtype(), dev) : Tensor{};
     backend.route_top_k(probs.is_contiguous() ? probs : contiguous(probs), expert_bias_, groups_,
-                        top_groups_, group_best_, chosen);
+                        top_groups_, group_best_, chosen, ranked ? &chosen_scores : nullptr);
     Tensor slot_token = empty({E * capacity}, DType::I64, dev),
            slot_assignment = empty({E * capacity}, DType::I64, dev),
            picked = empty({N * k}, DType::I64, dev);
     counts = empty({S, E}, DType::I64, dev);
-    backend.capacity_slots(chosen, E, capacity, T_local, slot_token, slot_assignment, picked,
-                           counts);
+    backend.capacity_slots(chosen, chosen_scores, E, capacity, T_local, slot_token, slot_assignment,
+                           picked, counts);
     per_expert.assign(static_cast<size_t>(E), capacity);
     if (backend.capturing(dev)) {
       // Nothing read: the ops take the device's indices, and the routing's

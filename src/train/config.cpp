@@ -643,8 +643,7 @@ void validate(const Config& c, bool min_lr_given) {
     if (c.model.moe.experts > 0 && !c.model.moe.pad_to_capacity) {
       refuse(
           "a mixture of experts (model.moe) reads its routing on the host in every layer; "
-          "model.moe.pad_to_capacity (with a capacity_factor and drop_policy position) routes "
-          "it on the device");
+          "model.moe.pad_to_capacity (with a capacity_factor) routes it on the device");
     }
   }
   if (c.model.moe.pad_to_capacity && (c.parallel.cp > 1 || c.parallel.ep > 1)) {

@@ -1937,10 +1937,12 @@ TEST(CudaKernels, RouteTopKChoosesAsTheCpuDoes) {
 }
 
 // A mixture's batches padded to their capacity are formed on the device as
-// on the CPU: each expert's first assignments in token order, the empty
-// slots padding, the picked indices and each group's counts; capacities
-// under and over the loads, more assignments than a block takes at once,
-// tokens that could not choose (-1) left out.
+// on the CPU: each expert's first assignments in token order (position),
+// or its highest-scoring ones in token order, equal scores the earlier
+// (probs; scores in multiples of 1/8, many equal, f32 and f64, some
+// negative); the empty slots padding, the picked indices and each group's
+// counts; capacities under and over the loads, more assignments than a
+// block takes at once, tokens that could not choose (-1) left out.
 TEST(CudaKernels, CapacitySlotsFillAsTheCpuDoes) {
   struct Case {
     int64_t N, E, k, capacity, group;
@@ -1948,61 +1950,110 @@ TEST(CudaKernels, CapacitySlotsFillAsTheCpuDoes) {
   const Case cases[] = {
       {300, 8, 2, 40, 100}, {300, 8, 2, 200, 300}, {77, 5, 3, 1, 7}, {9, 70, 4, 3, 9}};
   for (const Case& c : cases) {
-    SCOPED_TRACE("N " + std::to_string(c.N) + " E " + std::to_string(c.E) + " capacity " +
-                 std::to_string(c.capacity));
-    std::vector<double> v(static_cast<size_t>(c.N * c.k));
-    for (size_t i = 0; i < v.size(); ++i)
-      v[i] = static_cast<double>((i * 2654435761u >> 7) % static_cast<uint64_t>(c.E));
-    for (int64_t j = 0; j < c.k; ++j) v[static_cast<size_t>(3 * c.k + j)] = -1;  // token 3
-    const Tensor choice = from_vector(v, {c.N, c.k}, DType::I64);
-    const auto fill = [&](const Device& device) {
-      std::vector<Tensor> out{empty({c.E * c.capacity}, DType::I64, device),
-                              empty({c.E * c.capacity}, DType::I64, device),
-                              empty({c.N * c.k}, DType::I64, device),
-                              empty({c.N / c.group, c.E}, DType::I64, device)};
-      backend_for(device.type)
-          .capacity_slots(to_device(choice, device), c.E, c.capacity, c.group, out[0], out[1],
-                          out[2], out[3]);
-      std::vector<std::vector<double>> host;
-      for (const Tensor& t : out) host.push_back(to_double_vector(t));
-      return host;
-    };
-    const auto cpu = fill(Device::cpu()), gpu = fill(kGpu);
-    EXPECT_EQ(gpu, cpu);
-    // The CPU's by hand: expert e's slot i holds its i-th assignment in
-    // token order, else token 0 under the padding's gate.
-    std::vector<int64_t> seen(static_cast<size_t>(c.E), 0);
-    std::vector<double> counts(static_cast<size_t>((c.N / c.group) * c.E), 0);
-    std::vector<double> token(static_cast<size_t>(c.E * c.capacity), 0),
-        assignment(token.size(), static_cast<double>(c.N * c.k));
-    for (int64_t a = 0; a < c.N * c.k; ++a) {
-      const auto e = static_cast<int64_t>(v[static_cast<size_t>(a)]);
-      if (e < 0) {
-        EXPECT_EQ(cpu[2][static_cast<size_t>(a)], static_cast<double>(c.N * c.E));
-        continue;
+    for (const DType ranked : {DType::I64, DType::F32, DType::F64}) {  // (I64: by position)
+      SCOPED_TRACE("N " + std::to_string(c.N) + " E " + std::to_string(c.E) + " capacity " +
+                   std::to_string(c.capacity) + " " + dtype_name(ranked));
+      std::vector<double> v(static_cast<size_t>(c.N * c.k)), score(v.size());
+      for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = static_cast<double>((i * 2654435761u >> 7) % static_cast<uint64_t>(c.E));
+        score[i] = static_cast<double>((i * 40503u >> 3) % 16) / 8 - 0.5;
       }
-      EXPECT_EQ(cpu[2][static_cast<size_t>(a)], static_cast<double>((a / c.k) * c.E + e));
-      ++counts[static_cast<size_t>((a / c.k / c.group) * c.E + e)];
-      int64_t& i = seen[static_cast<size_t>(e)];
-      if (i < c.capacity) {
-        token[static_cast<size_t>(e * c.capacity + i)] = static_cast<double>(a / c.k);
-        assignment[static_cast<size_t>(e * c.capacity + i)] = static_cast<double>(a);
+      for (int64_t j = 0; j < c.k; ++j) v[static_cast<size_t>(3 * c.k + j)] = -1;  // token 3
+      const Tensor choice = from_vector(v, {c.N, c.k}, DType::I64);
+      const bool by_score = ranked != DType::I64;
+      const auto fill = [&](const Device& device) {
+        std::vector<Tensor> out{empty({c.E * c.capacity}, DType::I64, device),
+                                empty({c.E * c.capacity}, DType::I64, device),
+                                empty({c.N * c.k}, DType::I64, device),
+                                empty({c.N / c.group, c.E}, DType::I64, device)};
+        backend_for(device.type)
+            .capacity_slots(
+                to_device(choice, device),
+                by_score ? to_device(from_vector(score, {c.N, c.k}, ranked), device) : Tensor(),
+                c.E, c.capacity, c.group, out[0], out[1], out[2], out[3]);
+        std::vector<std::vector<double>> host;
+        for (const Tensor& t : out) host.push_back(to_double_vector(t));
+        return host;
+      };
+      const auto cpu = fill(Device::cpu()), gpu = fill(kGpu);
+      EXPECT_EQ(gpu, cpu);
+      // The CPU's by hand: expert e keeps its first (or best) `capacity`
+      // assignments, its slot i the i-th of them in token order, an empty
+      // one token 0 under the padding's gate.
+      std::vector<std::vector<int64_t>> mine(static_cast<size_t>(c.E));
+      std::vector<double> counts(static_cast<size_t>((c.N / c.group) * c.E), 0);
+      for (int64_t a = 0; a < c.N * c.k; ++a) {
+        const auto e = static_cast<int64_t>(v[static_cast<size_t>(a)]);
+        if (e < 0) {
+          EXPECT_EQ(cpu[2][static_cast<size_t>(a)], static_cast<double>(c.N * c.E));
+          continue;
+        }
+        EXPECT_EQ(cpu[2][static_cast<size_t>(a)], static_cast<double>((a / c.k) * c.E + e));
+        ++counts[static_cast<size_t>((a / c.k / c.group) * c.E + e)];
+        mine[static_cast<size_t>(e)].push_back(a);
       }
-      ++i;
+      std::vector<double> token(static_cast<size_t>(c.E * c.capacity), 0),
+          assignment(token.size(), static_cast<double>(c.N * c.k));
+      bool ranked_some = false;
+      for (int64_t e = 0; e < c.E; ++e) {
+        std::vector<int64_t> kept = mine[static_cast<size_t>(e)];
+        if (static_cast<int64_t>(kept.size()) > c.capacity) {
+          if (by_score) {
+            // (Selection by hand: the best remaining, the earlier on ties.)
+            std::vector<int64_t> best;
+            std::vector<bool> taken(kept.size(), false);
+            for (int64_t i = 0; i < c.capacity; ++i) {
+              size_t pick = kept.size();
+              for (size_t j = 0; j < kept.size(); ++j) {
+                if (!taken[j] &&
+                    (pick == kept.size() ||
+                     score[static_cast<size_t>(kept[j])] > score[static_cast<size_t>(kept[pick])]))
+                  pick = j;
+              }
+              taken[pick] = true;
+              best.push_back(kept[pick]);
+            }
+            std::sort(best.begin(), best.end());
+            ranked_some |= best != std::vector<int64_t>(kept.begin(), kept.begin() + c.capacity);
+            kept = best;
+          }
+          kept.resize(static_cast<size_t>(c.capacity));
+        }
+        for (size_t i = 0; i < kept.size(); ++i) {
+          token[static_cast<size_t>(e * c.capacity) + i] = static_cast<double>(kept[i] / c.k);
+          assignment[static_cast<size_t>(e * c.capacity) + i] = static_cast<double>(kept[i]);
+        }
+      }
+      EXPECT_EQ(cpu[0], token);
+      EXPECT_EQ(cpu[1], assignment);
+      EXPECT_EQ(cpu[3], counts);
+      // (Where an expert is over its capacity, ranking keeps others than
+      // the earliest.)
+      if (by_score && c.capacity < 100 && c.E <= 8) {
+        EXPECT_TRUE(ranked_some);
+      }
     }
-    EXPECT_EQ(cpu[0], token);
-    EXPECT_EQ(cpu[1], assignment);
-    EXPECT_EQ(cpu[3], counts);
   }
   // Bad arguments name the value.
   Tensor slots = empty({8}, DType::I64, kGpu), picked = empty({8}, DType::I64, kGpu),
          counts = empty({3, 4}, DType::I64, kGpu);
   try {
     backend_for(DeviceType::CUDA)
-        .capacity_slots(empty({4, 2}, DType::I64, kGpu), 4, 2, 3, slots, slots, picked, counts);
+        .capacity_slots(empty({4, 2}, DType::I64, kGpu), Tensor(), 4, 2, 3, slots, slots, picked,
+                        counts);
     ADD_FAILURE() << "expected a ValueError";
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("4 tokens in groups of 3"), std::string::npos) << e.what();
+  }
+  try {
+    Tensor four = empty({1, 4}, DType::I64, kGpu);
+    backend_for(DeviceType::CUDA)
+        .capacity_slots(empty({4, 2}, DType::I64, kGpu), empty({4, 2}, DType::I64, kGpu), 4, 2, 4,
+                        slots, slots, picked, four);
+    ADD_FAILURE() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("capacity_slots: scores i64"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -4562,8 +4613,8 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
       // capture, its statistics read after each replay; the balance and
       // z-losses' weights each replay's (tokens).
       {"bf16 moe",
-       "dropout: 0.0, moe: {experts: 4, top_k: 2, capacity_factor: 1.0, drop_policy: position, "
-       "pad_to_capacity: true, z_loss_coef: 0.001, aux_loss_scope: sequence}"},
+       "dropout: 0.0, moe: {experts: 4, top_k: 2, capacity_factor: 1.0, pad_to_capacity: true, "
+       "z_loss_coef: 0.001, aux_loss_scope: sequence}"},
       {"fp32 tokens moe swiglu",
        "dropout: 0.0, activation: swiglu, moe: {experts: 4, top_k: 1, capacity_factor: 1.5, "
        "drop_policy: position, pad_to_capacity: true, shared_ffn_hidden_size: 16}"}};

@@ -553,20 +553,23 @@ TEST(MoeMlp, OverCapacityAssignmentsAreDroppedWhileTrainingOnly) {
 
 // model.moe.pad_to_capacity: each expert's batch padded to its capacity,
 // its slots filled by Backend::capacity_slots, gives what the routing read
-// on the host gives under the same capacity (drop_policy position): the
-// outputs, every gradient, the balance and z-losses and the statistics;
-// only the experts' batches (and so their sums' rounding) differ.
+// on the host gives under the same capacity and drop policy: the outputs,
+// every gradient, the balance and z-losses and the statistics; only the
+// experts' batches (and so their sums' rounding) differ.
 TEST(MoeMlp, PaddedToCapacityEqualsTheRoutingReadOnTheHost) {
   for (const std::string variant :
-       {"gelu top 2", "swiglu top 1, shared expert, per sequence", "sigmoid, biased, groups"}) {
+       {"gelu top 2", "swiglu top 1, shared expert, per sequence", "sigmoid, biased, groups",
+        "gelu top 2, by position", "swiglu top 1, by position"}) {
     SCOPED_TRACE(variant);
     GptConfig cfg = moe_config(4, variant[1] == 'w' ? 1 : 2,
                                variant[0] == 'g' ? Activation::Gelu : Activation::SwiGlu);
     cfg.moe.capacity_factor = 0.75;
-    cfg.moe.drop_policy = GptConfig::Moe::DropPolicy::Position;
+    cfg.moe.drop_policy = variant.find("position") != std::string::npos
+                              ? GptConfig::Moe::DropPolicy::Position
+                              : GptConfig::Moe::DropPolicy::Probs;
     cfg.moe.aux_loss_coef = 0.1;
     cfg.moe.z_loss_coef = 0.01;
-    if (variant[1] == 'w') {
+    if (variant.find("shared") != std::string::npos) {
       cfg.moe.shared_ffn_hidden_size = 4;
       cfg.moe.aux_loss_scope = GptConfig::Moe::BalanceScope::Sequence;
     }
@@ -949,12 +952,7 @@ TEST(MoeConfig, ValidatesItsKeys) {
   refused([](GptConfig& c) { c.moe.pad_to_capacity = true; },
           "model.moe.pad_to_capacity pads each expert's batch to its capacity, but "
           "model.moe.capacity_factor is 0");
-  refused(
-      [](GptConfig& c) {
-        c.moe.pad_to_capacity = true;
-        c.moe.capacity_factor = 1.0;
-      },
-      "it needs model.moe.drop_policy 'position' (it is 'probs')");
+
   refused([](GptConfig& c) { c.moe.group_score = GptConfig::Moe::GroupScore::Max; },
           "model.moe.group_score max scores groups of experts, but model.moe.groups is 1");
   refused(

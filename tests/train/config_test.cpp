@@ -1140,7 +1140,6 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4"},
                       "train.cuda_graph: a mixture of experts");
   const std::vector<std::string> padded{"model.moe.experts=4", "model.moe.capacity_factor=1.25",
-                                        "model.moe.drop_policy=position",
                                         "model.moe.pad_to_capacity=true"};
   std::vector<std::string> graphed = padded;
   graphed.insert(graphed.end(), {"train.cuda_graph=true", "device=cuda"});

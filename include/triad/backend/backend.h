@@ -513,7 +513,10 @@ class Backend {
   // (model.moe.pad_to_capacity), formed where the choices are, so that
   // nothing about them waits for the host: from choice (N, k) i64
   // (route_top_k's; -1 where a token could not choose), each expert keeps
-  // its first `capacity` assignments (a = n * k + j) in token order.
+  // `capacity` of its assignments (a = n * k + j), in token order: with
+  // scores ((N, k), f32 or f64, route_top_k's chosen scores; undefined:
+  // none) those of the highest score, equal ones the earlier assignment's
+  // (drop_policy probs); without, the earliest (position).
   // slot_token and slot_assignment (E * capacity, i64): expert e's slot i
   // at e * capacity + i holds its i-th kept assignment's token and
   // assignment, an empty slot token 0 and assignment N * k (the padding's
@@ -524,9 +527,9 @@ class Backend {
   // it when the tensors are elsewhere); the CUDA backend on the device.
   // Throws ShapeError/ValueError naming the value for shapes, dtypes,
   // capacity < 1 or a group that does not divide N.
-  virtual void capacity_slots(const Tensor& choice, int64_t experts, int64_t capacity,
-                              int64_t group, Tensor& slot_token, Tensor& slot_assignment,
-                              Tensor& picked, Tensor& counts);
+  virtual void capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts,
+                              int64_t capacity, int64_t group, Tensor& slot_token,
+                              Tensor& slot_assignment, Tensor& picked, Tensor& counts);
 };
 
 // Throws ShapeError unless sum_sq (AdamWStep::clip_sum_sq) is one f64

@@ -360,7 +360,7 @@ struct GptConfig {
     // (Backend::capacity_slots) without the host reading their choices.
     // What lets a mixture run inside a CUDA graph (train.cuda_graph), as
     // Megatron-LM's moe_pad_expert_input_to_capacity does. Needs a
-    // capacity_factor and drop_policy position.
+    // capacity_factor.
     bool pad_to_capacity = false;
     // How the router scores a token's fit with each expert: a softmax over
     // the experts (Mixtral's, Qwen's), or each expert's own sigmoid

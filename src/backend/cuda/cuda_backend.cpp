@@ -2102,18 +2102,19 @@ void CudaBackend::route_top_k(const Tensor& scores, const Tensor& bias, int64_t 
   });
 }
 
-void CudaBackend::capacity_slots(const Tensor& choice, int64_t experts, int64_t capacity,
-                                 int64_t group, Tensor& slot_token, Tensor& slot_assignment,
-                                 Tensor& picked, Tensor& counts) {
-  check_capacity_slots(choice, experts, capacity, group, slot_token, slot_assignment, picked,
-                       counts);
+void CudaBackend::capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts,
+                                 int64_t capacity, int64_t group, Tensor& slot_token,
+                                 Tensor& slot_assignment, Tensor& picked, Tensor& counts) {
+  check_capacity_slots(choice, scores, experts, capacity, group, slot_token, slot_assignment,
+                       picked, counts);
   const k::CapacityShape shape{choice.size(0), experts, choice.size(1), capacity, group};
   DeviceState& s = state(choice.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "capacity_slots", [&] {
-    k::capacity_slots(choice.data<int64_t>(), shape, slot_token.data<int64_t>(),
-                      slot_assignment.data<int64_t>(), picked.data<int64_t>(),
-                      counts.data<int64_t>(), s.stream);
+    k::capacity_slots(choice.data<int64_t>(), scores.defined() ? scores.raw_data() : nullptr,
+                      scalar(scores.defined() ? scores.dtype() : DType::F32), shape,
+                      slot_token.data<int64_t>(), slot_assignment.data<int64_t>(),
+                      picked.data<int64_t>(), counts.data<int64_t>(), s.stream);
   });
 }
 

@@ -171,9 +171,9 @@ class CudaBackend final : public Backend {
   void sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out) override;
   void route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups, int64_t top_groups,
                    int64_t group_best, Tensor& choice, Tensor* chosen = nullptr) override;
-  void capacity_slots(const Tensor& choice, int64_t experts, int64_t capacity, int64_t group,
-                      Tensor& slot_token, Tensor& slot_assignment, Tensor& picked,
-                      Tensor& counts) override;
+  void capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts,
+                      int64_t capacity, int64_t group, Tensor& slot_token, Tensor& slot_assignment,
+                      Tensor& picked, Tensor& counts) override;
 
   // Per-device state, created on first use of the device.
   struct DeviceState;
