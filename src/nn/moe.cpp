@@ -756,11 +756,10 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // model.moe.pad_to_capacity: every expert's batch its capacity, the
   // slots filled where the scores are.
   const bool padded = pad_ && capacity > 0;
-  if (padded && (P > 1 || placement_)) {
+  if (padded && P > 1) {
     throw ConfigError(
-        std::string("model.moe.pad_to_capacity: not supported under ") +
-        (P > 1 ? "context parallelism (parallel.cp)" : "expert parallelism (parallel.ep)") +
-        ", whose capacity spans other ranks' tokens");
+        "model.moe.pad_to_capacity: not supported under context parallelism (parallel.cp), "
+        "whose capacity spans other ranks' tokens");
   }
   const bool sigmoid_scores = score_ == GptConfig::Moe::Score::Sigmoid;
   const bool balancing =
@@ -951,9 +950,11 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   Tensor outputs;  // (M, C), in rows' order
   if (placement_) {
     outputs = placement_->run(
-        rows, per_expert, keys, [this, &draw](int64_t i, const Tensor& x, const Tensor& k) {
+        rows, per_expert, keys,
+        [this, &draw](int64_t i, const Tensor& x, const Tensor& k) {
           return expert_forward(experts_.at(static_cast<size_t>(i)), x, draw(k));
-        });
+        },
+        padded);
   } else if (grouped_experts()) {
     // The experts' two layers as two grouped products over the rows as
     // they are: no split of the rows, no concat of the outputs.

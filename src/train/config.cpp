@@ -646,12 +646,11 @@ void validate(const Config& c, bool min_lr_given) {
           "model.moe.pad_to_capacity (with a capacity_factor) routes it on the device");
     }
   }
-  if (c.model.moe.pad_to_capacity && (c.parallel.cp > 1 || c.parallel.ep > 1)) {
-    throw ConfigError(
-        std::string("model.moe.pad_to_capacity is not supported with ") +
-        (c.parallel.cp > 1 ? "parallel.cp " + std::to_string(c.parallel.cp)
-                           : "parallel.ep " + std::to_string(c.parallel.ep)) +
-        " (an expert's capacity there spans other ranks' tokens, which the host routes)");
+  if (c.model.moe.pad_to_capacity && c.parallel.cp > 1) {
+    throw ConfigError("model.moe.pad_to_capacity is not supported with parallel.cp " +
+                      std::to_string(c.parallel.cp) +
+                      " (an expert's capacity there spans the context group's tokens, which the "
+                      "host routes)");
   }
   // bf16 gradients are those of bf16 parameters (they are f32 under fp32,
   // and fp16's loss scaling wants f32 sums).

@@ -313,12 +313,14 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                               : std::vector<std::vector<int>>{});
   shape.cp_a2a = static_cast<int>(cp_exchange_.a2a);
   check_batch(config_, dp_);
-  if (config_.train.cuda_graph && par.ep > 1) {
+  if (config_.train.cuda_graph && par.ep > 1 && !config_.model.moe.pad_to_capacity) {
     // (Data, tensor, context and pipeline parallelism's exchanges join the
-    // capture; experts' routing is read on the host.)
+    // capture; a dropless mixture's experts are fed by counts read on the
+    // host.)
     throw ConfigError("train.cuda_graph: expert parallelism (this run has ep " +
                       std::to_string(par.ep) +
-                      ") routes its tokens by counts read on the host, which a graph cannot hold");
+                      ") routes its tokens by counts read on the host, which a graph cannot hold "
+                      "(model.moe.pad_to_capacity routes them on the device)");
   }
   ramp_ = config_.train.batch_ramp();
   const uint64_t seed = config_.train.seed;

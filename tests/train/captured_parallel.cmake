@@ -14,8 +14,8 @@
 # zb-v's step is captured after its measured step, in the order the
 # measured costs chose. A mixture of experts padded to its capacity
 # (model.moe.pad_to_capacity) routes on the device inside the capture, and
-# reports the same balance, loads and drops; expert parallelism is refused
-# by name.
+# reports the same balance, loads and drops, under expert parallelism too;
+# a dropless mixture is refused by name.
 # Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
 # LAYOUTS.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)

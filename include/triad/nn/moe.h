@@ -171,10 +171,13 @@ class ExpertPlacement {
   // given (this rank's rows for it and, over a group, the other ranks'),
   // `keys` theirs of `keys` (i64 (M), each row's assignment_key, which go
   // where their rows go) or undefined without them. Every rank of a group
-  // passes keys, or none does.
+  // passes keys, or none does. `padded` (model.moe.pad_to_capacity): every
+  // rank of the group passes the same per_expert (each expert's capacity),
+  // which then needs no exchange, so nothing waits for the host and the
+  // call can be captured in a CUDA graph (without keys).
   using RunExpert = std::function<Tensor(int64_t, const Tensor&, const Tensor&)>;
   virtual Tensor run(const Tensor& rows, const std::vector<int64_t>& per_expert, const Tensor& keys,
-                     const RunExpert& expert) const = 0;
+                     const RunExpert& expert, bool padded) const = 0;
 };
 
 // A mixture-of-experts MLP (GptConfig::Moe): router.weight (E, C) and

@@ -1,10 +1,12 @@
 #include "triad/parallel/expert/dispatch.h"
 
+#include <map>
 #include <numeric>
 #include <string>
 
 #include "triad/autograd/grad_mode.h"
 #include "triad/autograd/node.h"
+#include "triad/backend/backend.h"
 #include "triad/ops.h"
 
 namespace triad::ep {
@@ -49,7 +51,7 @@ ExpertParallel::ExpertParallel(int64_t experts, dist::ProcessGroupPtr group)
 }
 
 Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_expert,
-                           const Tensor& keys, const RunExpert& expert) const {
+                           const Tensor& keys, const RunExpert& expert, bool padded) const {
   const int64_t E = experts_, G = group_->size(), L = count_;
   if (static_cast<int64_t>(per_expert.size()) != E ||
       std::accumulate(per_expert.begin(), per_expert.end(), int64_t{0}) != rows.size(0)) {
@@ -63,9 +65,19 @@ Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_e
                      dtype_name(keys.dtype()) + " for rows " + shape_str(rows.shape()) +
                      " (expected i64, one per row)");
   }
-  // Every rank's rows for every expert: counts[s * E + e].
+  // Every rank's rows for every expert: counts[s * E + e] (padded, every
+  // rank's are this one's).
   std::vector<int64_t> counts(static_cast<size_t>(G * E));
-  {
+  const bool capturing = backend_for(rows).capturing(rows.device());
+  if (capturing && (!padded || keys.defined())) {
+    throw NotSupportedError(
+        "ExpertParallel::run inside a CUDA graph's capture: needs rows padded to each expert's "
+        "capacity (model.moe.pad_to_capacity) and no keys (LoRA dropout on the experts)");
+  }
+  if (padded) {
+    for (int64_t s = 0; s < G; ++s)
+      std::copy(per_expert.begin(), per_expert.end(), counts.begin() + s * E);
+  } else {
     autograd::NoGradGuard ng;
     const Tensor mine = to_device(from_vector(per_expert, {E}, DType::I64), rows.device());
     Tensor all = empty({G * E}, DType::I64, rows.device());
@@ -104,7 +116,26 @@ Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_e
   auto index = [](const std::vector<int64_t>& v) {
     return from_vector(v, {static_cast<int64_t>(v.size())}, DType::I64, Device::cpu());
   };
-  const Tensor grouped = embedding(arrived, index(by_expert));
+  // The host's indices (their uploads queued, no wait); inside a capture,
+  // which cannot upload, the device copies a padded call outside it left.
+  Tensor to_expert = index(by_expert), to_source = index(back);
+  if (padded && rows.device().is_cuda()) {
+    auto& [forward, backward] = padded_indices_[per_expert];
+    if (!forward.defined() || !(forward.device() == rows.device())) {
+      if (capturing) {
+        throw NotSupportedError(
+            "ExpertParallel::run: a padded exchange's first call is inside a CUDA graph's "
+            "capture (run one step uncaptured first, as train.cuda_graph does)");
+      }
+      forward = to_device(to_expert, rows.device());
+      backward = to_device(to_source, rows.device());
+    }
+    if (capturing) {
+      to_expert = forward;
+      to_source = backward;
+    }
+  }
+  const Tensor grouped = embedding(arrived, to_expert);
   // The keys likewise, regrouped on the host (integers; no gradient).
   Tensor grouped_keys;
   if (keys.defined()) {
@@ -125,7 +156,7 @@ Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_e
     part = expert(l, part, keys.defined() ? narrow(grouped_keys, 0, at, n) : Tensor{});
     at += n;
   }
-  const Tensor done = embedding(concat(outputs, 0), index(back));  // by source again
+  const Tensor done = embedding(concat(outputs, 0), to_source);  // by source again
   return all_to_all_rows(done, recv, send, group_);
 }
 

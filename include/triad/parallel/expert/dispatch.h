@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "triad/core/tensor.h"
@@ -29,7 +31,10 @@ Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_counts,
 // the rows every rank sent them (grouped by expert), and sends the outputs
 // back in the rows' order (the rows' keys, if any, travel with them: one
 // more all-to-all of M integers). Every rank of the group runs it together
-// (a collective, once per MoE layer and micro-batch).
+// (a collective, once per MoE layer and micro-batch). Padded, the counts
+// are every rank's own and the regrouping's indices the same each call:
+// made on the host outside a CUDA graph's capture, and inside one read
+// from the device copies the first call outside it left.
 class ExpertParallel final : public nn::ExpertPlacement {
  public:
   // ConfigError unless the group's size divides `experts`.
@@ -37,12 +42,15 @@ class ExpertParallel final : public nn::ExpertPlacement {
   int64_t first() const override { return first_; }
   int64_t count() const override { return count_; }
   Tensor run(const Tensor& rows, const std::vector<int64_t>& per_expert, const Tensor& keys,
-             const RunExpert& expert) const override;
+             const RunExpert& expert, bool padded) const override;
   const dist::ProcessGroupPtr& group() const { return group_; }
 
  private:
   int64_t experts_, first_, count_;
   dist::ProcessGroupPtr group_;
+  // Padded: the regrouping's indices (to expert order, and back) on the
+  // rows' device, by the per-expert counts they are for.
+  mutable std::map<std::vector<int64_t>, std::pair<Tensor, Tensor>> padded_indices_;
 };
 
 }  // namespace triad::ep
