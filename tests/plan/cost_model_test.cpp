@@ -1932,6 +1932,15 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_LT(half.activation_bytes, sparse.activation_bytes);
   capped.moe.capacity_factor = 1.5;
   EXPECT_DOUBLE_EQ(estimate(capped, selene(), 32, 32, tp8pp4).gemm_time, sparse.gemm_time);
+  // Padded to that capacity (model.moe.pad_to_capacity), every slot runs:
+  // half again the dropless routing's expert work and kept rows; padded to
+  // half, as capped to half.
+  capped.moe.pad_to_capacity = true;
+  const Estimate padded = estimate(capped, selene(), 32, 32, tp8pp4);
+  EXPECT_GT(padded.gemm_time, sparse.gemm_time);
+  EXPECT_GT(padded.activation_bytes, sparse.activation_bytes);
+  capped.moe.capacity_factor = 0.5;
+  EXPECT_DOUBLE_EQ(estimate(capped, selene(), 32, 32, tp8pp4).gemm_time, half.gemm_time);
   // Expert parallelism over the data-parallel ranks: the experts' weights
   // and optimizer state shared out (ZeRO-1 over their own replicas), two
   // all-to-all exchanges each way per MoE layer, none without it.

@@ -444,10 +444,12 @@ struct GptConfig {
   int64_t expert_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
   int64_t expert_fc_width() const { return gated_mlp() ? 2 * expert_ffn() : expert_ffn(); }
   // The expert assignments a token's work comes to while training: top_k,
-  // or at most capacity_factor * top_k under a capacity factor below 1
-  // (what the planner prices; the FLOPs and MFU count top_k).
+  // or at most capacity_factor * top_k under a capacity factor below 1, and
+  // exactly that padded to the capacity (every slot runs, empty or not);
+  // what the planner prices (the FLOPs and MFU count top_k).
   double routed_per_token() const {
     const double k = static_cast<double>(moe.top_k);
+    if (moe.capacity_factor > 0 && moe.pad_to_capacity) return k * moe.capacity_factor;
     return moe.capacity_factor > 0 && moe.capacity_factor < 1 ? k * moe.capacity_factor : k;
   }
   // The shared expert's c_fc output width (0 without one).
