@@ -538,6 +538,35 @@ int main(int argc, char** argv) {
     }
   }
 
+  // A mixture's batches padded to their capacity (Backend::capacity_slots,
+  // model.moe.pad_to_capacity), N tokens' top 2 of 8 at 1.25 balanced
+  // shares: by position, and by score (each over-full expert's 64 counting
+  // passes for its capacity-th score). Bytes: the choices and scores read
+  // once and the slots, picks and counts written; each of the E blocks
+  // reads the choices several times more, from L2.
+  {
+    const int64_t E = 8, k = 2, capacity = (N * k * 5 + E * 4 - 1) / (E * 4);
+    std::vector<int64_t> picks(static_cast<size_t>(N * k));
+    for (size_t i = 0; i < picks.size(); ++i)  // (skewed: the low experts over their capacity)
+      picks[i] = static_cast<int64_t>((i * 2654435761u >> 9) % 11) % E;
+    const Tensor choice = triad::to_device(triad::from_vector(picks, {N, k}, DType::I64), gpu);
+    const Tensor scores = triad::to_device(triad::rand_uniform({N, k}, 13, 1, 0.0, 1.0), gpu);
+    Tensor token = triad::empty({E * capacity}, DType::I64, gpu),
+           assignment = triad::empty({E * capacity}, DType::I64, gpu),
+           picked = triad::empty({N * k}, DType::I64, gpu),
+           counts = triad::empty({1, E}, DType::I64, gpu);
+    for (const bool ranked : {false, true}) {
+      report(ranked ? "capacity_slots_8_top2_probs" : "capacity_slots_8_top2",
+             time_ms(
+                 [&] {
+                   be.capacity_slots(choice, ranked ? scores : Tensor(), E, capacity, N, token,
+                                     assignment, picked, counts);
+                 },
+                 iters),
+             static_cast<double>(N * k * (ranked ? 28 : 24) + E * capacity * 16), 0);
+    }
+  }
+
   // The optimizer's step as the trainer runs it: bf16 parameters with f32
   // masters, gradients and moments, GPT-2 124M's tensors (per layer 4
   // matrices, 9 vectors; the two tables), all in one adamw_many; and the
