@@ -94,31 +94,50 @@ __device__ int64_t block_scan(int64_t v, int64_t* scan) {
   return scan[t];
 }
 
-// A score as an unsigned key in the same order (in f64: the host ranks
-// the f64 values).
+// A score as an unsigned key in the same order: f32's 32 bits (their
+// order and equalities are those of the f64 values the host ranks), f64's
+// 64.
 template <class S>
-__device__ __forceinline__ uint64_t order_key(S score) {
-  const double d = static_cast<double>(score);
-  uint64_t bits;
-  memcpy(&bits, &d, sizeof(bits));
+struct OrderKey;
+template <>
+struct OrderKey<float> {
+  using type = uint32_t;
+  static constexpr int kBits = 32;
+};
+template <>
+struct OrderKey<double> {
+  using type = uint64_t;
+  static constexpr int kBits = 64;
+};
+__device__ __forceinline__ uint32_t order_key(float score) {
+  // (-0 equals +0, as the host compares them.)
+  const uint32_t bits = __float_as_uint(score == 0.0f ? 0.0f : score);
+  return bits >> 31 ? ~bits : bits | (uint32_t{1} << 31);
+}
+__device__ __forceinline__ uint64_t order_key(double score) {
+  const auto bits = static_cast<uint64_t>(__double_as_longlong(score == 0.0 ? 0.0 : score));
   return bits >> 63 ? ~bits : bits | (uint64_t{1} << 63);
 }
 
 // Block e counts its assignments (choice == e). Within its capacity, or
 // without scores to rank by, it keeps them in token order; over it, with
 // scores, it keeps the `capacity` highest (equal ones the earlier
-// assignments'), found as the capacity-th highest score's key, bit by bit
-// from the top, and then keeps them in token order. A scan of each chunk's
-// flags in shared memory places each kept one after those before it.
-// Then the empty slots, each group's count, and (every block a share) the
-// picked indices.
+// assignments'): the capacity-th highest score's key found a byte at a
+// time from the top (a radix select: each pass counts the keys that share
+// the bytes found so far by their next byte, in shared memory), then kept
+// in token order. A scan of each chunk's flags in shared memory places
+// each kept one after those before it. Then the empty slots, each group's
+// count, and (every block a share) the picked indices.
 template <class S>
 __global__ void __launch_bounds__(kSlotThreads)
     capacity_slots_kernel(const int64_t* choice, const S* scores, int64_t A, int K, int E,
                           int64_t capacity, int64_t group_assignments, int64_t* slot_token,
                           int64_t* slot_assignment, int64_t* picked, int64_t* counts) {
+  using Key = typename OrderKey<S>::type;
   __shared__ int64_t scan[kSlotThreads];
   __shared__ int64_t scratch[32];
+  __shared__ unsigned int histogram[256];
+  __shared__ int64_t digit_and_need[2];
   const int e = blockIdx.x, t = threadIdx.x;
   int64_t* token = slot_token + e * capacity;
   int64_t* assignment = slot_assignment + e * capacity;
@@ -128,20 +147,40 @@ __global__ void __launch_bounds__(kSlotThreads)
   const bool ranked = scores != nullptr && load > capacity;
   // Over capacity and ranked: the capacity-th highest key (`bar`), and how
   // many of those equal to it make the cut (`equal_kept`).
-  uint64_t bar = 0;
-  int64_t equal_kept = 0;
+  Key bar = 0;
+  int64_t equal_kept = capacity;
   if (ranked) {
-    for (int bit = 63; bit >= 0; --bit) {
-      const uint64_t trial = bar | (uint64_t{1} << bit);
-      int64_t at_least = 0;
-      for (int64_t a = t; a < A; a += kSlotThreads)
-        at_least += choice[a] == e && order_key(scores[a]) >= trial ? 1 : 0;
-      if (block_sum(at_least, scratch) >= capacity) bar = trial;
+    for (int shift = OrderKey<S>::kBits - 8; shift >= 0; shift -= 8) {
+      histogram[t] = 0;  // (kSlotThreads == 256)
+      __syncthreads();
+      // (The bytes above `shift` found so far; none on the first pass.)
+      const int above = shift + 8;
+      for (int64_t a = t; a < A; a += kSlotThreads) {
+        if (choice[a] != e) continue;
+        const Key key = order_key(scores[a]);
+        if (above < OrderKey<S>::kBits && (key >> above) != (bar >> above)) continue;
+        atomicAdd(&histogram[(key >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (t == 0) {
+        // From the top byte down, the one whose keys hold the need-th.
+        int64_t before = 0;
+        int digit = 0;
+        for (int d = 255; d >= 0; --d) {
+          if (before + histogram[d] >= equal_kept) {
+            digit = d;
+            break;
+          }
+          before += histogram[d];
+        }
+        digit_and_need[0] = digit;
+        digit_and_need[1] = equal_kept - before;
+      }
+      __syncthreads();
+      bar |= static_cast<Key>(digit_and_need[0]) << shift;
+      equal_kept = digit_and_need[1];
+      __syncthreads();  // (the next pass clears the histogram)
     }
-    int64_t above = 0;
-    for (int64_t a = t; a < A; a += kSlotThreads)
-      above += choice[a] == e && order_key(scores[a]) > bar ? 1 : 0;
-    equal_kept = capacity - block_sum(above, scratch);
   }
   int64_t kept_before = 0, equal_before = 0;
   for (int64_t start = 0; start < A; start += kSlotThreads) {
@@ -149,7 +188,7 @@ __global__ void __launch_bounds__(kSlotThreads)
     const bool mine = a < A && choice[a] == e;
     int64_t keep = mine ? 1 : 0;
     if (ranked) {
-      const uint64_t key = mine ? order_key(scores[a]) : 0;
+      const Key key = mine ? order_key(scores[a]) : 0;
       const int64_t equal = mine && key == bar ? 1 : 0;
       const int64_t equal_rank = equal_before + block_scan(equal, scan) - equal;
       equal_before += scan[kSlotThreads - 1];

@@ -35,14 +35,15 @@ void route_top_k(const void* scores, ScalarType scores_type, const void* bias, S
                  const RouteShape& shape, int64_t* choice, void* chosen, cudaStream_t stream);
 
 // An expert's batch padded to its capacity (model.moe.pad_to_capacity):
-// each expert's first `capacity` assignments in token order, as
-// Backend::capacity_slots describes. `group` tokens make each group whose
-// assignments are counted apart (a divisor of tokens).
+// `capacity` of each expert's assignments (its first, or its best by
+// score) in token order, as Backend::capacity_slots describes. `group`
+// tokens make each group whose assignments are counted apart (a divisor
+// of tokens).
 struct CapacityShape {
   int64_t tokens = 0, experts = 1, top_k = 1, capacity = 1, group = 1;
 };
-// Throws-free check of the shape: 1 <= top_k, experts and capacity, and
-// groups that divide the tokens.
+// Whether the kernel takes this shape: 1 <= top_k, experts and capacity,
+// and groups that divide the tokens.
 Status check_capacity_slots(const CapacityShape& shape);
 // choice (tokens, top_k) i64 (an expert, or -1 where a token could not
 // choose); scores (tokens, top_k) of scores_type (f32 or f64), each

@@ -1940,7 +1940,7 @@ TEST(CudaKernels, RouteTopKChoosesAsTheCpuDoes) {
 // on the CPU: each expert's first assignments in token order (position),
 // or its highest-scoring ones in token order, equal scores the earlier
 // (probs; scores in multiples of 1/8, many equal, f32 and f64, some
-// negative); the empty slots padding, the picked indices and each group's
+// negative, -0 beside +0); the empty slots padding, the picked indices and each group's
 // counts; capacities under and over the loads, more assignments than a
 // block takes at once, tokens that could not choose (-1) left out.
 TEST(CudaKernels, CapacitySlotsFillAsTheCpuDoes) {
@@ -1957,6 +1957,7 @@ TEST(CudaKernels, CapacitySlotsFillAsTheCpuDoes) {
       for (size_t i = 0; i < v.size(); ++i) {
         v[i] = static_cast<double>((i * 2654435761u >> 7) % static_cast<uint64_t>(c.E));
         score[i] = static_cast<double>((i * 40503u >> 3) % 16) / 8 - 0.5;
+        if (score[i] == 0 && i % 2 == 0) score[i] = -0.0;  // (equal to +0)
       }
       for (int64_t j = 0; j < c.k; ++j) v[static_cast<size_t>(3 * c.k + j)] = -1;  // token 3
       const Tensor choice = from_vector(v, {c.N, c.k}, DType::I64);

@@ -91,6 +91,22 @@ inline unsigned long long atomicMin(unsigned long long* address, unsigned long l
   if (value < old) *address = value;
   return old;
 }
+inline unsigned int atomicAdd(unsigned int* address, unsigned int value) {
+  const unsigned int old = *address;
+  *address = old + value;
+  return old;
+}
+// The bits of a float or double as an integer.
+inline unsigned int __float_as_uint(float x) {
+  unsigned int bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+inline long long __double_as_longlong(double x) {
+  long long bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
 [[noreturn]] inline void __trap() {
   ::triad_sim::fail("__trap() called");
 }
