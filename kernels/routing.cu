@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kSlotThreads)
   using Key = typename OrderKey<S>::type;
   __shared__ int64_t scan[kSlotThreads];
   __shared__ int64_t scratch[32];
-  __shared__ unsigned int histogram[256];
+  __shared__ uint32_t histogram[256];
   __shared__ int64_t digit_and_need[2];
   const int e = blockIdx.x, t = threadIdx.x;
   int64_t* token = slot_token + e * capacity;
