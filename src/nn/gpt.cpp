@@ -1331,19 +1331,26 @@ Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vect
   Tensor sum = depths[0];
   for (size_t k = 1; k < depths.size(); ++k) sum = add(sum, depths[k]);
   const auto n = static_cast<int64_t>(depths.size());
-  if (ctx.loss_grad_seed.defined()) {
-    const Tensor& seed = ctx.loss_grad_seed;
-    const double weight = cfg.mtp_loss_weight / static_cast<double>(n);
-    const Tensor grad = mul(full({}, weight, seed.dtype(), seed.device()), reshape(seed, {}));
-    return attach_loss(loss, sum, cast(grad, sum.dtype()));
-  }
-  return attach_loss(loss, sum, mtp_loss_grad(cfg, n, ctx.loss_grad, sum.dtype()));
+  return attach_side_loss(loss, sum, cfg.mtp_loss_weight / static_cast<double>(n), ctx);
 }
 
 double mtp_loss_grad(const GptConfig& cfg, int64_t depths, double loss_grad, DType dtype) {
-  const double weight = cfg.mtp_loss_weight / static_cast<double>(std::max<int64_t>(depths, 1));
+  return side_loss_grad(cfg.mtp_loss_weight / static_cast<double>(std::max<int64_t>(depths, 1)),
+                        loss_grad, dtype);
+}
+
+double side_loss_grad(double weight, double loss_grad, DType dtype) {
   if (dtype == DType::F64) return weight * loss_grad;
   return static_cast<double>(static_cast<float>(weight) * static_cast<float>(loss_grad));
+}
+
+Tensor attach_side_loss(const Tensor& x, const Tensor& loss, double weight,
+                        const ForwardContext& ctx) {
+  if (!ctx.loss_grad_seed.defined())
+    return attach_loss(x, loss, side_loss_grad(weight, ctx.loss_grad, loss.dtype()));
+  const Tensor& seed = ctx.loss_grad_seed;
+  const Tensor grad = mul(full({}, weight, seed.dtype(), seed.device()), reshape(seed, {}));
+  return attach_loss(x, loss, cast(grad, loss.dtype()));
 }
 
 std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, const Tensor& targets,

@@ -417,25 +417,6 @@ Tensor sigmoid(const Tensor& z) {
   return reshape(narrow(softmax(concat({column, zeros_like(column)}, 1)), 1, 0, 1), z.shape());
 }
 
-// `loss` joined to x's graph with weight coef times the micro-batch's loss
-// gradient: ctx.loss_grad, or its device scalar where a CUDA graph's
-// replays refill it (ForwardContext::loss_grad_seed).
-Tensor attach_side_loss(const Tensor& x, const Tensor& loss, double coef,
-                        const ForwardContext& ctx) {
-  if (!ctx.loss_grad_seed.defined()) {
-    // (Formed in the loss's dtype, as a replay forms it from the seed: the
-    // same gradient captured or not.)
-    const double grad =
-        loss.dtype() == DType::F64
-            ? coef * ctx.loss_grad
-            : static_cast<double>(static_cast<float>(coef) * static_cast<float>(ctx.loss_grad));
-    return attach_loss(x, loss, grad);
-  }
-  const Tensor& seed = ctx.loss_grad_seed;
-  const Tensor grad = mul(full({}, coef, seed.dtype(), seed.device()), reshape(seed, {}));
-  return attach_loss(x, loss, cast(grad, loss.dtype()));
-}
-
 // A host vector as an index tensor (i64) on the host: the ops upload it
 // where they need it without waiting for the device.
 Tensor host_index(const std::vector<int64_t>& v) {

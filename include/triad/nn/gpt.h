@@ -892,6 +892,17 @@ Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vect
 // forms it from ForwardContext::loss_grad_seed on the device, so that the
 // gradient a module's head writes ahead is the one that arrives.
 double mtp_loss_grad(const GptConfig& cfg, int64_t depths, double loss_grad, DType dtype);
+// A loss computed beside the model's (multi-token prediction's, a
+// mixture's balance and router z-losses) joined to x's graph with
+// gradient weight * the micro-batch's loss gradient (attach_loss): formed
+// in `loss`'s dtype from ctx.loss_grad (side_loss_grad), or on the device
+// from ctx.loss_grad_seed where a CUDA graph's replays refill it; the same
+// bits either way.
+Tensor attach_side_loss(const Tensor& x, const Tensor& loss, double weight,
+                        const ForwardContext& ctx);
+// weight * loss_grad as a replay forms it from the seed: in f64 for f64,
+// else the product of the two as f32.
+double side_loss_grad(double weight, double loss_grad, DType dtype);
 
 // Multi-token prediction module k (DeepSeek-V3's MTP module; k from 1 to
 // model.mtp_layers): from the previous depth's hidden states h (B, T, C;
