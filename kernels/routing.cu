@@ -119,31 +119,35 @@ __device__ __forceinline__ uint64_t order_key(double score) {
   return bits >> 63 ? ~bits : bits | (uint64_t{1} << 63);
 }
 
-// Block e counts its assignments (choice == e). Within its capacity, or
-// without scores to rank by, it keeps them in token order; over it, with
-// scores, it keeps the `capacity` highest (equal ones the earlier
-// assignments'): the capacity-th highest score's key found a byte at a
-// time from the top (a radix select: each pass counts the keys that share
-// the bytes found so far by their next byte, in shared memory), then kept
-// in token order. A scan of each chunk's flags in shared memory places
-// each kept one after those before it. Then the empty slots, each group's
-// count, and (every block a share) the picked indices.
-template <class S>
-__global__ void __launch_bounds__(kSlotThreads)
-    capacity_slots_kernel(const int64_t* choice, const S* scores, int64_t A, int K, int E,
-                          int64_t capacity, int64_t group_assignments, int64_t* slot_token,
-                          int64_t* slot_assignment, int64_t* picked, int64_t* counts) {
+// What an expert's block reads: entry i of `count` is one of its
+// assignments (that assignment's index) or -1.
+struct EveryAssignment {  // all of them, each read by every expert's block
+  const int64_t* choice;
+  int e;
+  __device__ int64_t operator()(int64_t i) const { return choice[i] == e ? i : -1; }
+};
+struct ListedAssignments {  // the expert's own, listed in token order
+  const int64_t* list;
+  __device__ int64_t operator()(int64_t i) const { return list[i]; }
+};
+
+// Block e keeps `capacity` of its `load` assignments (entries, in token
+// order) in its slots. Within its capacity, or without scores to rank by,
+// it keeps them in token order; over it, with scores, it keeps the
+// `capacity` highest (equal ones the earlier assignments'): the
+// capacity-th highest score's key found a byte at a time from the top (a
+// radix select: each pass counts the keys that share the bytes found so
+// far by their next byte, in shared memory), then kept in token order. A
+// scan of each window's flags in shared memory places each kept one after
+// those before it. Then the empty slots: token 0 under the padding's gate
+// (assignment A).
+template <class S, class Entries>
+__device__ void keep_in_slots(const Entries& entry, int64_t count, int64_t load, const S* scores,
+                              int64_t A, int K, int64_t capacity, int64_t* token,
+                              int64_t* assignment, int64_t* scan, uint32_t* histogram,
+                              int64_t* digit_and_need) {
   using Key = typename OrderKey<S>::type;
-  __shared__ int64_t scan[kSlotThreads];
-  __shared__ int64_t scratch[32];
-  __shared__ uint32_t histogram[256];
-  __shared__ int64_t digit_and_need[2];
-  const int e = blockIdx.x, t = threadIdx.x;
-  int64_t* token = slot_token + e * capacity;
-  int64_t* assignment = slot_assignment + e * capacity;
-  int64_t load = 0;
-  for (int64_t a = t; a < A; a += kSlotThreads) load += choice[a] == e ? 1 : 0;
-  load = block_sum(load, scratch);
+  const int t = threadIdx.x;
   const bool ranked = scores != nullptr && load > capacity;
   // Over capacity and ranked: the capacity-th highest key (`bar`), and how
   // many of those equal to it make the cut (`equal_kept`).
@@ -155,8 +159,9 @@ __global__ void __launch_bounds__(kSlotThreads)
       __syncthreads();
       // (The bytes above `shift` found so far; none on the first pass.)
       const int above = shift + 8;
-      for (int64_t a = t; a < A; a += kSlotThreads) {
-        if (choice[a] != e) continue;
+      for (int64_t i = t; i < count; i += kSlotThreads) {
+        const int64_t a = entry(i);
+        if (a < 0) continue;
         const Key key = order_key(scores[a]);
         if (above < OrderKey<S>::kBits && (key >> above) != (bar >> above)) continue;
         atomicAdd(&histogram[(key >> shift) & 255u], 1u);
@@ -183,9 +188,10 @@ __global__ void __launch_bounds__(kSlotThreads)
     }
   }
   int64_t kept_before = 0, equal_before = 0;
-  for (int64_t start = 0; start < A; start += kSlotThreads) {
-    const int64_t a = start + t;
-    const bool mine = a < A && choice[a] == e;
+  for (int64_t start = 0; start < count; start += kSlotThreads) {
+    const int64_t i = start + t;
+    const int64_t a = i < count ? entry(i) : -1;
+    const bool mine = a >= 0;
     int64_t keep = mine ? 1 : 0;
     if (ranked) {
       const Key key = mine ? order_key(scores[a]) : 0;
@@ -203,11 +209,31 @@ __global__ void __launch_bounds__(kSlotThreads)
     kept_before += scan[kSlotThreads - 1];
     __syncthreads();
   }
-  // The empty slots: token 0 under the padding's gate (assignment A).
   for (int64_t place = min(kept_before, capacity) + t; place < capacity; place += kSlotThreads) {
     token[place] = 0;
     assignment[place] = A;
   }
+}
+
+// A few experts: block e reads every assignment, counting its own, then
+// keeps them (keep_in_slots), counts each group's, and (every block a
+// share) writes the picked indices.
+template <class S>
+__global__ void __launch_bounds__(kSlotThreads)
+    capacity_slots_kernel(const int64_t* choice, const S* scores, int64_t A, int K, int E,
+                          int64_t capacity, int64_t group_assignments, int64_t* slot_token,
+                          int64_t* slot_assignment, int64_t* picked, int64_t* counts) {
+  __shared__ int64_t scan[kSlotThreads];
+  __shared__ int64_t scratch[32];
+  __shared__ uint32_t histogram[256];
+  __shared__ int64_t digit_and_need[2];
+  const int e = blockIdx.x, t = threadIdx.x;
+  int64_t load = 0;
+  for (int64_t a = t; a < A; a += kSlotThreads) load += choice[a] == e ? 1 : 0;
+  load = block_sum(load, scratch);
+  keep_in_slots(EveryAssignment{choice, e}, A, load, scores, A, K, capacity,
+                slot_token + e * capacity, slot_assignment + e * capacity, scan, histogram,
+                digit_and_need);
   for (int64_t g = 0; g * group_assignments < A; ++g) {
     int64_t count = 0;
     for (int64_t a = g * group_assignments + t; a < (g + 1) * group_assignments; a += kSlotThreads)
@@ -221,6 +247,112 @@ __global__ void __launch_bounds__(kSlotThreads)
     const int64_t c = choice[a];
     picked[a] = c >= 0 && c < E ? (a / K) * E + c : N * E;
   }
+}
+
+// Many experts: every block reading every assignment would grow as E x A.
+// Instead the assignments are first listed by expert, each expert's in
+// token order (a counting sort: each chunk of `chunk` assignments, a
+// thread's, counts its own per expert; a scan per expert places the
+// chunks, one over the experts places the lists; each chunk's thread then
+// writes its assignments in order), and each expert's block reads its own
+// list: work in A, plus E x chunks for the counts.
+constexpr int kChunkThreads = 128;
+
+// Chunk c's counts per expert (at[e * chunks + c]) and its picked indices.
+__global__ void __launch_bounds__(kChunkThreads)
+    list_count_kernel(const int64_t* choice, int64_t A, int K, int E, int64_t chunk, int64_t chunks,
+                      int64_t* at, int64_t* picked) {
+  const int64_t N = A / K;
+  for (int64_t c = int64_t(blockIdx.x) * kChunkThreads + threadIdx.x; c < chunks;
+       c += int64_t(gridDim.x) * kChunkThreads) {
+    for (int e = 0; e < E; ++e) at[e * chunks + c] = 0;
+    const int64_t end = min(A, (c + 1) * chunk);
+    for (int64_t a = c * chunk; a < end; ++a) {
+      const int64_t e = choice[a];
+      const bool valid = e >= 0 && e < E;
+      picked[a] = valid ? (a / K) * E + e : N * E;
+      if (valid) ++at[e * chunks + c];
+    }
+  }
+}
+
+// Block e: its chunks' counts into where each chunk's start in its list
+// (in place), and its load (base[e]).
+__global__ void __launch_bounds__(kSlotThreads)
+    list_offsets_kernel(int64_t chunks, int64_t* at, int64_t* base) {
+  __shared__ int64_t scan[kSlotThreads];
+  const int e = blockIdx.x, t = threadIdx.x;
+  int64_t* mine = at + e * chunks;
+  int64_t before = 0;
+  for (int64_t start = 0; start < chunks; start += kSlotThreads) {
+    const int64_t c = start + t;
+    const int64_t v = c < chunks ? mine[c] : 0;
+    const int64_t inclusive = block_scan(v, scan);
+    if (c < chunks) mine[c] = before + inclusive - v;
+    before += scan[kSlotThreads - 1];
+    __syncthreads();
+  }
+  if (t == 0) base[e] = before;
+}
+
+// One block: the experts' loads (base[e]) into each list's start, and the
+// lists' end (base[E]).
+__global__ void __launch_bounds__(kSlotThreads) list_bases_kernel(int E, int64_t* base) {
+  __shared__ int64_t scan[kSlotThreads];
+  const int t = threadIdx.x;
+  int64_t before = 0;
+  for (int64_t start = 0; start < E; start += kSlotThreads) {
+    const int64_t e = start + t;
+    const int64_t v = e < E ? base[e] : 0;
+    const int64_t inclusive = block_scan(v, scan);
+    if (e < E) base[e] = before + inclusive - v;
+    before += scan[kSlotThreads - 1];
+    __syncthreads();
+  }
+  if (t == 0) base[E] = before;
+}
+
+// Chunk c's assignments, in order, each into its expert's list.
+__global__ void __launch_bounds__(kChunkThreads)
+    list_fill_kernel(const int64_t* choice, int64_t A, int E, int64_t chunk, int64_t chunks,
+                     const int64_t* base, int64_t* at, int64_t* list) {
+  for (int64_t c = int64_t(blockIdx.x) * kChunkThreads + threadIdx.x; c < chunks;
+       c += int64_t(gridDim.x) * kChunkThreads) {
+    const int64_t end = min(A, (c + 1) * chunk);
+    for (int64_t a = c * chunk; a < end; ++a) {
+      const int64_t e = choice[a];
+      if (e >= 0 && e < E) list[base[e] + at[e * chunks + c]++] = a;
+    }
+  }
+}
+
+// Block e keeps its listed assignments in its slots (keep_in_slots), and
+// counts each group's: a group's assignments are a run of its list, whose
+// first entry subtracts its place and whose last adds the place after it
+// (two passes, so no count has two writers at once).
+template <class S>
+__global__ void __launch_bounds__(kSlotThreads)
+    listed_slots_kernel(const int64_t* list, const int64_t* base, const S* scores, int64_t A, int K,
+                        int E, int64_t capacity, int64_t group_assignments, int64_t* slot_token,
+                        int64_t* slot_assignment, int64_t* counts) {
+  __shared__ int64_t scan[kSlotThreads];
+  __shared__ uint32_t histogram[256];
+  __shared__ int64_t digit_and_need[2];
+  const int e = blockIdx.x, t = threadIdx.x;
+  const int64_t* mine = list + base[e];
+  const int64_t load = base[e + 1] - base[e];
+  keep_in_slots(ListedAssignments{mine}, load, load, scores, A, K, capacity,
+                slot_token + e * capacity, slot_assignment + e * capacity, scan, histogram,
+                digit_and_need);
+  const int64_t groups = A / group_assignments;
+  for (int64_t g = t; g < groups; g += kSlotThreads) counts[g * E + e] = 0;
+  __syncthreads();
+  auto group_of = [&](int64_t i) { return mine[i] / group_assignments; };
+  for (int64_t i = t; i < load; i += kSlotThreads)
+    if (i == 0 || group_of(i - 1) != group_of(i)) counts[group_of(i) * E + e] -= i;
+  __syncthreads();
+  for (int64_t i = t; i < load; i += kSlotThreads)
+    if (i + 1 == load || group_of(i + 1) != group_of(i)) counts[group_of(i) * E + e] += i + 1;
 }
 
 bool is_float(ScalarType t) {
@@ -293,21 +425,64 @@ Status check_capacity_slots(const CapacityShape& s) {
   return Status::fine();
 }
 
+CapacityLists capacity_lists(const CapacityShape& s) {
+  CapacityLists l;
+  if (s.experts < kListedExperts) return l;
+  const int64_t A = s.tokens * s.top_k;
+  // Chunks of at least 32 assignments, fewer when E x chunks would pass
+  // 2^21 counts (16 MiB).
+  l.chunk = std::max<int64_t>(32, (A * s.experts + (int64_t{1} << 21) - 1) >> 21);
+  l.chunks = (A + l.chunk - 1) / l.chunk;
+  l.bytes = static_cast<size_t>(s.experts * l.chunks + s.experts + 1 + A) * sizeof(int64_t);
+  return l;
+}
+
 void capacity_slots(const int64_t* choice, const void* scores, ScalarType scores_type,
                     const CapacityShape& s, int64_t* slot_token, int64_t* slot_assignment,
-                    int64_t* picked, int64_t* counts, cudaStream_t stream) {
+                    int64_t* picked, int64_t* counts, void* workspace, cudaStream_t stream) {
   require(check_capacity_slots(s), "capacity_slots");
   if (scores && !is_float(scores_type)) {
     require(
         Status::fail(std::string("scores ") + scalar_name(scores_type) + " (expected f32 or f64)"),
         "capacity_slots");
   }
+  const CapacityLists lists = capacity_lists(s);
+  if (lists.bytes > 0 && workspace == nullptr) {
+    require(Status::fail(std::to_string(s.experts) + " experts need a workspace of " +
+                         std::to_string(lists.bytes) + " bytes (capacity_lists)"),
+            "capacity_slots");
+  }
+  const int64_t A = s.tokens * s.top_k;
+  const int K = static_cast<int>(s.top_k), E = static_cast<int>(s.experts);
+  const unsigned experts = static_cast<unsigned>(s.experts);
+  int64_t *at = nullptr, *base = nullptr, *list = nullptr;
+  if (lists.bytes > 0) {
+    at = static_cast<int64_t*>(workspace);
+    base = at + s.experts * lists.chunks;
+    list = base + s.experts + 1;
+    const unsigned chunk_blocks = grid_for(lists.chunks, kChunkThreads);
+    if (lists.chunks > 0) {
+      list_count_kernel<<<chunk_blocks, kChunkThreads, 0, stream>>>(choice, A, K, E, lists.chunk,
+                                                                    lists.chunks, at, picked);
+    }
+    list_offsets_kernel<<<experts, kSlotThreads, 0, stream>>>(lists.chunks, at, base);
+    list_bases_kernel<<<1, kSlotThreads, 0, stream>>>(E, base);
+    if (lists.chunks > 0) {
+      list_fill_kernel<<<chunk_blocks, kChunkThreads, 0, stream>>>(choice, A, E, lists.chunk,
+                                                                   lists.chunks, base, at, list);
+    }
+  }
   auto run = [&](auto tag) {
     using S = decltype(tag);
-    capacity_slots_kernel<S><<<static_cast<unsigned>(s.experts), kSlotThreads, 0, stream>>>(
-        choice, static_cast<const S*>(scores), s.tokens * s.top_k, static_cast<int>(s.top_k),
-        static_cast<int>(s.experts), s.capacity, s.group * s.top_k, slot_token, slot_assignment,
-        picked, counts);
+    if (lists.bytes > 0) {
+      listed_slots_kernel<S><<<experts, kSlotThreads, 0, stream>>>(
+          list, base, static_cast<const S*>(scores), A, K, E, s.capacity, s.group * s.top_k,
+          slot_token, slot_assignment, counts);
+    } else {
+      capacity_slots_kernel<S><<<experts, kSlotThreads, 0, stream>>>(
+          choice, static_cast<const S*>(scores), A, K, E, s.capacity, s.group * s.top_k, slot_token,
+          slot_assignment, picked, counts);
+    }
   };
   if (scores && scores_type == ScalarType::F64) {
     run(double{});

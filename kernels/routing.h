@@ -45,15 +45,27 @@ struct CapacityShape {
 // Whether the kernel takes this shape: 1 <= top_k, experts and capacity,
 // and groups that divide the tokens.
 Status check_capacity_slots(const CapacityShape& shape);
+// From kListedExperts experts on, capacity_slots first lists each
+// expert's assignments (a counting sort in chunks of `chunk` assignments,
+// `chunks` of them) so that each expert's block reads only its own: its
+// work grows as the assignments, not as experts x assignments. That needs
+// a workspace of `bytes` (0 below kListedExperts).
+constexpr int64_t kListedExperts = 32;
+struct CapacityLists {
+  int64_t chunk = 0, chunks = 0;
+  size_t bytes = 0;
+};
+CapacityLists capacity_lists(const CapacityShape& shape);
 // choice (tokens, top_k) i64 (an expert, or -1 where a token could not
 // choose); scores (tokens, top_k) of scores_type (f32 or f64), each
 // choice's score, or null: an over-full expert keeps its highest-scoring
 // assignments (equal ones the earlier), else its earliest; slot_token and
 // slot_assignment (experts * capacity), picked (tokens * top_k) and counts
-// (tokens / group, experts), all i64. One block an expert, each counting
-// its assignments in order.
+// (tokens / group, experts), all i64. One block an expert, each reading
+// every assignment (below kListedExperts) or its own list (the workspace,
+// capacity_lists(shape).bytes of device memory).
 void capacity_slots(const int64_t* choice, const void* scores, ScalarType scores_type,
                     const CapacityShape& shape, int64_t* slot_token, int64_t* slot_assignment,
-                    int64_t* picked, int64_t* counts, cudaStream_t stream);
+                    int64_t* picked, int64_t* counts, void* workspace, cudaStream_t stream);
 
 }  // namespace triad::kernels

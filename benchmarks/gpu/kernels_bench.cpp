@@ -539,16 +539,18 @@ int main(int argc, char** argv) {
   }
 
   // A mixture's batches padded to their capacity (Backend::capacity_slots,
-  // model.moe.pad_to_capacity), N tokens' top 2 of 8 at 1.25 balanced
-  // shares: by position, and by score (each over-full expert's 64 counting
-  // passes for its capacity-th score). Bytes: the choices and scores read
-  // once and the slots, picks and counts written; each of the E blocks
-  // reads the choices several times more, from L2.
-  {
-    const int64_t E = 8, k = 2, capacity = (N * k * 5 + E * 4 - 1) / (E * 4);
+  // model.moe.pad_to_capacity), N tokens' top 2 of 8 and (DeepSeek-V3's)
+  // top 8 of 256 at 1.25 balanced shares: by position, and by score (each
+  // over-full expert's radix select, 4 passes, for its capacity-th score).
+  // Bytes: the choices and scores read once and the slots, picks and counts
+  // written. At 8 experts each of the E blocks reads the choices several
+  // times more, from L2; at 256 the assignments are listed by expert first
+  // (kernels::kListedExperts), each block reading only its own.
+  for (const auto& [E, k] : {std::pair<int64_t, int64_t>{8, 2}, {256, 8}}) {
+    const int64_t capacity = (N * k * 5 + E * 4 - 1) / (E * 4);
     std::vector<int64_t> picks(static_cast<size_t>(N * k));
     for (size_t i = 0; i < picks.size(); ++i)  // (skewed: the low experts over their capacity)
-      picks[i] = static_cast<int64_t>((i * 2654435761u >> 9) % 11) % E;
+      picks[i] = static_cast<int64_t>((i * 2654435761u >> 9) % (E + E / 2 - 1)) % E;
     const Tensor choice = triad::to_device(triad::from_vector(picks, {N, k}, DType::I64), gpu);
     const Tensor scores = triad::to_device(triad::rand_uniform({N, k}, 13, 1, 0.0, 1.0), gpu);
     Tensor token = triad::empty({E * capacity}, DType::I64, gpu),
@@ -556,7 +558,8 @@ int main(int argc, char** argv) {
            picked = triad::empty({N * k}, DType::I64, gpu),
            counts = triad::empty({1, E}, DType::I64, gpu);
     for (const bool ranked : {false, true}) {
-      report(ranked ? "capacity_slots_8_top2_probs" : "capacity_slots_8_top2",
+      const std::string name = "capacity_slots_" + std::to_string(E) + "_top" + std::to_string(k);
+      report(ranked ? name + "_probs" : name,
              time_ms(
                  [&] {
                    be.capacity_slots(choice, ranked ? scores : Tensor(), E, capacity, N, token,

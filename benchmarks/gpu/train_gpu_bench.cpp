@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #ifdef TRIAD_CUDA_SIM
@@ -218,16 +219,27 @@ int run(int argc, char** argv) {
   // the AdamW step (no pass over every gradient to scale it). --sync-free:
   // the same coefficient decided on the device (a non-finite norm skips the
   // update there), the loss read after the timed steps.
-  auto clip_and_step = [&](const triad::Tensor& l) {
+  // An uncaptured step's checks of the indices it formed on the device (a
+  // padded mixture's routing: cuda::DeviceChecks, as the trainer opens)
+  // come back in the same copy; --sync-free: checked after the clock.
+  std::vector<std::unique_ptr<triad::cuda::DeviceChecks>> unchecked;
+  auto clip_and_step = [&](const triad::Tensor& l,
+                           std::unique_ptr<triad::cuda::DeviceChecks> checks) {
     std::vector<triad::Tensor> grads;
     for (const triad::Tensor& p : model.parameters())
       if (p.grad().defined()) grads.push_back(p.grad());
     const triad::Tensor squares = triad::optim::sum_of_squares_device(grads);
     if (sync_free) {
       opt.step_clipped(1e-4, squares, 1.0);
+      if (checks) unchecked.push_back(std::move(checks));
       return;
     }
-    const std::vector<double> both = triad::items({squares, l});
+    std::vector<triad::Tensor> read{squares, l};
+    const std::vector<triad::Tensor> words =
+        checks ? checks->words() : std::vector<triad::Tensor>{};
+    read.insert(read.end(), words.begin(), words.end());
+    const std::vector<double> both = triad::items(read);
+    if (checks) checks->check(std::vector<int64_t>(both.begin() + 2, both.end()));
     const double norm = std::sqrt(both.at(0));
     loss = both.at(1);
     opt.step(1e-4, std::isfinite(norm) ? std::min(1.0, 1.0 / (norm + 1e-6)) : 1.0);
@@ -256,7 +268,7 @@ int run(int argc, char** argv) {
       host_queue_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
     }
-    clip_and_step(graph_loss);
+    clip_and_step(graph_loss, nullptr);
     const triad::DeviceTimer::Mark m2 = phases.mark();
     last_loss = graph_loss;
     if (!timing) return;
@@ -267,15 +279,18 @@ int run(int argc, char** argv) {
     if (!graph.empty()) return replay_step();
     const auto h0 = std::chrono::steady_clock::now();
     const triad::DeviceTimer::Mark m0 = phases.mark();
+    auto checks =
+        device.is_cuda() ? std::make_unique<triad::cuda::DeviceChecks>(device.index) : nullptr;
     triad::Tensor l = model.loss(ids, targets);
     const triad::DeviceTimer::Mark m1 = phases.mark();
     triad::autograd::backward({l});
+    if (checks) checks->close();
     const triad::DeviceTimer::Mark m2 = phases.mark();
     if (timing) {
       host_queue_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
     }
-    clip_and_step(l);
+    clip_and_step(l, std::move(checks));
     model.zero_grad();
     const triad::DeviceTimer::Mark m3 = phases.mark();
     last_loss = l;
@@ -339,6 +354,8 @@ int run(int argc, char** argv) {
   // (The replays' checks of the ids and targets, after the clock: the batch
   // is the same each step, and the device is idle by now.)
   if (!graph.empty()) graph.check();
+  for (const auto& checks : unchecked) checks->check();
+  unchecked.clear();
   const double tokens_per_s = static_cast<double>(steps * batch * T) / secs;
   // (That read has made the host wait for the phases: no wait here.)
   nlohmann::json phases_ms = nlohmann::json::object();
@@ -425,6 +442,8 @@ int run(int argc, char** argv) {
     const auto p0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < profile_steps; ++i) run_step();
     phases.read();  // (also waits for a --sync-free run's last step)
+    for (const auto& checks : unchecked) checks->check();
+    unchecked.clear();
     const double profiled_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count() /
         static_cast<double>(profile_steps);

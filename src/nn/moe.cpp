@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "backend/expert_choice.h"
@@ -362,20 +363,28 @@ void MoeStats::record_counts(int64_t layer, const std::vector<double>& counts,
          static_cast<double>(dropped) / assignments, z_loss);
 }
 
-void MoeStats::settle() {
-  if (pending.empty()) return;
+Tensor MoeStats::pending_values() const {
+  if (pending.empty()) return Tensor{};
+  autograd::NoGradGuard no_grad;
   std::vector<Tensor> parts;
   for (const Pending& p : pending) {
     parts.push_back(reshape(cast(p.counts, DType::F64), {p.counts.numel()}));
     parts.push_back(reshape(cast(p.sums, DType::F64), {p.sums.numel()}));
     if (p.z.defined()) parts.push_back(reshape(cast(p.z, DType::F64), {1}));
   }
-  std::vector<double> all;
-  {
-    autograd::NoGradGuard no_grad;
-    all = to_double_vector(concat(parts, 0));
+  return concat(parts, 0);
+}
+
+void MoeStats::settle(const std::vector<double>& values) {
+  int64_t expected = 0;
+  for (const Pending& p : pending)
+    expected += p.counts.numel() + p.sums.numel() + (p.z.defined() ? 1 : 0);
+  if (static_cast<int64_t>(values.size()) != expected) {
+    throw ValueError("MoeStats::settle: " + std::to_string(values.size()) + " values for " +
+                     std::to_string(pending.size()) + " pending records (expected " +
+                     std::to_string(expected) + ")");
   }
-  auto at = all.begin();
+  auto at = values.begin();
   const auto take = [&at](int64_t n) {
     std::vector<double> v(at, at + n);
     at += n;
@@ -386,8 +395,23 @@ void MoeStats::settle() {
   for (const Pending& p : read) {
     const std::vector<double> counts = take(p.counts.numel()), sums = take(p.sums.numel());
     const double z = p.z.defined() ? take(1)[0] : 0.0;
+    // Every token makes top_k assignments; one that could not choose (its
+    // router's scores not finite) counted none.
+    const double made = std::accumulate(counts.begin(), counts.end(), 0.0);
+    const int64_t S = p.counts.size(0), all = S * p.sequence * p.top_k;
+    if (std::llround(made) != all) {
+      throw ValueError("MoeMlp (layer " + std::to_string(p.layer) + "): " +
+                       std::to_string(all - std::llround(made)) + " of the " + std::to_string(all) +
+                       " routing choices chose no expert (some tokens' router scores, or scores "
+                       "plus expert biases, are not finite; found on the device)");
+    }
     record_counts(p.layer, counts, sums, z, p.sequence, p.top_k, p.counts.size(1), p.capacity);
   }
+}
+
+void MoeStats::settle() {
+  if (pending.empty()) return;
+  settle(to_double_vector(pending_values()));
 }
 
 namespace {
@@ -816,10 +840,14 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     backend.capacity_slots(chosen, chosen_scores, E, capacity, T_local, slot_token, slot_assignment,
                            picked, counts);
     per_expert.assign(static_cast<size_t>(E), capacity);
-    if (backend.capturing(dev)) {
-      // Nothing read: the ops take the device's indices, and the routing's
-      // statistics wait on the device for the step's end (MoeStats::settle).
-      if (keyed_dropout_) {
+    // Inside a capture, or a cuda::DeviceChecks (the trainer's uncaptured
+    // steps on a GPU), the host reads nothing: the ops take the device's
+    // indices and check them there, and the routing's statistics wait on
+    // the device for the step's end (MoeStats::settle). (The experts'
+    // adapters' dropout keys come from the host's routing: read then.)
+    const bool capturing = backend.capturing(dev);
+    if (capturing || (backend.checks_indices_on_device(dev) && !keyed_dropout_)) {
+      if (capturing && keyed_dropout_) {
         throw NotSupportedError(
             "model.moe.pad_to_capacity inside a CUDA graph (train.cuda_graph): the experts' "
             "adapters draw their dropout by assignment, which the host forms (model.lora.dropout "

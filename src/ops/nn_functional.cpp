@@ -640,11 +640,11 @@ Tensor index_add_rows(const Tensor& src, const Tensor& index, int64_t rows) {
                      src.device().str() + " (the index goes on src's device or the host)");
   }
   if (!(index.device() == src.device() && !index.device().is_cpu() &&
-        backend_for(src).capturing(src.device()))) {
+        backend_for(src).checks_indices_on_device(src.device()))) {
     // The backends add row by row through the index: one outside the
-    // output would write past it. (Inside a capture the device's index is
-    // checked by the backend, and a bad one reported by the graph's
-    // replays: cuda::Graph::check.)
+    // output would write past it. (Inside a capture, or a
+    // cuda::DeviceChecks, the device's index is checked by the backend, and
+    // a bad one reported by cuda::Graph::check or DeviceChecks::check.)
     const Tensor host = contiguous(cast(to_device(index, Device::cpu()), DType::I64));
     const int64_t* p = host.data<int64_t>();
     for (int64_t i = 0; i < host.numel(); ++i) {

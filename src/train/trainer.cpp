@@ -2171,7 +2171,8 @@ pipeline::PipelineExecutor& Trainer::executor_for(int64_t micro) {
 
 std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss,
                                                       std::vector<double>* group_squares,
-                                                      std::vector<int64_t>* check_words) const {
+                                                      const std::vector<Tensor>& words,
+                                                      std::vector<int64_t>* word_values) const {
   autograd::NoGradGuard ng;
   // The norm's square (ZeRO-1: of this rank's pieces) and the loss in one
   // read: the step's one wait for the device.
@@ -2208,17 +2209,30 @@ std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss,
     G = t.numel();
     for (int64_t i = 0; i < G; ++i) read.push_back(narrow(t, 0, i, 1));
   }
-  // A captured step's checks of its device ids and targets (train.cuda_graph)
-  // come back in the same copy, last: one word a check.
-  const std::vector<Tensor> words =
-      captured_ ? captured_->graph.check_words() : std::vector<Tensor>{};
-  read.insert(read.end(), words.begin(), words.end());
-  const std::vector<double> values = items(read);
-  if (check_words) {
-    check_words->clear();
-    for (auto w = values.end() - static_cast<std::ptrdiff_t>(words.size()); w != values.end(); ++w)
-      check_words->push_back(static_cast<int64_t>(*w));
+  // A padded mixture's routing statistics left on the device (a captured
+  // step's, or an uncaptured one's under a cuda::DeviceChecks) in the same
+  // copy, then the step's checks of its device indices, last: one word a
+  // check.
+  const Tensor moe = moe_stats_ ? moe_stats_->pending_values() : Tensor{};
+  std::vector<double> values;
+  if (moe.defined()) {
+    // (Not one element: every value as f64, one after another.)
+    std::vector<Tensor> flat;
+    for (const Tensor& t : read) flat.push_back(reshape(cast(t.detach(), DType::F64), {1}));
+    flat.push_back(moe);
+    for (const Tensor& t : words) flat.push_back(reshape(cast(t, DType::F64), {1}));
+    values = to_double_vector(concat(flat, 0));
+  } else {
+    read.insert(read.end(), words.begin(), words.end());
+    values = items(read);
   }
+  const auto words_at = values.end() - static_cast<std::ptrdiff_t>(words.size());
+  if (word_values) {
+    word_values->clear();
+    for (auto w = words_at; w != values.end(); ++w)
+      word_values->push_back(static_cast<int64_t>(*w));
+  }
+  if (moe.defined()) moe_stats_->settle(std::vector<double>(words_at - moe.numel(), words_at));
   const double loss = values.at(0) / step_loss.count;
   std::vector<double> square{squares.defined() ? values.at(1) : 0.0};
   auto at = values.begin() + (squares.defined() ? 2 : 1);
@@ -2606,7 +2620,14 @@ StepMetrics Trainer::train_step(int64_t index) {
   // (The timer traces the step's spans; the trace takes them as they are read.)
   step_timer().set_tracing(index >= trace_from_ && index < trace_to_);
   if (reducer_) reducer_->set_microbatches(batch_size(index) / dp_ / t.micro_batch_size);
+  // An uncaptured step on a GPU leaves the checks of the indices it forms
+  // on the device (a padded mixture's routing) to the kernels that read
+  // them, as a captured one does: read with the gradient norm, nothing
+  // waits for them.
+  std::optional<cuda::DeviceChecks> device_checks;
+  if (device_.is_cuda()) device_checks.emplace(device_.index);
   const StepLoss step_loss = forward_backward(index);
+  if (device_checks) device_checks->close();
   DeviceTimer& timer = step_timer();
   // (A captured step whose graph reduced the gradients itself has nothing
   // left to finish: train.cuda_graph under NCCL.)
@@ -2623,10 +2644,19 @@ StepMetrics Trainer::train_step(int64_t index) {
   if (scaler_) unscale_gradients();
   double norm = 0, loss = 0;
   std::vector<double> group_squares;  // (log.grad_norms; read with the norm)
-  std::vector<int64_t> check_words;   // (a captured step's, read with the norm)
-  std::tie(norm, loss) = grad_norm_and_loss(step_loss, &group_squares, &check_words);
-  // A replay's ids and targets out of range, before anything is updated.
-  if (captured_) captured_->graph.check(check_words);
+  // The checks of the step's indices on the device (a replay's ids and
+  // targets, an uncaptured padded mixture's routing), read with the norm.
+  const std::vector<Tensor> words = captured_       ? captured_->graph.check_words()
+                                    : device_checks ? device_checks->words()
+                                                    : std::vector<Tensor>{};
+  std::vector<int64_t> word_values;
+  std::tie(norm, loss) = grad_norm_and_loss(step_loss, &group_squares, words, &word_values);
+  // Indices out of range, before anything is updated.
+  if (captured_) {
+    captured_->graph.check(word_values);
+  } else if (device_checks) {
+    device_checks->check(word_values);
+  }
   double clip_coef = 1.0;
   std::vector<std::pair<std::string, double>> grad_norms =
       norms_by_group(grad_norm_groups_, /*of_grads=*/true, &group_squares);

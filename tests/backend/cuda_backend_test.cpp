@@ -1942,13 +1942,19 @@ TEST(CudaKernels, RouteTopKChoosesAsTheCpuDoes) {
 // (probs; scores in multiples of 1/8, many equal, f32 and f64, some
 // negative, -0 beside +0); the empty slots padding, the picked indices and each group's
 // counts; capacities under and over the loads, more assignments than a
-// block takes at once, tokens that could not choose (-1) left out.
+// block takes at once, tokens that could not choose (-1) left out. From 32
+// experts on (kernels::kListedExperts) each expert's assignments are
+// listed first (a counting sort in chunks of 32, groups and windows
+// straddling chunks), at up to DeepSeek-V3's 256 experts choosing 8.
 TEST(CudaKernels, CapacitySlotsFillAsTheCpuDoes) {
   struct Case {
     int64_t N, E, k, capacity, group;
+    bool ranks;  // (some expert over its capacity whose best are not its first)
   };
-  const Case cases[] = {
-      {300, 8, 2, 40, 100}, {300, 8, 2, 200, 300}, {77, 5, 3, 1, 7}, {9, 70, 4, 3, 9}};
+  const Case cases[] = {{300, 8, 2, 40, 100, true},    {300, 8, 2, 200, 300, false},
+                        {77, 5, 3, 1, 7, true},        {9, 70, 4, 3, 9, false},
+                        {31, 32, 1, 1, 31, true},      {600, 64, 4, 20, 150, true},
+                        {600, 64, 4, 400, 600, false}, {1000, 256, 8, 24, 125, true}};
   for (const Case& c : cases) {
     for (const DType ranked : {DType::I64, DType::F32, DType::F64}) {  // (I64: by position)
       SCOPED_TRACE("N " + std::to_string(c.N) + " E " + std::to_string(c.E) + " capacity " +
@@ -2030,7 +2036,7 @@ TEST(CudaKernels, CapacitySlotsFillAsTheCpuDoes) {
       EXPECT_EQ(cpu[3], counts);
       // (Where an expert is over its capacity, ranking keeps others than
       // the earliest.)
-      if (by_score && c.capacity < 100 && c.E <= 8) {
+      if (by_score && c.ranks) {
         EXPECT_TRUE(ranked_some);
       }
     }
@@ -4291,6 +4297,96 @@ TEST(CudaGraphs, TheTokenTablesGradientSortsItsIdsOnTheDevice) {
   }
 }
 
+// cuda::DeviceChecks: outside a capture, lookups and sums through ids
+// already on the device (embedding's forward and backward, index_add_rows)
+// check the ids in their kernels instead of reading them back: the same
+// results, bit for bit, and (on the simulator) no wait until the words are
+// read. A bad id is named by check(), or by the words read with other
+// values. One scope at a time on a thread, none inside a capture; a
+// capture inside one keeps its own checks.
+TEST(CudaGraphs, DeviceChecksLeaveAnEagerLookupsChecksToTheDevice) {
+  const int64_t V = 50, C = 8, N = 40;
+  std::vector<int64_t> ids(N);
+  for (int64_t i = 0; i < N; ++i) ids[i] = (i * 13 + 5) % V;
+  for (int64_t i = 20; i < 30; ++i) ids[i] = 7;  // (one id many times)
+  const Tensor w0 = to_device(randn({V, C}, 3, 1, 1.0, DType::F32), kGpu);
+  const Tensor src0 = to_device(randn({N, C}, 5, 1, 1.0, DType::F32), kGpu);
+  const Tensor dy = to_device(randn({N, C}, 4, 1, 1.0, DType::F32), kGpu);
+  const Tensor dsum = to_device(randn({V, C}, 6, 1, 1.0, DType::F32), kGpu);
+  Tensor dev_ids = to_device(from_vector(ids, {N}, DType::I64), kGpu);
+  struct Result {
+    Tensor looked_up, summed, dw, dsrc;
+  };
+  auto run = [&] {
+    Tensor w = w0.detach().set_requires_grad(true), src = src0.detach().set_requires_grad(true);
+    Result r{embedding(w, dev_ids), index_add_rows(src, dev_ids, V), {}, {}};
+    autograd::backward({r.looked_up, r.summed}, {dy, dsum});
+    r.dw = w.grad();
+    r.dsrc = src.grad();
+    return r;
+  };
+  const Result expected = run();
+  cuda::synchronize(0);
+  Result got;
+  {
+#ifdef TRIAD_CUDA_SIM
+    const int64_t waits = triad_sim::counters().host_waits;
+#endif
+    cuda::DeviceChecks checks(0);
+    EXPECT_TRUE(backend_for(dev_ids).checks_indices_on_device(kGpu));
+    got = run();
+    checks.close();
+    EXPECT_FALSE(backend_for(dev_ids).checks_indices_on_device(kGpu));
+#ifdef TRIAD_CUDA_SIM
+    EXPECT_EQ(triad_sim::counters().host_waits, waits);  // nothing read
+#endif
+    EXPECT_EQ(checks.words().size(), 4u);  // (each pass's lookup and sum)
+    EXPECT_NO_THROW(checks.check());
+  }
+  EXPECT_TRUE(same_bytes(got.looked_up, expected.looked_up));
+  EXPECT_TRUE(same_bytes(got.summed, expected.summed));
+  EXPECT_TRUE(same_bytes(got.dw, expected.dw));
+  EXPECT_TRUE(same_bytes(got.dsrc, expected.dsrc));
+  // A bad id: named by check(), or by the words read with other values.
+  std::vector<int64_t> bad = ids;
+  bad[13] = V;
+  backend_for(dev_ids).copy(from_vector(bad, {N}, DType::I64), dev_ids);
+  {
+    cuda::DeviceChecks checks(0);
+    const Tensor out = embedding(w0, dev_ids);
+    checks.close();
+    try {
+      checks.check();
+      ADD_FAILURE() << "no error for an id past the table";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "token id 50 at position 13 is outside [0, 50) (found on the device)"),
+                std::string::npos)
+          << e.what();
+    }
+    std::vector<int64_t> read;
+    for (const double w : items(checks.words())) read.push_back(static_cast<int64_t>(w));
+    EXPECT_EQ(read, std::vector<int64_t>{13});
+    EXPECT_THROW(checks.check(read), ValueError);
+    EXPECT_THROW(checks.check({}), ValueError);  // (one word a check)
+  }
+  // Without a scope the host reads and refuses it at once.
+  EXPECT_THROW(embedding(w0, dev_ids), ValueError);
+  // One scope at a time; none inside a capture; a capture inside one keeps
+  // its own checks.
+  {
+    cuda::DeviceChecks outer(0);
+    EXPECT_THROW(cuda::DeviceChecks inner(0), Error);
+    Tensor out;
+    cuda::Graph g = cuda::capture(0, [&] { out = embedding(w0, dev_ids); });
+    EXPECT_TRUE(outer.words().empty());
+    g.replay();
+    EXPECT_THROW(g.check(), ValueError);
+  }
+  EXPECT_THROW(cuda::capture(0, [&] { cuda::DeviceChecks inside(0); }), Error);
+  EXPECT_NO_THROW(cuda::DeviceChecks again(0));
+}
+
 // Dropout's seed and offsets are its kernel's arguments, so a graph would
 // draw the same mask at every replay: the capture refuses it, naming why,
 // and the stream works on as before.
@@ -4578,8 +4674,85 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
   const double loss = t.step(1).loss;
   EXPECT_EQ(triad_sim::counters().host_waits - before, 1);
   EXPECT_TRUE(std::isfinite(loss));
+  // A mixture padded to its capacity too: its routing stays on the device
+  // (cuda::DeviceChecks), its statistics read with the norm.
+  const std::string moe =
+      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0, moe: "
+      "{experts: 4, top_k: 2, capacity_factor: 1.0, pad_to_capacity: true, z_loss_coef: 0.001}}";
+  train::Trainer m(train_config(dir, moe, "cuda", "bf16", 3, 4, 97, "_moe", 2));
+  m.step(0);
+  const int64_t moe_before = triad_sim::counters().host_waits;
+  const train::StepMetrics metrics = m.step(1);
+  EXPECT_EQ(triad_sim::counters().host_waits - moe_before, 1);
+  EXPECT_GT(metrics.moe_balance, 0.0);
+  EXPECT_GT(metrics.moe_z_loss, 0.0);
 }
 #endif
+
+// A mixture padded to its capacity under a cuda::DeviceChecks leaves its
+// routing on the device (no wait; its statistics pending until settled):
+// the loss, every gradient and the statistics are those of the layer that
+// reads its routing on the host, bit for bit, under both drop policies.
+TEST(CudaModel, APaddedMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) {
+  for (const auto policy :
+       {nn::GptConfig::Moe::DropPolicy::Probs, nn::GptConfig::Moe::DropPolicy::Position}) {
+    nn::GptConfig cfg{
+        .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
+    cfg.moe.experts = 4;
+    cfg.moe.top_k = 2;
+    cfg.moe.capacity_factor = 0.75;  // (some assignments dropped)
+    cfg.moe.drop_policy = policy;
+    cfg.moe.pad_to_capacity = true;
+    cfg.moe.z_loss_coef = 0.001;
+    cfg.moe.aux_loss_scope = nn::GptConfig::Moe::BalanceScope::Sequence;
+    nn::Gpt host_read(cfg, 9), on_device(cfg, 9);
+    for (nn::Gpt* m : {&host_read, &on_device}) {
+      m->to(kGpu);
+      m->to(DType::BF16);
+    }
+    const auto [ids, tg] = token_batch(2, 16);
+    auto run = [&](nn::Gpt& m, nn::MoeStats& stats) {
+      nn::ForwardContext ctx{.training = true};
+      ctx.moe_stats = std::shared_ptr<nn::MoeStats>(&stats, [](nn::MoeStats*) {});
+      Tensor loss = m.loss(ids, tg, ctx);
+      autograd::backward({loss});
+      return loss;
+    };
+    nn::MoeStats read_stats, device_stats;
+    const Tensor expected = run(host_read, read_stats);
+    EXPECT_EQ(read_stats.records, 2);
+    Tensor got;
+    {
+#ifdef TRIAD_CUDA_SIM
+      const int64_t waits = triad_sim::counters().host_waits;
+#endif
+      cuda::DeviceChecks checks(0);
+      got = run(on_device, device_stats);
+      checks.close();
+#ifdef TRIAD_CUDA_SIM
+      EXPECT_EQ(triad_sim::counters().host_waits, waits);
+#endif
+      EXPECT_EQ(device_stats.pending.size(), 2u);
+      EXPECT_FALSE(checks.words().empty());
+      checks.check();
+    }
+    device_stats.settle();
+    EXPECT_TRUE(same_bytes(got, expected));
+    EXPECT_EQ(device_stats.records, read_stats.records);
+    EXPECT_EQ(device_stats.balance_sum, read_stats.balance_sum);
+    EXPECT_EQ(device_stats.max_load, read_stats.max_load);
+    EXPECT_EQ(device_stats.dropped_sum, read_stats.dropped_sum);
+    EXPECT_GT(read_stats.dropped_sum, 0.0);
+    EXPECT_EQ(device_stats.z_loss_sum, read_stats.z_loss_sum);
+    EXPECT_EQ(device_stats.loads, read_stats.loads);
+    const auto a = host_read.named_parameters(), b = on_device.named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(a[i].second.grad().defined()) << a[i].first;
+      EXPECT_TRUE(same_bytes(a[i].second.grad(), b[i].second.grad())) << a[i].first;
+    }
+  }
+}
 
 // train.cuda_graph: the trainer's second step captures its passes (two
 // micro-batches) and the later steps replay them on their own batches: the

@@ -631,14 +631,25 @@ TEST(MoeMlp, PaddedToCapacityEqualsTheRoutingReadOnTheHost) {
 // Statistics left on the device (a CUDA graph's) read as those recorded
 // at once: MoeStats::settle reads every pending layer's counts, summed
 // probabilities and z-loss in one copy and records each as record_counts.
+// Layer 2's routing left on the device: counts (2, 4) of 4 tokens choosing
+// 2, summed probabilities (2, 4) and a z-loss of 0.25, at capacity 3.
+MoeStats::Pending later_pending(const std::vector<double>& counts,
+                                const std::vector<double>& sums) {
+  return {2,
+          4,
+          2,
+          3,
+          from_vector(counts, {2, 4}, DType::I64),
+          from_vector(sums, {2, 4}, DType::F32),
+          from_vector(std::vector<double>{0.25}, {}, DType::F32)};
+}
+
 TEST(MoeStats, SettleRecordsWhatThePendingCountsSay) {
   const std::vector<double> counts{3, 1, 0, 4, 2, 2, 3, 1}, sums{1.5, 0.5, 1, 1, 2, 1, 0.5, 0.5};
   MoeStats now, later;
   now.record_counts(2, counts, sums, 0.25, 4, 2, 4, 3);
   now.record_counts(5, counts, sums, 0.0, 4, 2, 4, 2);
-  later.pending.push_back({2, 4, 2, 3, from_vector(counts, {2, 4}, DType::I64),
-                           from_vector(sums, {2, 4}, DType::F32),
-                           from_vector(std::vector<double>{0.25}, {}, DType::F32)});
+  later.pending.push_back(later_pending(counts, sums));
   later.pending.push_back({5, 4, 2, 2, from_vector(counts, {2, 4}, DType::I64),
                            from_vector(sums, {2, 4}, DType::F32), Tensor{}});
   later.settle();
@@ -657,6 +668,32 @@ TEST(MoeStats, SettleRecordsWhatThePendingCountsSay) {
   EXPECT_DOUBLE_EQ(now.z_loss_sum, 0.25);
   later.settle();  // (nothing pending: nothing changes)
   EXPECT_EQ(later.records, 2);
+  EXPECT_FALSE(later.pending_values().defined());
+  // In two halves (a caller reading the values with its own): the same
+  // records; a wrong count of values is refused and keeps the records.
+  MoeStats halves;
+  halves.pending = {later_pending(counts, sums)};
+  const Tensor values = halves.pending_values();
+  ASSERT_EQ(values.numel(), 8 + 8 + 1);
+  std::vector<double> read = to_double_vector(values);
+  EXPECT_THROW(halves.settle(std::vector<double>(read.begin(), read.end() - 1)), ValueError);
+  ASSERT_EQ(halves.pending.size(), 1u);
+  halves.settle(read);
+  EXPECT_EQ(halves.records, 1);
+  EXPECT_EQ(halves.loads.at(2), now.loads.at(2));
+  // Counts short of every token's top_k choices: some tokens chose no
+  // expert (their router scores not finite), named with the layer.
+  std::vector<double> short_counts = counts;
+  short_counts[5] -= 2;
+  halves.pending = {later_pending(short_counts, sums)};
+  try {
+    halves.settle();
+    ADD_FAILURE() << "no error for tokens that chose no expert";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("(layer 2): 2 of the 16 routing choices chose no expert"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MoeMlp, GradientsOfInputRouterAndExpertsMatchFiniteDifferences) {

@@ -385,6 +385,12 @@ class Backend {
     (void)device;
     return false;
   }
+  // Whether indices on `device` are checked by the kernels that read them
+  // rather than on the host: while capturing, and (CUDA) while a
+  // cuda::DeviceChecks is open on this thread for the device. Ops that
+  // would read indices back only to check them then leave them where they
+  // are.
+  virtual bool checks_indices_on_device(const Device& device) const { return capturing(device); }
   // While capturing (capturing()): inv = 1 / (the targets not equal to
   // ignore_index), 0 when there are none: one element of f32 or f64 on
   // targets' device, formed in f64 and rounded once, as 1.0 / count on the

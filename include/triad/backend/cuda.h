@@ -134,6 +134,36 @@ class Graph {
 // thread's capture mode relaxed, which CUDA 13 requires.)
 Graph capture(int device, const std::function<void()>& record);
 
+// Index checks left to the device outside a capture, as a capture leaves
+// them. While a DeviceChecks is open on this thread for `device`, lookups
+// and sums through indices already on that device (embedding's forward and
+// backward, index_add_rows) check the indices in their kernels instead of
+// reading them to the host, and a mixture of experts padded to its capacity
+// (model.moe.pad_to_capacity) keeps its routing on the device: its step
+// queues without the host waiting for the device (the trainer opens one
+// around each uncaptured step and reads its words with the gradient norm).
+// A bad index reads no memory, but what is computed from it is wrong:
+// check before using the results. The scope is open from construction
+// until close() or destruction, and its words stay readable after it:
+// words() and check(words) work as Graph's check_words() and check(words);
+// check() reads the words itself (one wait). A capture opened inside the
+// scope keeps its own checks. Throws Error when a capture or another
+// DeviceChecks is open on this thread.
+class DeviceChecks {
+ public:
+  explicit DeviceChecks(int device);
+  ~DeviceChecks();
+  DeviceChecks(const DeviceChecks&) = delete;
+  DeviceChecks& operator=(const DeviceChecks&) = delete;
+  void close();
+  std::vector<Tensor> words() const;
+  void check() const;
+  void check(const std::vector<int64_t>& words) const;
+
+ private:
+  std::shared_ptr<detail::CaptureChecks> checks_;
+};
+
 // GPU time per backend op, to see where a step goes on a machine whose
 // hardware counters cannot be read. While profiling is on, every backend
 // call that queues work on a device's compute stream (the outermost, when a

@@ -140,15 +140,24 @@ struct MoeStats {
                      const std::vector<double>& sums, double z_loss, int64_t sequence,
                      int64_t top_k, int64_t experts, int64_t capacity);
   // The same left on the device, where a CUDA graph's replays write it
-  // (model.moe.pad_to_capacity inside train.cuda_graph): counts (S, E) i64,
-  // sums (S, E) and z (one element; undefined without a z-loss). settle()
-  // reads them all in one copy and records them; a reader of the fields
-  // above calls it first.
+  // (model.moe.pad_to_capacity inside train.cuda_graph, or in a step under
+  // a cuda::DeviceChecks): counts (S, E) i64, sums (S, E) and z (one
+  // element; undefined without a z-loss). settle() reads them all in one
+  // copy and records them; a reader of the fields above calls it first.
+  // In two halves, for a caller that reads them with its own values in one
+  // wait: pending_values() gives them as one f64 tensor on their device
+  // (undefined when nothing is pending), settle(values) takes that
+  // tensor's values, read. Either throws ValueError naming the layer when
+  // some of its tokens chose no expert (a router's scores not finite, which
+  // the host's routing reports as it reads them), and ValueError unless
+  // `values` are pending_values()' count.
   struct Pending {
     int64_t layer = 0, sequence = 1, top_k = 1, capacity = 1;
     Tensor counts, sums, z;
   };
   std::vector<Pending> pending;
+  Tensor pending_values() const;
+  void settle(const std::vector<double>& values);
   void settle();
   double mean_balance() const { return records ? balance_sum / static_cast<double>(records) : 0; }
   double mean_dropped() const { return records ? dropped_sum / static_cast<double>(records) : 0; }

@@ -202,15 +202,18 @@ class Trainer {
   };
   // The step's global gradient norm (before clipping) and this rank's loss,
   // read from the device in one copy, with the side losses' sums
-  // (mtp_stats_, z_loss_stats_: LossSums::read). Collective over the
-  // pipeline, the tensor-parallel group and (ZeRO-1) the world, as the
-  // norm is.
+  // (mtp_stats_, z_loss_stats_: LossSums::read) and the mixture's routing
+  // left on the device (moe_stats_, settled: MoeStats::pending). Collective
+  // over the pipeline, the tensor-parallel group and (ZeRO-1) the world,
+  // as the norm is.
   // With `group_squares` under log.grad_norms, the groups' squares too;
-  // with `check_words` a captured step's checks of its device ids and
-  // targets (cuda::Graph::check_words), for cuda::Graph::check.
+  // `words` (a captured step's cuda::Graph::check_words, or an uncaptured
+  // one's cuda::DeviceChecks::words: its checks of its device indices)
+  // come back in `word_values`, for their check(word_values).
   std::pair<double, double> grad_norm_and_loss(const StepLoss& step_loss,
                                                std::vector<double>* group_squares = nullptr,
-                                               std::vector<int64_t>* check_words = nullptr) const;
+                                               const std::vector<Tensor>& words = {},
+                                               std::vector<int64_t>* word_values = nullptr) const;
   // Forward and backward of this rank's share of step `index`. Times its
   // passes in step_timer() (and, for pipelines, the whole of them as
   // "pipeline").

@@ -49,6 +49,20 @@ void Graph::release() {}
 Graph capture(int, const std::function<void()>&) {
   absent("capture");
 }
+DeviceChecks::DeviceChecks(int) {
+  absent("DeviceChecks");
+}
+DeviceChecks::~DeviceChecks() = default;
+void DeviceChecks::close() {}
+std::vector<Tensor> DeviceChecks::words() const {
+  absent("DeviceChecks::words");
+}
+void DeviceChecks::check() const {
+  absent("DeviceChecks::check");
+}
+void DeviceChecks::check(const std::vector<int64_t>&) const {
+  absent("DeviceChecks::check");
+}
 size_t device_memory(int) {
   absent("device_memory");
 }

@@ -323,6 +323,8 @@ std::vector<int64_t> host_indices(CudaBackend& be, const Tensor& ids) {
 
 // The capture open on this thread (cuda::capture), if any.
 thread_local CaptureChecks* t_capture = nullptr;
+// The checks left to the device outside a capture (cuda::DeviceChecks), if any.
+thread_local CaptureChecks* t_deferred = nullptr;
 
 // Indices a capture's kernel reads and checks itself: contiguous on the
 // device, and the word that kernel lowers to the first index out of
@@ -358,6 +360,42 @@ void require_index(const char* op, const Tensor& t) {
 CaptureChecks* open_capture(int device) {
   return t_capture != nullptr && t_capture->device == device ? t_capture : nullptr;
 }
+
+CaptureChecks* open_checks(int device) {
+  if (CaptureChecks* capture = open_capture(device)) return capture;
+  return t_deferred != nullptr && t_deferred->device == device ? t_deferred : nullptr;
+}
+
+namespace {
+
+std::vector<Tensor> check_words(const CaptureChecks* checks) {
+  std::vector<Tensor> out;
+  if (checks)
+    for (const CaptureChecks::Check& c : checks->checks) out.push_back(c.word);
+  return out;
+}
+
+void throw_bad_index(const CaptureChecks* checks, const std::vector<int64_t>& words,
+                     const char* api, const char* found_by) {
+  const size_t n = checks ? checks->checks.size() : 0;
+  if (words.size() != n) {
+    throw ValueError(std::string(api) + ": " + std::to_string(words.size()) + " words for " +
+                     std::to_string(n) + " checks (one each expected)");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const CaptureChecks::Check& c = checks->checks[i];
+    const int64_t at = words[i];
+    if (at == -1) continue;
+    Tensor ids = triad::empty(c.indices.shape(), c.indices.dtype(), Device::cpu());
+    cuda_backend().copy(c.indices, ids);
+    const int64_t value =
+        ids.dtype() == DType::I64 ? ids.data<int64_t>()[at] : int64_t{ids.data<int32_t>()[at]};
+    throw ValueError(c.what + " " + std::to_string(value) + " at position " + std::to_string(at) +
+                     " is outside [0, " + std::to_string(c.bound) + ") (" + found_by + ")");
+  }
+}
+
+}  // namespace
 
 CudaBackend::CudaBackend() = default;
 CudaBackend::~CudaBackend() = default;
@@ -495,10 +533,14 @@ bool CudaBackend::capturing(const Device& device) const {
   return device.is_cuda() && open_capture(device.index) != nullptr;
 }
 
+bool CudaBackend::checks_indices_on_device(const Device& device) const {
+  return device.is_cuda() && open_checks(device.index) != nullptr;
+}
+
 void CudaBackend::inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
                                        Tensor& inv, const char* op) {
   require_index(op, targets);
-  CaptureChecks* capture = open_capture(inv.device().index);
+  CaptureChecks* capture = open_checks(inv.device().index);
   if (!capture || targets.device() != inv.device()) {
     Backend::inverse_target_count(targets, ignore_index, classes, inv, op);  // (refuses)
     return;
@@ -520,7 +562,7 @@ void CudaBackend::inverse_target_count(const Tensor& targets, int64_t ignore_ind
 void CudaBackend::vocab_shard_ids(const Tensor& ids, int64_t start, int64_t valid, int64_t vocab,
                                   Tensor& local, Tensor& keep, const char* op) {
   require_index(op, ids);
-  CaptureChecks* capture = open_capture(local.device().index);
+  CaptureChecks* capture = open_checks(local.device().index);
   if (!capture || ids.device() != local.device() || keep.device() != local.device()) {
     Backend::vocab_shard_ids(ids, start, valid, vocab, local, keep, op);  // (refuses)
     return;
@@ -1562,10 +1604,11 @@ void CudaBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Ten
   require_nn("embedding", weight.dtype());
   require_index("embedding", ids);
   const int64_t V = weight.size(0), C = weight.size(1), N = ids.numel();
-  if (CaptureChecks* capture = open_capture(out.device().index);
+  if (CaptureChecks* capture = open_checks(out.device().index);
       capture && ids.device() == out.device()) {
-    // A capture cannot wait for the ids: the kernel checks them, and the
-    // graph's replays report a bad one (cuda::Graph::check).
+    // A capture cannot wait for the ids (nor need a cuda::DeviceChecks):
+    // the kernel checks them, and Graph::check or DeviceChecks::check
+    // reports a bad one.
     DeviceState& s = state(out.device().index);
     DeviceGuard g(s.index);
     const auto [dev_ids, bad] = checked_indices(*this, s, *capture, "embedding: token id", ids, V);
@@ -1619,11 +1662,11 @@ void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, 
   require_index("embedding_backward", ids);
   const int64_t V = dweight.size(0), C = dweight.size(1), N = ids.numel();
   const bool f32_grad = dweight.dtype() == DType::F32 && dout.dtype() != DType::F32;
-  if (CaptureChecks* capture = open_capture(dweight.device().index);
+  if (CaptureChecks* capture = open_checks(dweight.device().index);
       capture && ids.device() == dweight.device()) {
-    // In a capture the ids cannot come to the host: the device sorts them
-    // into the same pieces (kernels/embedding.h), its grids sized for the
-    // most pieces N ids can make.
+    // In a capture (or a cuda::DeviceChecks) the ids do not come to the
+    // host: the device sorts them into the same pieces (kernels/embedding.h),
+    // its grids sized for the most pieces N ids can make.
     DeviceState& s = state(dweight.device().index);
     DeviceGuard g(s.index);
     const auto [dev_ids, bad] =
@@ -2110,11 +2153,16 @@ void CudaBackend::capacity_slots(const Tensor& choice, const Tensor& scores, int
   const k::CapacityShape shape{choice.size(0), experts, choice.size(1), capacity, group};
   DeviceState& s = state(choice.device().index);
   DeviceGuard g(s.index);
+  // (Many experts list their assignments first, in a workspace.)
+  const size_t bytes = k::capacity_lists(shape).bytes;
+  std::optional<Scratch> ws;
+  if (bytes > 0) ws.emplace(s.allocator, bytes);
   launch(s.index, s.stream, "capacity_slots", [&] {
     k::capacity_slots(choice.data<int64_t>(), scores.defined() ? scores.raw_data() : nullptr,
                       scalar(scores.defined() ? scores.dtype() : DType::F32), shape,
                       slot_token.data<int64_t>(), slot_assignment.data<int64_t>(),
-                      picked.data<int64_t>(), counts.data<int64_t>(), s.stream);
+                      picked.data<int64_t>(), counts.data<int64_t>(), ws ? ws->get() : nullptr,
+                      s.stream);
   });
 }
 
@@ -2227,10 +2275,7 @@ void Graph::release() {
 
 std::vector<Tensor> Graph::check_words() const {
   if (exec_ == nullptr) throw Error("cuda::Graph::check: an empty graph (nothing captured)");
-  std::vector<Tensor> out;
-  if (checks_)
-    for (const detail::CaptureChecks::Check& c : checks_->checks) out.push_back(c.word);
-  return out;
+  return detail::check_words(checks_.get());
 }
 
 void Graph::check() const {
@@ -2244,24 +2289,8 @@ void Graph::check() const {
 
 void Graph::check(const std::vector<int64_t>& words) const {
   if (exec_ == nullptr) throw Error("cuda::Graph::check: an empty graph (nothing captured)");
-  const size_t checks = checks_ ? checks_->checks.size() : 0;
-  if (words.size() != checks) {
-    throw ValueError("cuda::Graph::check: " + std::to_string(words.size()) + " words for " +
-                     std::to_string(checks) + " checks (one each expected)");
-  }
-  detail::CudaBackend& be = cuda_backend();
-  for (size_t i = 0; i < checks; ++i) {
-    const detail::CaptureChecks::Check& c = checks_->checks[i];
-    const int64_t at = words[i];
-    if (at == -1) continue;
-    Tensor ids = triad::empty(c.indices.shape(), c.indices.dtype(), Device::cpu());
-    be.copy(c.indices, ids);
-    const int64_t value =
-        ids.dtype() == DType::I64 ? ids.data<int64_t>()[at] : int64_t{ids.data<int32_t>()[at]};
-    throw ValueError(c.what + " " + std::to_string(value) + " at position " + std::to_string(at) +
-                     " is outside [0, " + std::to_string(c.bound) +
-                     ") (found by a replay of a CUDA graph)");
-  }
+  detail::throw_bad_index(checks_.get(), words, "cuda::Graph::check",
+                          "found by a replay of a CUDA graph");
 }
 
 void Graph::replay() const {
@@ -2347,6 +2376,42 @@ Graph capture(int device, const std::function<void()>& record) {
   out.exec_ = exec;
   out.checks_ = std::move(checks);
   return out;
+}
+
+DeviceChecks::DeviceChecks(int device) {
+  if (detail::t_capture != nullptr || detail::t_deferred != nullptr) {
+    throw Error("cuda::DeviceChecks on cuda:" + std::to_string(device) + ": " +
+                (detail::t_capture != nullptr ? "a CUDA graph's capture" : "another DeviceChecks") +
+                " is open on this thread (its checks are the device's already)");
+  }
+  (void)cuda_backend().state(device);  // (names a visible device, or throws)
+  checks_ = std::make_shared<detail::CaptureChecks>();
+  checks_->device = device;
+  detail::t_deferred = checks_.get();
+}
+
+DeviceChecks::~DeviceChecks() {
+  close();
+}
+
+void DeviceChecks::close() {
+  if (detail::t_deferred == checks_.get()) detail::t_deferred = nullptr;
+}
+
+std::vector<Tensor> DeviceChecks::words() const {
+  return detail::check_words(checks_.get());
+}
+
+void DeviceChecks::check() const {
+  const std::vector<Tensor> w = words();
+  if (w.empty()) return;
+  std::vector<int64_t> values;
+  for (const double v : items(w)) values.push_back(static_cast<int64_t>(v));
+  check(values);
+}
+
+void DeviceChecks::check(const std::vector<int64_t>& words) const {
+  detail::throw_bad_index(checks_.get(), words, "cuda::DeviceChecks::check", "found on the device");
 }
 
 size_t device_memory(int device) {

@@ -37,6 +37,10 @@ struct CaptureChecks {
 };
 // The capture open on this thread for `device` (cuda::capture), or null.
 CaptureChecks* open_capture(int device);
+// Where this thread's kernels leave their index checks for `device`: the
+// open capture's, else an open cuda::DeviceChecks', else null (the host
+// reads the indices).
+CaptureChecks* open_checks(int device);
 
 class CudaBackend final : public Backend {
  public:
@@ -51,6 +55,7 @@ class CudaBackend final : public Backend {
   void document_starts(const Tensor& ids, int64_t eod, int64_t window, Tensor& starts,
                        Tensor* positions) override;
   bool capturing(const Device& device) const override;
+  bool checks_indices_on_device(const Device& device) const override;
   void inverse_target_count(const Tensor& targets, int64_t ignore_index, int64_t classes,
                             Tensor& inv, const char* op) override;
   void vocab_shard_ids(const Tensor& ids, int64_t start, int64_t valid, int64_t vocab,
@@ -171,9 +176,9 @@ class CudaBackend final : public Backend {
   void sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out) override;
   void route_top_k(const Tensor& scores, const Tensor& bias, int64_t groups, int64_t top_groups,
                    int64_t group_best, Tensor& choice, Tensor* chosen = nullptr) override;
-  void capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts,
-                      int64_t capacity, int64_t group, Tensor& slot_token, Tensor& slot_assignment,
-                      Tensor& picked, Tensor& counts) override;
+  void capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts, int64_t capacity,
+                      int64_t group, Tensor& slot_token, Tensor& slot_assignment, Tensor& picked,
+                      Tensor& counts) override;
 
   // Per-device state, created on first use of the device.
   struct DeviceState;
