@@ -276,40 +276,38 @@ __global__ void __launch_bounds__(kChunkThreads)
   }
 }
 
-// Block e: its chunks' counts into where each chunk's start in its list
-// (in place), and its load (base[e]).
-__global__ void __launch_bounds__(kSlotThreads)
-    list_offsets_kernel(int64_t chunks, int64_t* at, int64_t* base) {
-  __shared__ int64_t scan[kSlotThreads];
-  const int e = blockIdx.x, t = threadIdx.x;
-  int64_t* mine = at + e * chunks;
+// v[0, n) into its exclusive prefix sums, in place, by the whole block (a
+// window of kSlotThreads at a time); returns their total.
+__device__ int64_t scan_in_place(int64_t* v, int64_t n, int64_t* scan) {
+  const int t = threadIdx.x;
   int64_t before = 0;
-  for (int64_t start = 0; start < chunks; start += kSlotThreads) {
-    const int64_t c = start + t;
-    const int64_t v = c < chunks ? mine[c] : 0;
-    const int64_t inclusive = block_scan(v, scan);
-    if (c < chunks) mine[c] = before + inclusive - v;
+  for (int64_t start = 0; start < n; start += kSlotThreads) {
+    const int64_t i = start + t;
+    const int64_t x = i < n ? v[i] : 0;
+    const int64_t inclusive = block_scan(x, scan);
+    if (i < n) v[i] = before + inclusive - x;
     before += scan[kSlotThreads - 1];
     __syncthreads();
   }
-  if (t == 0) base[e] = before;
+  return before;
+}
+
+// Block e: its chunks' counts into each chunk's start in its list, and its
+// load (base[e]).
+__global__ void __launch_bounds__(kSlotThreads)
+    list_offsets_kernel(int64_t chunks, int64_t* at, int64_t* base) {
+  __shared__ int64_t scan[kSlotThreads];
+  const int e = blockIdx.x;
+  const int64_t load = scan_in_place(at + e * chunks, chunks, scan);
+  if (threadIdx.x == 0) base[e] = load;
 }
 
 // One block: the experts' loads (base[e]) into each list's start, and the
 // lists' end (base[E]).
 __global__ void __launch_bounds__(kSlotThreads) list_bases_kernel(int E, int64_t* base) {
   __shared__ int64_t scan[kSlotThreads];
-  const int t = threadIdx.x;
-  int64_t before = 0;
-  for (int64_t start = 0; start < E; start += kSlotThreads) {
-    const int64_t e = start + t;
-    const int64_t v = e < E ? base[e] : 0;
-    const int64_t inclusive = block_scan(v, scan);
-    if (e < E) base[e] = before + inclusive - v;
-    before += scan[kSlotThreads - 1];
-    __syncthreads();
-  }
-  if (t == 0) base[E] = before;
+  const int64_t end = scan_in_place(base, E, scan);
+  if (threadIdx.x == 0) base[E] = end;
 }
 
 // Chunk c's assignments, in order, each into its expert's list.

@@ -581,6 +581,45 @@ Tensor MoeMlp::assignment_keys(const Routing& routing, int64_t N, const DropoutD
   return to_device(from_vector(keys, {static_cast<int64_t>(keys.size())}, DType::I64), device);
 }
 
+Tensor MoeMlp::device_assignment_keys(const Tensor& slot_assignment, int64_t N,
+                                      const DropoutDraw& draw) const {
+  if (draw.pieces) {
+    throw NotSupportedError(
+        "MoeMlp: assignment keys formed on the device for rows held as pieces of their sequences "
+        "(context parallelism refuses model.moe.pad_to_capacity)");
+  }
+  autograd::NoGradGuard no_grad;
+  const Device dev = slot_assignment.device();
+  const int64_t A = N * top_k_;
+  // key = (call N + n) k + j = call A + a (modulo 2^64, as the host's):
+  // the call's part is a fill's value, exact below 2^53.
+  const uint64_t base = draw.call * static_cast<uint64_t>(A);
+  if (base >= (uint64_t{1} << 53)) {
+    throw NotSupportedError("MoeMlp: LoRA dropout keys at call " + std::to_string(draw.call) +
+                            " of " + std::to_string(A) +
+                            " assignments formed on the device (their base passes 2^53)");
+  }
+  // (Integer arithmetic on the backend, elementwise over the rows.)
+  const Tensor a = contiguous(slot_assignment);
+  const int64_t M = a.numel();
+  auto op = [&](BinaryOp o, const Tensor& x, const Tensor& y) {
+    Tensor out = empty({M}, DType::I64, dev);
+    backend_for(out).binary(o, x, y, out);
+    return out;
+  };
+  const Tensor total = full({M}, static_cast<double>(A), DType::I64, dev);
+  // (a / A is 1 for the padding's assignment A alone: keyed as A - 1.)
+  Tensor keys = op(BinaryOp::Add, op(BinaryOp::Sub, a, op(BinaryOp::Div, a, total)),
+                   full({M}, static_cast<double>(base), DType::I64, dev));
+  if (draw.calls.defined()) {
+    // The replay's call: its count, in device memory, times A.
+    const Tensor calls = contiguous(draw.calls);
+    const Tensor count = make_view(calls, {M}, {0}, calls.offset());
+    keys = op(BinaryOp::Add, keys, op(BinaryOp::Mul, count, total));
+  }
+  return keys;
+}
+
 bool MoeMlp::grouped_experts() const {
   // GPT-2's GELU keeps its epilogues in each expert's products; adapters
   // and biases are each expert's own.
@@ -822,6 +861,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   Tensor picked_at, token_at, assignment_at;
   std::vector<int64_t> per_expert;
   Tensor counts;  // pad_to_capacity: (S, E) i64, each sequence's assignments per expert
+  Tensor keys;    // the experts' adapters' dropout keys, formed on the device (padded)
   bool recorded = false;
   if (padded) {
     Backend& backend = backend_for(probs);
@@ -842,17 +882,12 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     per_expert.assign(static_cast<size_t>(E), capacity);
     // Inside a capture, or a cuda::DeviceChecks (the trainer's uncaptured
     // steps on a GPU), the host reads nothing: the ops take the device's
-    // indices and check them there, and the routing's statistics wait on
-    // the device for the step's end (MoeStats::settle). (The experts'
-    // adapters' dropout keys come from the host's routing: read then.)
-    const bool capturing = backend.capturing(dev);
-    if (capturing || (backend.checks_indices_on_device(dev) && !keyed_dropout_)) {
-      if (capturing && keyed_dropout_) {
-        throw NotSupportedError(
-            "model.moe.pad_to_capacity inside a CUDA graph (train.cuda_graph): the experts' "
-            "adapters draw their dropout by assignment, which the host forms (model.lora.dropout "
-            "0 on mlp.c_fc and mlp.c_proj)");
-      }
+    // indices and check them there, the experts' adapters' dropout keys
+    // are formed there, and the routing's statistics wait on the device
+    // for the step's end (MoeStats::settle).
+    if (backend.capturing(dev) || backend.checks_indices_on_device(dev)) {
+      if (ctx.training && keyed_dropout_)
+        keys = device_assignment_keys(slot_assignment, N, ctx.draw());
       picked_at = picked;
       token_at = slot_token;
       assignment_at = slot_assignment;
@@ -951,10 +986,12 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // the shared expert's rows are the micro-batch's tokens in order, which
   // draw the whole sequences'.
   const DropoutDraw mask = ctx.draw();
-  const Tensor keys =
-      ctx.training && keyed_dropout_ ? assignment_keys(routing, N, mask, x.device()) : Tensor{};
+  if (ctx.training && keyed_dropout_ && !keys.defined())
+    keys = assignment_keys(routing, N, mask, x.device());
+  // (Keyed rows' keys hold their call: a replay's count is in them.)
   auto draw = [&mask](const Tensor& k) {
-    return DropoutDraw{mask.training, mask.seed, mask.call, {}, k, mask.calls};
+    return DropoutDraw{
+        mask.training, mask.seed, mask.call, {}, k, k.defined() ? Tensor{} : mask.calls};
   };
   Tensor outputs;  // (M, C), in rows' order
   if (placement_) {

@@ -228,9 +228,11 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
     }
   }
   if (p == 0.0) return x;
-  if (!calls.defined() && backend_for(x).capturing(x.device())) {
+  if (!calls.defined() && !keys.defined() && backend_for(x).capturing(x.device())) {
     // The seed and offsets are the kernel's arguments: without a call count
     // read from memory a graph would draw the same mask at every replay.
+    // (Keyed rows read their keys from memory, which hold their call: a
+    // capture's are formed on the device, each replay's own.)
     throw NotSupportedError(
         "dropout (p " + std::to_string(p) +
         ") inside a CUDA graph's capture without a call count in device memory: its draws would "

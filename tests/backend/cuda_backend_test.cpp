@@ -4692,12 +4692,18 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
 // A mixture padded to its capacity under a cuda::DeviceChecks leaves its
 // routing on the device (no wait; its statistics pending until settled):
 // the loss, every gradient and the statistics are those of the layer that
-// reads its routing on the host, bit for bit, under both drop policies.
+// reads its routing on the host, bit for bit, under both drop policies,
+// and with LoRA dropout on the experts (their rows' keys formed on the
+// device: the same masks, so the same adapters' gradients).
 TEST(CudaModel, APaddedMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) {
-  for (const auto policy :
-       {nn::GptConfig::Moe::DropPolicy::Probs, nn::GptConfig::Moe::DropPolicy::Position}) {
+  using Policy = nn::GptConfig::Moe::DropPolicy;
+  for (const auto& [policy, lora] :
+       {std::pair{Policy::Probs, false}, {Policy::Position, false}, {Policy::Probs, true}}) {
+    SCOPED_TRACE(std::string(policy == Policy::Probs ? "probs" : "position") +
+                 (lora ? " lora" : ""));
     nn::GptConfig cfg{
         .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
+    if (lora) cfg.lora = {.rank = 2, .targets = {"mlp.c_fc", "mlp.c_proj"}, .dropout = 0.3};
     cfg.moe.experts = 4;
     cfg.moe.top_k = 2;
     cfg.moe.capacity_factor = 0.75;  // (some assignments dropped)
@@ -4747,10 +4753,20 @@ TEST(CudaModel, APaddedMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) {
     EXPECT_EQ(device_stats.loads, read_stats.loads);
     const auto a = host_read.named_parameters(), b = on_device.named_parameters();
     ASSERT_EQ(a.size(), b.size());
+    int64_t adapters = 0;
     for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_TRUE(a[i].second.grad().defined()) << a[i].first;
+      ASSERT_EQ(a[i].second.grad().defined(), b[i].second.grad().defined()) << a[i].first;
+      if (!a[i].second.grad().defined()) continue;  // (frozen under LoRA)
       EXPECT_TRUE(same_bytes(a[i].second.grad(), b[i].second.grad())) << a[i].first;
+      if (a[i].first.find("experts.") != std::string::npos &&
+          a[i].first.find("lora_b") != std::string::npos) {
+        ++adapters;
+        const std::vector<double> g = to_double_vector(a[i].second.grad());
+        EXPECT_TRUE(std::any_of(g.begin(), g.end(), [](double v) { return v != 0.0; }))
+            << a[i].first;
+      }
     }
+    EXPECT_EQ(adapters, lora ? 2 * 4 * 2 : 0);  // (2 layers' 4 experts' 2 layers)
   }
 }
 
@@ -4789,6 +4805,11 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
       {"bf16 moe",
        "dropout: 0.0, moe: {experts: 4, top_k: 2, capacity_factor: 1.0, pad_to_capacity: true, "
        "z_loss_coef: 0.001, aux_loss_scope: sequence}"},
+      // LoRA dropout on the padded experts: their rows' keys formed on the
+      // device, each replay's call in them.
+      {"bf16 lora moe",
+       "dropout: 0.0, lora: {rank: 2, dropout: 0.2, targets: [attn.c_attn, mlp.c_fc, "
+       "mlp.c_proj]}, moe: {experts: 4, top_k: 2, capacity_factor: 1.0, pad_to_capacity: true}"},
       {"fp32 tokens moe swiglu",
        "dropout: 0.0, activation: swiglu, moe: {experts: 4, top_k: 1, capacity_factor: 1.5, "
        "drop_policy: position, pad_to_capacity: true, shared_ffn_hidden_size: 16}"}};

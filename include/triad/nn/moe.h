@@ -294,6 +294,13 @@ class MoeMlp : public Module {
   Routing route_on_device(const Tensor& probs, int64_t capacity, int64_t chunk,
                           const std::vector<Tensor>& also = {},
                           std::vector<std::vector<double>>* also_host = nullptr) const;
+  // The same keys formed on the device from each slot's assignment
+  // (slot_assignment, i64 on the device; a padded mixture's, which holds
+  // every token in order: no pieces), the padding's assignment N k keyed
+  // as N k - 1 as the host keys it. With draw.calls (inside a capture) the
+  // call is draw.call plus the count there, each replay's own.
+  Tensor device_assignment_keys(const Tensor& slot_assignment, int64_t N,
+                                const DropoutDraw& draw) const;
   // The rows' keys (nn::assignment_key) of `routing` of N tokens, held as
   // draw.pieces of the micro-batch's sequences or all of them in order: i64
   // (rows) on `device`.

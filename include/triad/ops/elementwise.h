@@ -51,7 +51,9 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
 // (philox::Counters::after_calls), read where the kernel runs. Inside a CUDA
 // graph's capture dropout needs it: the value written before each replay
 // then picks that replay's mask, where counters alone would draw the
-// capture's at every replay (NotSupportedError without one).
+// capture's at every replay (NotSupportedError without one, unless the
+// rows are keyed: keys read from device memory, formed there with each
+// replay's call in them).
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
                const philox::Counters& at, const Tensor& keys, const Tensor& calls);
 

@@ -375,6 +375,14 @@ std::vector<Tensor> check_words(const CaptureChecks* checks) {
   return out;
 }
 
+// The words' values, in one read (none read when there are none).
+std::vector<int64_t> read_words(const std::vector<Tensor>& words) {
+  std::vector<int64_t> values;
+  if (words.empty()) return values;
+  for (const double v : items(words)) values.push_back(static_cast<int64_t>(v));
+  return values;
+}
+
 void throw_bad_index(const CaptureChecks* checks, const std::vector<int64_t>& words,
                      const char* api, const char* found_by) {
   const size_t n = checks ? checks->checks.size() : 0;
@@ -2279,12 +2287,8 @@ std::vector<Tensor> Graph::check_words() const {
 }
 
 void Graph::check() const {
-  const std::vector<Tensor> words = check_words();
-  if (words.empty()) return;
   // (One read of every word: it waits for the last replay.)
-  std::vector<int64_t> values;
-  for (const double v : items(words)) values.push_back(static_cast<int64_t>(v));
-  check(values);
+  check(detail::read_words(check_words()));
 }
 
 void Graph::check(const std::vector<int64_t>& words) const {
@@ -2403,11 +2407,7 @@ std::vector<Tensor> DeviceChecks::words() const {
 }
 
 void DeviceChecks::check() const {
-  const std::vector<Tensor> w = words();
-  if (w.empty()) return;
-  std::vector<int64_t> values;
-  for (const double v : items(w)) values.push_back(static_cast<int64_t>(v));
-  check(values);
+  check(detail::read_words(words()));
 }
 
 void DeviceChecks::check(const std::vector<int64_t>& words) const {
