@@ -410,6 +410,11 @@ done
 # *_register_sums rows time the kernel alone; last of the switches, as the
 # newest, should the budget run out).
 bench_train --preset 350m --batch "$(batch_of 350m)" --norm-backward-register-sums --profile-steps 3
+# 350M with the MLPs' first products' GELU out of their epilogue (bias
+# alone in it, then the GELU kernel: cuda::GemmSettings::gelu_epilogue
+# false): its linear_bias against the default run's linear_bias_gelu, less
+# the gelu_forward calls it adds.
+bench_train --preset 350m --batch "$(batch_of 350m)" --gelu-apart --profile-steps 3
 # 350M with every switch above that made it faster alone (by at least
 # MIN_GAIN_PCT, default 0.2%, against its first run), all on at once: the
 # step the defaults would give with them, measured in this call, so that

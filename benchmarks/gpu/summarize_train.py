@@ -19,6 +19,7 @@ import sys
 DEFAULTS = {
     "bias_grad_epilogue": False,
     "dgelu_bias_grad_epilogue": False,
+    "gelu_apart": False,
     "add_norm_bias_sums": False,
     "norm_backward_register_sums": False,
     "attention_deterministic": True,
@@ -130,7 +131,8 @@ def summarize(runs):
 # by its key in the run's JSON line ("--" and the key with dashes), and the
 # autotuning's, which also takes its count of candidates.
 SWITCHES = ("gemm_autotune", "dgelu_bias_grad_epilogue", "add_norm_bias_sums",
-            "norm_backward_register_sums", "bias_grad_epilogue", "sync_free", "cuda_graph")
+            "norm_backward_register_sums", "bias_grad_epilogue", "gelu_apart", "sync_free",
+            "cuda_graph")
 
 
 def switch_flags(run):

@@ -64,6 +64,10 @@ int run(int argc, char** argv) {
                "the MLPs' first bias gradients from the GELU-derivative GEMM's epilogue "
                "(cuBLASLt's DGELU_BGRAD; cuda::GemmSettings::dgelu_bias_grad_epilogue), not by "
                "the column-sum kernel");
+  bool gelu_apart = false;
+  app.add_flag("--gelu-apart", gelu_apart,
+               "the MLPs' first products with their bias alone, then the GELU kernel, not GELU "
+               "in the products' epilogue (cuda::GemmSettings::gelu_epilogue false)");
   bool add_norm_bias_sums = false;
   app.add_flag("--add-norm-bias-sums", add_norm_bias_sums,
                "the output projections' bias gradients from the add-norm backward's sums "
@@ -163,6 +167,7 @@ int run(int argc, char** argv) {
     triad::cuda::GemmSettings gemm = triad::cuda::gemm_settings();
     gemm.bias_grad_epilogue = bias_grad_epilogue;
     gemm.dgelu_bias_grad_epilogue = dgelu_bias_grad_epilogue;
+    gemm.gelu_epilogue = !gelu_apart;
     gemm.autotune = gemm_autotune;
     triad::cuda::set_gemm_settings(gemm);
   }
@@ -377,6 +382,7 @@ int run(int argc, char** argv) {
       {"attention_deterministic", !nondeterministic},
       {"bias_grad_epilogue", bias_grad_epilogue},
       {"dgelu_bias_grad_epilogue", dgelu_bias_grad_epilogue},
+      {"gelu_apart", gelu_apart},
       {"add_norm_bias_sums", add_norm_bias_sums},
       {"norm_backward_register_sums", norm_backward_register_sums},
       {"recompute", recompute},

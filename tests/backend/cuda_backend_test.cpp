@@ -952,12 +952,14 @@ struct GemmVariant {
 // (The default adds split-k partials in f32; the half-precision reductions
 // are the switch turned on.)
 std::vector<GemmVariant> gemm_variants() {
-  cuda::GemmSettings no_epilogues, half_reductions, f32_products;
+  cuda::GemmSettings no_epilogues, gelu_apart, half_reductions, f32_products;
   no_epilogues.epilogues = false;
+  gelu_apart.gelu_epilogue = false;
   half_reductions.half_reduced_precision_reduction = true;
   f32_products.half_products = false;
   return {{"gemm default", {}},
           {"gemm without epilogues", no_epilogues},
+          {"gemm with GELU apart", gelu_apart},
           {kHalfReductions, half_reductions},
           {"gemm with half products in f32", f32_products}};
 }
@@ -1065,6 +1067,8 @@ TEST(CudaKernels, Gpt2TrainingGemmsMatchTheCpu) {
     // Each switch does what it says to the calls cuBLASLt sees.
     const testing::mock_cublaslt::Counters n = testing::mock_cublaslt::counters();
     EXPECT_EQ(n.epilogue_matmuls > 0, v.settings.epilogues && v.settings.half_products);
+    EXPECT_EQ(n.gelu_matmuls > 0,
+              v.settings.epilogues && v.settings.half_products && v.settings.gelu_epilogue);
     EXPECT_EQ(n.half_matmuls > 0, v.settings.half_products);
     // (Only a half-precision output has a reduction to restrict.)
     EXPECT_EQ(n.compute_type_reduction_queries > 0,

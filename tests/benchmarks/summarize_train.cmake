@@ -35,8 +35,8 @@ endif()
 # switch, at another batch, or a second time (SWITCH_RUNS).
 foreach(
   case
-  "350m|--gemm-autotune 8 --sync-free"
-  "350m --min-gain 0.05|--gemm-autotune 8 --add-norm-bias-sums --sync-free"
+  "350m|--gemm-autotune 8 --sync-free --gelu-apart"
+  "350m --min-gain 0.05|--gemm-autotune 8 --add-norm-bias-sums --sync-free --gelu-apart"
   "124m|--bias-grad-epilogue"
   "124m --min-gain 10|"
   "2b|")

@@ -457,6 +457,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   if (m % 8 != 0 || k % 8 != 0) ++s.counters.odd_extent_matmuls;
   if (ta == CUDA_R_16BF || ta == CUDA_R_16F) ++s.counters.half_matmuls;
   if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) ++s.counters.epilogue_matmuls;
+  if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX)
+    ++s.counters.gelu_matmuls;
   if (md.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
     ++s.counters.dgelu_bias_grad_matmuls;
     if (md.bias_type == CUDA_R_32F) ++s.counters.f32_bias_grad_matmuls;

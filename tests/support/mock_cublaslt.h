@@ -23,6 +23,8 @@ struct Counters {
   // Products with bf16/f16 operands, and products with an epilogue.
   int64_t half_matmuls = 0;
   int64_t epilogue_matmuls = 0;
+  // Products with GELU in their epilogue (GELU_AUX_BIAS, GELU_AUX).
+  int64_t gelu_matmuls = 0;
   // Products with the GELU-derivative and bias-gradient epilogue
   // (DGELU_BGRAD), and of those, the ones whose sums were asked in f32.
   int64_t dgelu_bias_grad_matmuls = 0;

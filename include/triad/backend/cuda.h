@@ -240,6 +240,15 @@ struct GemmSettings {
   // gradient, in cuBLASLt's epilogues; false: a plain product, then Triad's
   // bias and GELU kernels.
   bool epilogues = true;
+  // With `epilogues`: GELU in the MLP's first product's epilogue (with its
+  // bias; cuBLASLt's GELU_AUX_BIAS); false: that product with its bias
+  // alone, into the pre-activation, then Triad's GELU kernel over it
+  // (GELU's derivative stays in the backward product's epilogue). On the
+  // H200 the GELU-epilogue products ran at 470-490 TFLOP/s against 620-720
+  // for the bias-only ones (GPT-2 350M); whether that gap is more than the
+  // GELU kernel's pass takes is for a GPU to time (bench_train_gpu
+  // --gelu-apart).
+  bool gelu_epilogue = true;
   // With `epilogues`: a linear layer's bias gradient from its weight
   // gradient's GEMM (cuBLASLt's BGRADB: the output gradient's column sums
   // in the epilogue); false (the default): the column-sum kernel after a

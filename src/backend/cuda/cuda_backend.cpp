@@ -784,22 +784,34 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   }
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
-  OpTimer timer(s.index, s.stream,
-                !bias.defined() ? "linear_gelu"
-                : gelu_input    ? "linear_bias_gelu"
-                                : "linear_bias");
-  GemmEpilogue ep;
-  ep.kind = !bias.defined() ? GemmEpilogue::Kind::Gelu
-            : gelu_input    ? GemmEpilogue::Kind::BiasGelu
-                            : GemmEpilogue::Kind::Bias;
-  ep.bias = bias.defined() ? bias.raw_data() : nullptr;
-  ep.gelu_input = gelu_input ? gelu_input->raw_data() : nullptr;
-  try {
-    run_gemm(s, plan, y.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), 1.0, 0.0, ep,
-             reduction_of(settings), settings);
-  } catch (const NotSupportedError&) {
-    Backend::linear_forward(x, w, bias, y, gelu_input);
+  // GemmSettings::gelu_epilogue false: the product (with its bias) into the
+  // pre-activation, then the GELU kernel over it.
+  const bool gelu_apart = gelu_input && !settings.gelu_epilogue;
+  if (gelu_apart && !bias.defined()) {
+    Backend::linear_forward(x, w, bias, y, gelu_input);  // (a plain product, then GELU)
+    return;
   }
+  {
+    OpTimer timer(s.index, s.stream,
+                  !bias.defined()             ? "linear_gelu"
+                  : gelu_input && !gelu_apart ? "linear_bias_gelu"
+                                              : "linear_bias");
+    GemmEpilogue ep;
+    ep.kind = !bias.defined()             ? GemmEpilogue::Kind::Gelu
+              : gelu_input && !gelu_apart ? GemmEpilogue::Kind::BiasGelu
+                                          : GemmEpilogue::Kind::Bias;
+    ep.bias = bias.defined() ? bias.raw_data() : nullptr;
+    ep.gelu_input = gelu_input && !gelu_apart ? gelu_input->raw_data() : nullptr;
+    try {
+      run_gemm(s, plan, y.dtype(), x.raw_data(), w.raw_data(),
+               gelu_apart ? gelu_input->raw_data() : y.raw_data(), 1.0, 0.0, ep,
+               reduction_of(settings), settings);
+    } catch (const NotSupportedError&) {
+      Backend::linear_forward(x, w, bias, y, gelu_input);
+      return;
+    }
+  }
+  if (gelu_apart) gelu_forward(*gelu_input, y, GeluForm::Tanh);
 }
 
 namespace {
