@@ -322,14 +322,6 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                       ") routes its tokens by counts read on the host, which a graph cannot hold "
                       "(model.moe.pad_to_capacity routes them on the device)");
   }
-  if (config_.train.cuda_graph && par.ep > 1 && config_.model.lora.dropout > 0 &&
-      (config_.model.lora_on("mlp.c_fc") || config_.model.lora_on("mlp.c_proj"))) {
-    throw ConfigError(fmt::format(
-        "train.cuda_graph: LoRA dropout on the experts (model.lora.dropout {} on mlp layers) "
-        "under expert parallelism (ep {}): the rows' dropout keys are regrouped on the host "
-        "after their exchange, which a graph cannot hold",
-        config_.model.lora.dropout, par.ep));
-  }
   ramp_ = config_.train.batch_ramp();
   const uint64_t seed = config_.train.seed;
   if (world_size == 1) {

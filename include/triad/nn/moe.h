@@ -183,7 +183,7 @@ class ExpertPlacement {
   // passes keys, or none does. `padded` (model.moe.pad_to_capacity): every
   // rank of the group passes the same per_expert (each expert's capacity),
   // which then needs no exchange, so nothing waits for the host and the
-  // call can be captured in a CUDA graph (without keys).
+  // call can be captured in a CUDA graph (keys too).
   using RunExpert = std::function<Tensor(int64_t, const Tensor&, const Tensor&)>;
   virtual Tensor run(const Tensor& rows, const std::vector<int64_t>& per_expert, const Tensor& keys,
                      const RunExpert& expert, bool padded) const = 0;

@@ -69,10 +69,10 @@ Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_e
   // rank's are this one's).
   std::vector<int64_t> counts(static_cast<size_t>(G * E));
   const bool capturing = backend_for(rows).capturing(rows.device());
-  if (capturing && (!padded || keys.defined())) {
+  if (capturing && !padded) {
     throw NotSupportedError(
         "ExpertParallel::run inside a CUDA graph's capture: needs rows padded to each expert's "
-        "capacity (model.moe.pad_to_capacity) and no keys (LoRA dropout on the experts)");
+        "capacity (model.moe.pad_to_capacity)");
   }
   if (padded) {
     for (int64_t s = 0; s < G; ++s)
@@ -99,12 +99,15 @@ Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_e
   const Tensor arrived = all_to_all_rows(rows, send, recv, group_);
   std::vector<int64_t> start(static_cast<size_t>(G), 0);  // each source's first row
   for (int64_t s = 1; s < G; ++s) start[static_cast<size_t>(s)] = start[s - 1] + recv[s - 1];
+  // Each local expert's rows are a run of each source's: (first, count).
+  std::vector<std::pair<int64_t, int64_t>> runs;
   std::vector<int64_t> by_expert, sizes;
   for (int64_t l = 0; l < L; ++l) {
     int64_t n = 0;
     for (int64_t s = 0; s < G; ++s) {
       int64_t at = start[static_cast<size_t>(s)];
       for (int64_t k = 0; k < l; ++k) at += count(s, first_ + k);
+      runs.emplace_back(at, count(s, first_ + l));
       for (int64_t i = 0; i < count(s, first_ + l); ++i) by_expert.push_back(at + i);
       n += count(s, first_ + l);
     }
@@ -136,16 +139,18 @@ Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_e
     }
   }
   const Tensor grouped = embedding(arrived, to_expert);
-  // The keys likewise, regrouped on the host (integers; no gradient).
+  // The keys likewise (integers; no gradient), regrouped by the same runs
+  // where they are: nothing read on the host, so a capture holds it.
   Tensor grouped_keys;
   if (keys.defined()) {
-    const Tensor got =
-        to_device(exchange(reshape(keys, {keys.numel(), 1}), send, recv, group_), Device::cpu());
-    const int64_t* k = got.data<int64_t>();
-    std::vector<int64_t> regrouped(by_expert.size());
-    for (size_t i = 0; i < by_expert.size(); ++i)
-      regrouped[i] = k[static_cast<size_t>(by_expert[i])];
-    grouped_keys = to_device(index(regrouped), rows.device());
+    autograd::NoGradGuard ng;
+    const Tensor got = exchange(reshape(keys, {keys.numel(), 1}), send, recv, group_);
+    std::vector<Tensor> pieces;
+    for (const auto& [first, n] : runs)
+      if (n > 0) pieces.push_back(narrow(got, 0, first, n));
+    grouped_keys = pieces.empty()
+                       ? empty({0}, DType::I64, keys.device())
+                       : reshape(concat(pieces, 0), {static_cast<int64_t>(by_expert.size())});
   }
   // (Split as one op: the rows' gradient is the experts' side by side.)
   std::vector<Tensor> outputs = split(grouped, sizes, 0);

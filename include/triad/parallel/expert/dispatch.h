@@ -30,7 +30,8 @@ Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_counts,
 // expert's rows to its rank (all_to_all_rows), runs this rank's experts on
 // the rows every rank sent them (grouped by expert), and sends the outputs
 // back in the rows' order (the rows' keys, if any, travel with them: one
-// more all-to-all of M integers). Every rank of the group runs it together
+// more all-to-all of M integers, regrouped on their device by the same
+// runs as the rows). Every rank of the group runs it together
 // (a collective, once per MoE layer and micro-batch). Padded, the counts
 // are every rank's own and the regrouping's indices the same each call:
 // made on the host outside a CUDA graph's capture, and inside one read
