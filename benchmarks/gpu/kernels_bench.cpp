@@ -539,14 +539,17 @@ int main(int argc, char** argv) {
   }
 
   // A mixture's batches padded to their capacity (Backend::capacity_slots,
-  // model.moe.pad_to_capacity), N tokens' top 2 of 8 and (DeepSeek-V3's)
-  // top 8 of 256 at 1.25 balanced shares: by position, and by score (each
-  // over-full expert's radix select, 4 passes, for its capacity-th score).
-  // Bytes: the choices and scores read once and the slots, picks and counts
-  // written. At 8 experts each of the E blocks reads the choices several
-  // times more, from L2; at 256 the assignments are listed by expert first
-  // (kernels::kListedExperts), each block reading only its own.
-  for (const auto& [E, k] : {std::pair<int64_t, int64_t>{8, 2}, {256, 8}}) {
+  // model.moe.pad_to_capacity), N tokens' top k of E at 1.25 balanced
+  // shares, from Mixtral's 2 of 8 to DeepSeek-V3's 8 of 256: by position,
+  // and by score (each over-full expert's radix select, 4 passes, for its
+  // capacity-th score). Bytes: the choices and scores read once and the
+  // slots, picks and counts written. Below 32 experts each of the E blocks
+  // reads the choices several times more, from L2; from 32 on the
+  // assignments are listed by expert first (kernels::kListedExperts), each
+  // block reading only its own: the rows on either side of 32 say where
+  // the two should meet.
+  for (const auto& [E, k] :
+       {std::pair<int64_t, int64_t>{8, 2}, {16, 2}, {32, 4}, {64, 6}, {256, 8}}) {
     const int64_t capacity = (N * k * 5 + E * 4 - 1) / (E * 4);
     std::vector<int64_t> picks(static_cast<size_t>(N * k));
     for (size_t i = 0; i < picks.size(); ++i)  // (skewed: the low experts over their capacity)
