@@ -2214,18 +2214,12 @@ std::pair<double, double> Trainer::grad_norm_and_loss(const StepLoss& step_loss,
   // copy, then the step's checks of its device indices, last: one word a
   // check.
   const Tensor moe = moe_stats_ ? moe_stats_->pending_values() : Tensor{};
-  std::vector<double> values;
-  if (moe.defined()) {
-    // (Not one element: every value as f64, one after another.)
-    std::vector<Tensor> flat;
-    for (const Tensor& t : read) flat.push_back(reshape(cast(t.detach(), DType::F64), {1}));
-    flat.push_back(moe);
-    for (const Tensor& t : words) flat.push_back(reshape(cast(t, DType::F64), {1}));
-    values = to_double_vector(concat(flat, 0));
-  } else {
-    read.insert(read.end(), words.begin(), words.end());
-    values = items(read);
-  }
+  // (Every value as f64, one after another: the mixture's are not one each.)
+  std::vector<Tensor> flat;
+  for (const Tensor& t : read) flat.push_back(reshape(cast(t.detach(), DType::F64), {1}));
+  if (moe.defined()) flat.push_back(moe);
+  for (const Tensor& t : words) flat.push_back(reshape(cast(t, DType::F64), {1}));
+  const std::vector<double> values = to_double_vector(concat(flat, 0));
   const auto words_at = values.end() - static_cast<std::ptrdiff_t>(words.size());
   if (word_values) {
     word_values->clear();

@@ -768,6 +768,13 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   // product), empty products and layouts cuBLASLt has no epilogue algorithm
   // for take the composed path.
   const cuda::GemmSettings settings = cuda::gemm_settings();
+  if (gelu_input && !settings.gelu_epilogue) {
+    // GemmSettings::gelu_epilogue false: the product (its bias in the
+    // epilogue) into the pre-activation, then the GELU kernel over it.
+    linear_forward(x, w, bias, *gelu_input, nullptr);
+    gelu_forward(*gelu_input, y, GeluForm::Tanh);
+    return;
+  }
   const bool fusable = (bias.defined() || gelu_input) && y.numel() > 0 && x.size(1) > 0 &&
                        (y.dtype() == DType::F32 || is_half(y.dtype())) && x.dtype() == y.dtype() &&
                        w.dtype() == y.dtype() && (!bias.defined() || bias.dtype() == y.dtype()) &&
@@ -784,34 +791,22 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   }
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
-  // GemmSettings::gelu_epilogue false: the product (with its bias) into the
-  // pre-activation, then the GELU kernel over it.
-  const bool gelu_apart = gelu_input && !settings.gelu_epilogue;
-  if (gelu_apart && !bias.defined()) {
-    Backend::linear_forward(x, w, bias, y, gelu_input);  // (a plain product, then GELU)
-    return;
+  OpTimer timer(s.index, s.stream,
+                !bias.defined() ? "linear_gelu"
+                : gelu_input    ? "linear_bias_gelu"
+                                : "linear_bias");
+  GemmEpilogue ep;
+  ep.kind = !bias.defined() ? GemmEpilogue::Kind::Gelu
+            : gelu_input    ? GemmEpilogue::Kind::BiasGelu
+                            : GemmEpilogue::Kind::Bias;
+  ep.bias = bias.defined() ? bias.raw_data() : nullptr;
+  ep.gelu_input = gelu_input ? gelu_input->raw_data() : nullptr;
+  try {
+    run_gemm(s, plan, y.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), 1.0, 0.0, ep,
+             reduction_of(settings), settings);
+  } catch (const NotSupportedError&) {
+    Backend::linear_forward(x, w, bias, y, gelu_input);
   }
-  {
-    OpTimer timer(s.index, s.stream,
-                  !bias.defined()             ? "linear_gelu"
-                  : gelu_input && !gelu_apart ? "linear_bias_gelu"
-                                              : "linear_bias");
-    GemmEpilogue ep;
-    ep.kind = !bias.defined()             ? GemmEpilogue::Kind::Gelu
-              : gelu_input && !gelu_apart ? GemmEpilogue::Kind::BiasGelu
-                                          : GemmEpilogue::Kind::Bias;
-    ep.bias = bias.defined() ? bias.raw_data() : nullptr;
-    ep.gelu_input = gelu_input && !gelu_apart ? gelu_input->raw_data() : nullptr;
-    try {
-      run_gemm(s, plan, y.dtype(), x.raw_data(), w.raw_data(),
-               gelu_apart ? gelu_input->raw_data() : y.raw_data(), 1.0, 0.0, ep,
-               reduction_of(settings), settings);
-    } catch (const NotSupportedError&) {
-      Backend::linear_forward(x, w, bias, y, gelu_input);
-      return;
-    }
-  }
-  if (gelu_apart) gelu_forward(*gelu_input, y, GeluForm::Tanh);
 }
 
 namespace {
