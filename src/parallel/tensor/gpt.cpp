@@ -587,6 +587,9 @@ void TensorParallelGpt::reduce_partial_grads() const {
 }
 
 bool TensorParallelGpt::reduces_after_backward(const std::string& name) const {
+  // (A group of one has no partial sums: reduce_partial_grads does nothing,
+  // and the data-parallel buckets need not wait for it.)
+  if (group_->size() == 1) return false;
   const ShardSpec& spec = specs_.at(name);
   return spec.partial_grad || spec.shares_blocks(group_->size());
 }

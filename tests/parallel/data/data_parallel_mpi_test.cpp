@@ -297,6 +297,30 @@ TEST(DataParallel, AFinalWriteThatFailsStopsTheWriterOnly) {
   }
 }
 
+// Without tensor parallelism nothing sums a replicated tensor's partial
+// gradients after backward (the query/key norms', LoRA's c_fc A and c_proj
+// B): their buckets start during backward as the rest do, none left for
+// finish().
+TEST(DataParallel, BucketsOfTensorParallelPartialsStartDuringBackwardAtTp1) {
+  testing::TempDir dir;
+  Config c = config(dir, 0);
+  c.model.qk_norm = true;
+  Config lora = c;
+  lora.model.lora.rank = 2;
+  lora.model.lora.targets = {"attn.c_attn", "mlp.c_fc", "mlp.c_proj"};
+  lora.parallel.bucket_mb = 0.0005;  // (the adapters are small: several buckets still)
+  for (const Config& each : {c, lora}) {
+    SCOPED_TRACE(each.model.lora.rank > 0 ? "LoRA" : "query/key norms");
+    Trainer t(each, g_world);
+    ASSERT_NE(t.reducer(), nullptr);
+    const int buckets = t.reducer()->num_buckets();
+    EXPECT_GE(buckets, 2);
+    t.step(0);
+    t.step(1);
+    EXPECT_EQ(t.reducer()->launched_early_last_step(), buckets);
+  }
+}
+
 TEST(DataParallel, BucketsStartDuringBackwardAndZeroShardsTheState) {
   int64_t full_state = 0;
   for (int zero : {0, 1}) {

@@ -176,7 +176,8 @@ class TensorParallelGpt : public nn::Module {
   void reduce_partial_grads() const;
   // Whether reduce_partial_grads changes the parameter's gradient (the data-
   // parallel reduction takes such gradients last): the partial sums above,
-  // and the key/value heads that several ranks share (ShardSpec::units).
+  // and the key/value heads that several ranks share (ShardSpec::units);
+  // never in a group of one.
   bool reduces_after_backward(const std::string& name) const;
   // The elements of a parameter's shard that another rank of the group
   // holds too (a shared key/value head, on all but the first rank holding
