@@ -47,6 +47,12 @@ namespace triad::train {
 // a pipeline (pp > 1) runs the configured schedule, and data-parallel ranks
 // each take their contiguous share of every global batch and average their
 // gradients.
+//
+// Its code, by concept, in src/train/: trainer.cpp (set-up, the step, the
+// loop), trainer_checkpoint.cpp (checkpoints written and resumed, the final
+// weights), trainer_eval.cpp (validation loss, scores, samples),
+// trainer_timing.cpp (the step's phases, traces, rank timings) and
+// captured_step.cpp (train.cuda_graph).
 class Trainer {
  public:
   // `world` defaults to a world of one process.
