@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -1293,6 +1294,119 @@ TEST(Config, EveryShippedConfigIsValid) {
     ++checked;
   }
   EXPECT_GE(checked, 5);
+}
+
+// The keys an unknown key's error lists as allowed, for the YAML `yaml`
+// holding one.
+std::vector<std::string> allowed_keys(const std::string& yaml) {
+  try {
+    parse_config(yaml);
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    const size_t at = what.find("(allowed");
+    const size_t colon = what.find(": ", at), end = what.find(')', at);
+    if (at == std::string::npos || colon == std::string::npos || end == std::string::npos ||
+        colon > end) {
+      ADD_FAILURE() << "no list of allowed keys in: " << what;
+      return {};
+    }
+    std::vector<std::string> keys;
+    std::string list = what.substr(colon + 2, end - colon - 2);
+    for (size_t from = 0; from <= list.size();) {
+      const size_t comma = std::min(list.find(", ", from), list.size());
+      keys.push_back(list.substr(from, comma - from));
+      from = comma + 2;
+    }
+    return keys;
+  }
+  ADD_FAILURE() << "an unknown key was taken:\n" << yaml;
+  return {};
+}
+
+// Every key the parser takes is documented in docs/config.md: each
+// top-level section has its heading, and each key of a section (and of
+// model.moe, model.lora and model.mla) is named in it (`key`, or `key:
+// value`), so that a
+// key added to the parser without its line in the docs fails here.
+TEST(Config, EveryKeyTheParserTakesIsInTheDocs) {
+  std::ifstream in(std::string(TRIAD_SOURCE_DIR) + "/docs/config.md");
+  ASSERT_TRUE(in) << "docs/config.md";
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Each section's text: from its "## `name`" heading to the next "## ".
+  auto section = [&](const std::string& name) {
+    const size_t at = doc.find("\n## `" + name + "`");
+    if (at == std::string::npos) return std::string();
+    return doc.substr(at, doc.find("\n## ", at + 1) - at);
+  };
+  // A key is named as `key`, or as a value given it (`key: true`).
+  auto names = [](const std::string& text, const std::string& key) {
+    return text.find("`" + key + "`") != std::string::npos ||
+           text.find("`" + key + ": ") != std::string::npos;
+  };
+  const std::string base = R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32}
+train: {steps: 5, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3}
+data: {train: data/x.bin}
+)";
+  const std::vector<std::string> top = allowed_keys(base + "zz_unknown: 1\n");
+  EXPECT_GE(top.size(), 9u);
+  for (const std::string& key : top)
+    EXPECT_NE(section(key), "") << "no section for '" << key << "'";
+  struct Case {
+    std::string where, yaml;
+  };
+  const std::vector<Case> cases = {{"model", R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32, zz_unknown: 1}
+train: {steps: 5, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3}
+data: {train: data/x.bin}
+)"},
+                                   {"model.moe", R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32,
+        moe: {experts: 4, zz_unknown: 1}}
+train: {steps: 5, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3}
+data: {train: data/x.bin}
+)"},
+                                   {"model.lora", R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32,
+        lora: {rank: 2, zz_unknown: 1}}
+train: {steps: 5, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3}
+data: {train: data/x.bin}
+)"},
+                                   {"model.mla", R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32,
+        mla: {kv_lora_rank: 8, zz_unknown: 1}}
+train: {steps: 5, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3}
+data: {train: data/x.bin}
+)"},
+                                   {"train", R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32}
+train: {steps: 5, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3, zz_unknown: 1}
+data: {train: data/x.bin}
+)"},
+                                   {"data", R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32}
+train: {steps: 5, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3}
+data: {train: data/x.bin, zz_unknown: 1}
+)"}};
+  int documented = 0;
+  for (const Case& c : cases) {
+    const std::string text = section(c.where.substr(0, c.where.find('.')));
+    for (const std::string& key : allowed_keys(c.yaml)) {
+      EXPECT_TRUE(names(text, key)) << "'" << c.where << "." << key
+                                    << "' is not in docs/config.md's " << c.where << " section";
+      ++documented;
+    }
+  }
+  for (const std::string where : {"eval", "init", "output", "log", "parallel", "checkpoint"}) {
+    const std::vector<std::string> keys = allowed_keys(base + where + ": {zz_unknown: 1}\n");
+    EXPECT_FALSE(keys.empty()) << where;
+    for (const std::string& key : keys) {
+      EXPECT_TRUE(names(section(where), key))
+          << "'" << where << "." << key << "' is not in docs/config.md's " << where << " section";
+      ++documented;
+    }
+  }
+  EXPECT_GT(documented, 150);
 }
 
 }  // namespace
