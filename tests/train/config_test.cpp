@@ -1326,8 +1326,8 @@ std::vector<std::string> allowed_keys(const std::string& yaml) {
 // Every key the parser takes is documented in docs/config.md: each
 // top-level section has its heading, and each key of a section (and of
 // model.moe, model.lora and model.mla) is named in it (`key`, or `key:
-// value`), so that a
-// key added to the parser without its line in the docs fails here.
+// value`), so that a key added to the parser without its line in the docs
+// fails here.
 TEST(Config, EveryKeyTheParserTakesIsInTheDocs) {
   std::ifstream in(std::string(TRIAD_SOURCE_DIR) + "/docs/config.md");
   ASSERT_TRUE(in) << "docs/config.md";
