@@ -48,8 +48,9 @@ namespace triad::train {
 // each take their contiguous share of every global batch and average their
 // gradients.
 //
-// Its code, by concept, in src/train/: trainer.cpp (set-up, the step, the
-// loop), trainer_checkpoint.cpp (checkpoints written and resumed, the final
+// Its code, by concept, in src/train/: trainer.cpp (the step and the loop),
+// trainer_setup.cpp (the mesh, model, optimizers and data; --check),
+// trainer_checkpoint.cpp (checkpoints written and resumed, the final
 // weights), trainer_eval.cpp (validation loss, scores, samples),
 // trainer_timing.cpp (the step's phases, traces, rank timings) and
 // captured_step.cpp (train.cuda_graph).
