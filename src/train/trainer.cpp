@@ -1,3 +1,10 @@
+// The trainer's step and loop: each step's forward and backward passes
+// (micro-batches, pipelines, the data-parallel reduction), the gradient
+// norm and the update, with the skips, spikes and loss scale around it;
+// then run(), the loop of steps, evaluations, checkpoints and log lines.
+// (Set-up, checkpoints, evaluation and timing have files of their own:
+// trainer.h says which.)
+
 #include "triad/train/trainer.h"
 
 #include <spdlog/spdlog.h>
