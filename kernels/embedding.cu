@@ -438,7 +438,9 @@ __global__ void vocab_shard_ids_kernel(const void* ids, bool ids64, int64_t N, i
 void vocab_shard_ids(const void* ids, bool ids64, int64_t N, int64_t start, int64_t valid,
                      int64_t vocab, int64_t* local, void* keep, ScalarType keep_type,
                      unsigned long long* bad, cudaStream_t stream) {
-  if (N < 0 || start < 0 || valid < 0 || vocab < start + valid) {
+  // (A shard of padding alone, past the vocabulary's end, holds no id:
+  // valid 0 wherever it starts.)
+  if (N < 0 || start < 0 || valid < 0 || (valid > 0 && vocab < start + valid)) {
     throw std::invalid_argument("vocab_shard_ids: " + std::to_string(N) + " ids, shard [" +
                                 std::to_string(start) + ", " + std::to_string(start + valid) +
                                 ") of a vocabulary of " + std::to_string(vocab));

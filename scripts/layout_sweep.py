@@ -8,7 +8,9 @@ experts, multi-token prediction, the z-loss, LoRA, Muon, bf16, dropout,
 packed documents, recomputation, the weights' average, a batch-size ramp) and a random
 (tp, pp, dp, cp, ep) layout of at most --max-ranks ranks with its options
 (sequence parallelism, schedule, virtual stages, stage balancing, ZeRO-1,
-small buckets, context parallelism's exchange). Both start from the same
+small buckets, context parallelism's exchange, the mesh's rank order; on
+the simulator, --device sim, a captured step: train.cuda_graph, a mixture
+under a capacity padded to it). Both start from the same
 weights; the layout's per-step losses and gradient norms must be one
 process's (fp32: relative --tolerance; bf16: losses within 0.5% and norms
 within 10%, as the CTest suites hold them). With --resume the layout
@@ -429,6 +431,19 @@ def main():
             # (exported merged) and the run's dropout.
             model = {k: v for k, v in model.items() if k not in ("model.lora", "model.dropout")}
         layout, ranks = draw_layout(rng, model, moe, a.max_ranks)
+        # Drawn from a generator of their own, so that a seed's models and
+        # layouts stay what they were: the mesh's rank order, and on the
+        # simulator a captured step (train.cuda_graph; a mixture under a
+        # capacity then routes on the device, padded to it).
+        more = random.Random(a.seed * 100003 + trial)
+        if sum(layout["parallel." + d] > 1 for d in ("tp", "dp", "pp")) > 1 and more.random() < 0.3:
+            layout["parallel.order"] = more.choice(["tp-pp-dp", "dp-tp-pp", "pp-tp-dp"])
+        if a.device == "sim" and more.random() < 0.4:
+            if not moe:
+                layout["train.cuda_graph"] = "true"
+            elif "capacity_factor" in model.get("model.moe", ""):
+                layout["train.cuda_graph"] = "true"
+                layout["model.moe.pad_to_capacity"] = "true"
         work = os.path.join(a.work, "trial_%03d" % trial)
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)

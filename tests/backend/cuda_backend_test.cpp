@@ -4632,6 +4632,34 @@ TEST(CudaGraphs, AVocabularyShardsIdsAreFormedOnTheDeviceAndChecked) {
   }
 }
 
+// A rank whose rows of the padded vocabulary are all padding (vocabulary
+// 300 over tp 4: 512 rows, rank 3's [384, 512) past the end) holds no id:
+// inside a capture every id looks up its row 0 and is zeroed, and an id
+// past the vocabulary is still named by Graph::check.
+TEST(CudaGraphs, AShardOfPaddingAloneHoldsNoId) {
+  Backend& be = backend_for(kGpu.type);
+  const int64_t start = 384, valid = 0, vocab = 300;
+  const std::vector<int64_t> ids_host{0, 299, 150, 298, 7, 42};
+  Tensor ids = to_device(from_vector(ids_host, {2, 3}, DType::I64), kGpu);
+  Tensor local = full({2, 3}, 5.0, DType::I64, kGpu), keep = full({2, 3, 1}, 0.5, DType::F32, kGpu);
+  cuda::Graph g =
+      cuda::capture(0, [&] { be.vocab_shard_ids(ids, start, valid, vocab, local, keep, "shard"); });
+  g.replay();
+  EXPECT_NO_THROW(g.check());
+  EXPECT_EQ(to_double_vector(local), std::vector<double>(6, 0.0));
+  EXPECT_EQ(to_double_vector(keep), std::vector<double>(6, 0.0));
+  copy_(ids, from_vector(std::vector<int64_t>{0, 1, 2, 300, 4, 5}, {2, 3}, DType::I64));
+  g.replay();
+  try {
+    g.check();
+    ADD_FAILURE() << "no error for an id past the vocabulary";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard: id 300 at position 3 is outside [0, 300)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // End to end: the trainer on the GPU against the trainer on the CPU (fp32,
 // tight), and bf16 against fp32 on a GPT-2 124M-shaped model.
 train::Config train_config(const testing::TempDir& dir, const std::string& model,
