@@ -27,6 +27,7 @@ Dropout (the model's and LoRA's) is drawn in every layout: each draws one
 process's masks (docs/parallelism.md).
 
     scripts/layout_sweep.py --trials 20 --seed 1 [--resume | --export] [--work /tmp/sweep]
+    scripts/layout_sweep.py --seed 1 --only 7 [the same mode]     # trial 7 again
 
 The CTest suites check chosen combinations step by step
 (tests/train/parallel_end_to_end.cmake); this looks between them.
@@ -387,6 +388,8 @@ def last_lines(path, n=12):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--only", type=int, metavar="TRIAL",
+                    help="run that trial of the seed's draws alone (a finding again)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--max-ranks", type=int, default=4)
@@ -421,7 +424,7 @@ def main():
     config = os.path.join(ROOT, "configs/gpt_tiny.yaml")
     counts = {"matched": 0, "parted": 0, "refused": 0, "findings": 0}
     steps = 1 if a.export else a.steps
-    for trial in range(a.trials):
+    for trial in range(a.trials if a.only is None else a.only + 1):
         # (--export: half of them from a family, random mixes seldom fitting
         # a class.)
         model, moe = (draw_family(rng) if a.export and rng.random() < 0.5 else
@@ -444,6 +447,13 @@ def main():
             elif "capacity_factor" in model.get("model.moe", ""):
                 layout["train.cuda_graph"] = "true"
                 layout["model.moe.pad_to_capacity"] = "true"
+        if a.resume:
+            # (Drawn with the rest, whatever the runs do: a trial's draws
+            # depend on the seed and the trial's number alone, so --only
+            # can repeat it.)
+            second, second_ranks = draw_layout(rng, model, moe, a.max_ranks, allow_one=True)
+        if a.only is not None and trial != a.only:
+            continue
         work = os.path.join(a.work, "trial_%03d" % trial)
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
@@ -511,7 +521,6 @@ def main():
         # a second layout resumes from there (resharding as it loads).
         halves = [(layout, ranks, steps)]
         if a.resume:
-            second, second_ranks = draw_layout(rng, model, moe, a.max_ranks, allow_one=True)
             halves = [(layout, ranks, steps // 2), (second, second_ranks, steps)]
             what += " -> " + " ".join("%s=%s" % kv for kv in second.items())
         failed = False
