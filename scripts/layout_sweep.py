@@ -444,7 +444,8 @@ def main():
         if a.device == "sim" and more.random() < 0.4:
             if not moe:
                 layout["train.cuda_graph"] = "true"
-            elif "capacity_factor" in model.get("model.moe", ""):
+            elif "capacity_factor" in model.get("model.moe", "") and layout["parallel.cp"] == 1:
+                # (Padding refuses context parallelism, by name.)
                 layout["train.cuda_graph"] = "true"
                 layout["model.moe.pad_to_capacity"] = "true"
         if a.resume:
