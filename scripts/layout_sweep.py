@@ -10,7 +10,7 @@ packed documents, recomputation, the weights' average, a batch-size ramp) and a 
 (sequence parallelism, schedule, virtual stages, stage balancing, ZeRO-1,
 small buckets, context parallelism's exchange, the mesh's rank order; on
 the simulator, --device sim, a captured step: train.cuda_graph, a mixture
-under a capacity padded to it). Both start from the same
+under a capacity padded to it; an attention kernel by name). Both start from the same
 weights; the layout's per-step losses and gradient norms must be one
 process's (fp32: relative --tolerance; bf16: losses within 0.5% and norms
 within 10%, as the CTest suites hold them). With --resume the layout
@@ -448,6 +448,18 @@ def main():
                 # (Padding refuses context parallelism, by name.)
                 layout["train.cuda_graph"] = "true"
                 layout["model.moe.pad_to_capacity"] = "true"
+        if a.device == "sim" and more.random() < 0.3 and "model.mla" not in model:
+            # One attention kernel by name rather than the faster one timed:
+            # those it can run (tensor cores and cuDNN take half precision,
+            # head dims of a multiple of 16 and of 8; cuDNN neither a soft
+            # cap nor documents' masks).
+            head_dim = model.get("model.head_dim", model["model.d_model"] // model["model.n_head"])
+            kernels = ["simt"]
+            if model.get("train.precision") in ("bf16", "fp16"):
+                kernels += ["tensor_core"] if head_dim % 16 == 0 else []
+                kernels += (["cudnn"] if head_dim % 8 == 0 and "model.attn_logit_softcap" not in model
+                            and "data.reset_attention_mask" not in model else [])
+            layout["model.attention_kernel"] = more.choice(kernels)
         if a.resume:
             # (Drawn with the rest, whatever the runs do: a trial's draws
             # depend on the seed and the trial's number alone, so --only

@@ -922,6 +922,23 @@ void validate(const Config& c, bool min_lr_given) {
   // (The model's heads, length and losses against the chunks.)
   cp::check_context_parallel(c.model, c.parallel.tp, c.parallel.cp, c.parallel.sequence_parallel,
                              cp::exchange_from_string(c.parallel.cp_comm), c.parallel.cp_a2a);
+  if (c.attention_kernel == "cudnn" && c.parallel.cp > 1) {
+    // The keys' all-gather and the ring attend each rank's chunk of queries
+    // to keys and values held apart from them; cuDNN's graph takes one
+    // fused qkv. (auto on groups that span nodes may still choose a ring:
+    // the attention then names the same reason.)
+    const cp::Exchange exchange = cp::resolve_exchange(cp::exchange_from_string(c.parallel.cp_comm),
+                                                       c.model, c.parallel.tp, c.parallel.cp);
+    if (exchange != cp::Exchange::AllToAll) {
+      throw ConfigError(
+          std::string("model.attention_kernel 'cudnn' cannot take parallel.cp_comm ") +
+          cp::exchange_name(exchange) +
+          (c.parallel.cp_comm == "auto" ? " (auto's choice for these heads)" : "") +
+          ": cuDNN's fused attention takes each sequence's queries with their keys "
+          "and values, and this exchange attends a chunk of queries to keys held "
+          "apart (use auto, simt or tensor_core, or parallel.cp_comm all_to_all)");
+    }
+  }
   if (c.parallel.sequence_parallel && c.model.seq_len % c.parallel.tp != 0) {
     throw ConfigError("model.seq_len (" + std::to_string(c.model.seq_len) +
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) +

@@ -456,6 +456,13 @@ TEST(CudaKernels, AttentionOverAChunkOfQueries) {
   } catch (const NotSupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("queries apart"), std::string::npos) << e.what();
   }
+  try {  // (a window's first keys beside them: the queries apart still the reason)
+    (void)chunk_attention(narrow(qkv, 2, 0, 64), narrow(qkv, 2, 64, 128), 2,
+                          nn::sliding_window_starts(1, 128, 16));
+    ADD_FAILURE() << "cuDNN took the queries apart with a window";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("queries apart"), std::string::npos) << e.what();
+  }
   cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
 }
 

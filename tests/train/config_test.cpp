@@ -1596,6 +1596,44 @@ TEST(Config, SetReachesKeysAtAnyDepth) {
   }
 }
 
+// cuDNN's fused attention takes each sequence's queries with their keys and
+// values: under context parallelism only the heads' all-to-all gives it
+// that; the keys' all-gather, the ring and the two hierarchical are refused
+// by name before anything starts (they once failed at the first step), auto
+// where it would choose the all-gather too.
+TEST(Config, CudnnAttentionTakesTheHeadsAllToAllAloneUnderContextParallelism) {
+  for (const char* exchange : {"all_to_all", "auto"}) {
+    const Config c = parse_config(kValid, {"parallel.cp=2", "model.attention_kernel=cudnn",
+                                           std::string("parallel.cp_comm=") + exchange});
+    EXPECT_EQ(c.attention_kernel, "cudnn");
+  }
+  for (const char* exchange : {"all_gather", "ring"}) {
+    expect_config_error(
+        kValid,
+        {"parallel.cp=2", "model.attention_kernel=cudnn",
+         std::string("parallel.cp_comm=") + exchange},
+        std::string("model.attention_kernel 'cudnn' cannot take parallel.cp_comm ") + exchange +
+            ": cuDNN's fused attention takes each sequence's queries");
+  }
+  expect_config_error(
+      kValid,
+      {"parallel.cp=4", "parallel.cp_comm=all_to_all+ring", "parallel.cp_a2a=2", "model.n_head=4",
+       "model.attention_kernel=cudnn"},
+      "model.attention_kernel 'cudnn' cannot take parallel.cp_comm all_to_all+ring");
+  // (Two heads do not share out over 4 ranks: auto takes the all-gather.)
+  expect_config_error(kValid, {"parallel.cp=4", "model.attention_kernel=cudnn"},
+                      "model.attention_kernel 'cudnn' cannot take parallel.cp_comm all_gather "
+                      "(auto's choice for these heads)");
+  // Without context parallelism, or with another kernel, nothing changes.
+  EXPECT_EQ(parse_config(kValid, {"parallel.cp_comm=ring", "model.attention_kernel=cudnn"})
+                .attention_kernel,
+            "cudnn");
+  EXPECT_EQ(parse_config(kValid, {"parallel.cp=2", "parallel.cp_comm=ring",
+                                  "model.attention_kernel=tensor_core"})
+                .attention_kernel,
+            "tensor_core");
+}
+
 TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
   const Config plain = parse_config(kValid);
   EXPECT_EQ(plain.model.eod_token, -1);

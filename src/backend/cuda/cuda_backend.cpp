@@ -1429,12 +1429,14 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
     case cuda::AttentionKernel::TensorCore:
       return {false, k::AttentionKernel::TensorCore};
     case cuda::AttentionKernel::Cudnn: {
+      // (Queries apart from their keys first: context parallelism's chunks
+      // of queries also mark where their keys begin, as documents do.)
       const std::string why =
-          documents ? "its graph has no document mask (packed documents need the triad kernels)"
-          : shape.separate
+          shape.separate
               ? "its graph takes one fused qkv (queries apart from the keys and values, context "
-                "parallelism's all-gather, need the triad kernels)"
-              : cudnn_unavailable(qkv.dtype(), shape, s.index);
+                "parallelism's all-gather and ring, need the triad kernels)"
+          : documents ? "its graph has no document mask (packed documents need the triad kernels)"
+                      : cudnn_unavailable(qkv.dtype(), shape, s.index);
       if (!why.empty())
         throw NotSupportedError("attention_kernel cudnn: " + why +
                                 " (B=" + std::to_string(shape.B) + " T=" + std::to_string(shape.T) +
