@@ -890,6 +890,26 @@ void validate(const Config& c, bool min_lr_given) {
         std::to_string(c.model.attn_logit_softcap) +
         " (the cuDNN graph has no logit soft-capping; use auto, simt or tensor_core)");
   }
+  if (c.device != "cpu" && (c.attention_kernel == "tensor_core" || c.attention_kernel == "cudnn")) {
+    // What the kernel named can never run, refused before training starts
+    // (the attention would refuse it at the first step). (Latent
+    // attention's head dims are its own: the attention names them.)
+    const std::string named = "model.attention_kernel '" + c.attention_kernel + "'";
+    if (c.train.precision == "fp32") {
+      throw ConfigError(named +
+                        " takes bf16 or fp16 activations, and train.precision is fp32 (use auto "
+                        "or simt)");
+    }
+    const int64_t D = c.model.head_dim();
+    if (!c.model.latent_attention() && c.attention_kernel == "tensor_core" && D % 16 != 0) {
+      throw ConfigError(named + " needs a head dim that is a multiple of 16, not " +
+                        std::to_string(D) + " (use auto or simt)");
+    }
+    if (!c.model.latent_attention() && c.attention_kernel == "cudnn" && (D % 8 != 0 || D > 256)) {
+      throw ConfigError(named + " needs a head dim that is a multiple of 8 up to 256, not " +
+                        std::to_string(D) + " (use auto, simt or tensor_core)");
+    }
+  }
   if (c.parallel.sequence_parallel && c.parallel.tp == 1) {
     throw ConfigError("parallel.sequence_parallel needs parallel.tp > 1");
   }

@@ -1634,6 +1634,40 @@ TEST(Config, CudnnAttentionTakesTheHeadsAllToAllAloneUnderContextParallelism) {
             "tensor_core");
 }
 
+// On a GPU, an attention kernel named that can never run the model is
+// refused before training starts (it once failed at the first step):
+// tensor cores and cuDNN take half precision, head dims of a multiple of 16
+// and of 8 (at most 256). On the CPU the key changes nothing and is kept.
+TEST(Config, AnAttentionKernelByNameFitsThePrecisionAndHeadDimOnTheGpu) {
+  for (const char* kernel : {"tensor_core", "cudnn"}) {
+    SCOPED_TRACE(kernel);
+    const std::string named = std::string("model.attention_kernel=") + kernel;
+    expect_config_error(kValid, {"device=cuda", named},
+                        std::string("model.attention_kernel '") + kernel +
+                            "' takes bf16 or fp16 activations, and train.precision is fp32");
+    EXPECT_EQ(parse_config(kValid, {named}).attention_kernel, kernel);  // (cpu)
+    // (d_model 32 over 2 heads: 16 wide, which both take; kValid's 16 make 8.)
+    const Config half =
+        parse_config(kValid, {"device=cuda", "train.precision=bf16", named, "model.d_model=32"});
+    EXPECT_EQ(half.attention_kernel, kernel);
+  }
+  expect_config_error(kValid,
+                      {"device=cuda", "train.precision=bf16", "model.attention_kernel=tensor_core"},
+                      "model.attention_kernel 'tensor_core' needs a head dim that is a multiple of "
+                      "16, not 8");
+  EXPECT_EQ(
+      parse_config(kValid, {"device=cuda", "train.precision=fp16", "model.attention_kernel=cudnn"})
+          .attention_kernel,
+      "cudnn");
+  expect_config_error(
+      kValid,
+      {"device=cuda", "train.precision=bf16", "model.attention_kernel=cudnn", "model.head_dim=12"},
+      "model.attention_kernel 'cudnn' needs a head dim that is a multiple of 8 up "
+      "to 256, not 12");
+  EXPECT_EQ(parse_config(kValid, {"device=cuda", "model.attention_kernel=simt"}).attention_kernel,
+            "simt");
+}
+
 TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
   const Config plain = parse_config(kValid);
   EXPECT_EQ(plain.model.eod_token, -1);
