@@ -453,13 +453,18 @@ def main():
             # those it can run (tensor cores and cuDNN take half precision,
             # head dims of a multiple of 16 and of 8; cuDNN neither a soft
             # cap nor documents' masks).
+            # A half-precision kernel drawn for an fp32 model makes the
+            # trial bf16 (both runs).
             head_dim = model.get("model.head_dim", model["model.d_model"] // model["model.n_head"])
             kernels = ["simt"]
-            if model.get("train.precision") in ("bf16", "fp16"):
-                kernels += ["tensor_core"] if head_dim % 16 == 0 else []
-                kernels += (["cudnn"] if head_dim % 8 == 0 and "model.attn_logit_softcap" not in model
-                            and "data.reset_attention_mask" not in model else [])
-            layout["model.attention_kernel"] = more.choice(kernels)
+            kernels += ["tensor_core"] if head_dim % 16 == 0 else []
+            kernels += (["cudnn"] if head_dim % 8 == 0 and "model.attn_logit_softcap" not in model
+                        and "data.reset_attention_mask" not in model
+                        and layout["parallel.cp"] == 1 else [])
+            kernel = more.choice(kernels)
+            layout["model.attention_kernel"] = kernel
+            if kernel != "simt" and model.get("train.precision") not in ("bf16", "fp16"):
+                model["train.precision"] = "bf16"
         if a.resume:
             # (Drawn with the rest, whatever the runs do: a trial's draws
             # depend on the seed and the trial's number alone, so --only
