@@ -4667,6 +4667,46 @@ TEST(CudaGraphs, AShardOfPaddingAloneHoldsNoId) {
   }
 }
 
+// The config's refusals of an attention kernel by name (precision and head
+// dim, Config.AnAttentionKernelByNameFitsThePrecisionAndHeadDimOnTheGpu)
+// say what the kernels say, so neither drifts from the other: on a device
+// that runs the kernel at all, a model the config takes the kernel can run,
+// and one it refuses the kernel cannot (head dims up to Triad's 128).
+TEST(CudaKernels, TheConfigRefusesANamedAttentionKernelWhereTheKernelDoes) {
+  const int64_t T = 128, NH = 2;
+  for (cuda::AttentionKernel kernel :
+       {cuda::AttentionKernel::TensorCore, cuda::AttentionKernel::Cudnn}) {
+    const std::string name = cuda::attention_kernel_name(kernel);
+    SCOPED_TRACE(name);
+    if (const std::string why =
+            cuda::attention_kernel_unavailable(kernel, DType::BF16, T, NH * 64, NH);
+        !why.empty()) {
+      std::printf("[ note ] %s: not compared (%s)\n", name.c_str(), why.c_str());
+      continue;
+    }
+    int refused = 0;
+    for (int64_t D : {8, 12, 16, 24, 40, 64, 128}) {
+      for (DType dtype : {DType::BF16, DType::F32}) {
+        const bool runs = cuda::attention_kernel_unavailable(kernel, dtype, T, NH * D, NH).empty();
+        bool taken = true;
+        try {
+          (void)train::parse_config(
+              "model: {n_layer: 1, n_head: 2, d_model: " + std::to_string(NH * D) +
+              ", vocab_size: 256, seq_len: " + std::to_string(T) + ", attention_kernel: " + name +
+              "}\ntrain: {steps: 1, global_batch_size: 2, micro_batch_size: 2, "
+              "lr: 1.0e-3, precision: " +
+              (dtype == DType::BF16 ? "bf16" : "fp32") + "}\ndata: {train: x.bin}\ndevice: cuda\n");
+        } catch (const ConfigError&) {
+          taken = false;
+          ++refused;
+        }
+        EXPECT_EQ(taken, runs) << "head dim " << D << ", " << dtype_name(dtype);
+      }
+    }
+    EXPECT_GT(refused, 7) << "every f32 model and some head dims";
+  }
+}
+
 // End to end: the trainer on the GPU against the trainer on the CPU (fp32,
 // tight), and bf16 against fp32 on a GPT-2 124M-shaped model.
 train::Config train_config(const testing::TempDir& dir, const std::string& model,
