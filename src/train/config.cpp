@@ -892,8 +892,10 @@ void validate(const Config& c, bool min_lr_given) {
   }
   if (c.device != "cpu" && (c.attention_kernel == "tensor_core" || c.attention_kernel == "cudnn")) {
     // What the kernel named can never run, refused before training starts
-    // (the attention would refuse it at the first step). (Latent
-    // attention's head dims are its own: the attention names them.)
+    // (the attention would refuse it at the first step). The rules are the
+    // kernels' (kernels/attention.cu, cudnn_attention_graph.cpp), held to
+    // them by CudaKernels.TheConfigRefusesANamedAttentionKernelWhereTheKernelDoes.
+    // (Latent attention's head dims are its own: the attention names them.)
     const std::string named = "model.attention_kernel '" + c.attention_kernel + "'";
     if (c.train.precision == "fp32") {
       throw ConfigError(named +
