@@ -4667,6 +4667,44 @@ TEST(CudaGraphs, AShardOfPaddingAloneHoldsNoId) {
   }
 }
 
+// A head dim Triad's kernels cannot take (above 128: Gemma 2's 256) runs
+// under auto through cuDNN, untimed, as it runs named (forward and backward
+// to the bit); auto's tuning has nothing to time for it, and in f32, which
+// cuDNN cannot take either, the attention still names why.
+TEST(CudaKernels, AutoAttentionTakesCudnnWhereTriadsKernelsCannot) {
+  if (!cuda::cudnn_compiled()) GTEST_SKIP() << "a build without cuDNN";
+  auto run = [](cuda::AttentionKernel kernel) {
+    cuda::set_attention_kernel(kernel);
+    Tensor qkv = randn({2, 64, 3 * 512}, 41, 1, 0.5, DType::BF16, kGpu);
+    qkv.set_requires_grad(true);
+    const Tensor out = causal_attention(qkv, 2);
+    autograd::backward({out}, {randn({2, 64, 512}, 41, 2, 1.0, DType::BF16, kGpu)});
+    cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+    return std::pair{to_double_vector(out), to_double_vector(qkv.grad())};
+  };
+  std::pair<std::vector<double>, std::vector<double>> named;
+  try {
+    named = run(cuda::AttentionKernel::Cudnn);
+  } catch (const NotSupportedError& e) {
+    cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+    GTEST_SKIP() << "cuDNN cannot take head dim 256 here: " << e.what();
+  }
+  const auto automatic = run(cuda::AttentionKernel::Auto);
+  EXPECT_EQ(automatic.first, named.first);
+  EXPECT_EQ(automatic.second, named.second);
+  cuda::AttentionChoice choice;
+  EXPECT_FALSE(cuda::tune_attention(0, DType::BF16, 2, 64, 512, 2, choice));
+  EXPECT_THROW(cuda::tune_attention(0, DType::F32, 2, 64, 512, 2, choice), ValueError);
+  const Tensor f32 = randn({1, 16, 3 * 512}, 41, 3, 0.5, DType::F32, kGpu);
+  try {
+    (void)causal_attention(f32, 2);
+    ADD_FAILURE() << "f32 attention at head dim 256 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head dim 256 exceeds 128"), std::string::npos)
+        << e.what();
+  }
+}
+
 // The config's refusals of an attention kernel by name (precision and head
 // dim, Config.AnAttentionKernelByNameFitsThePrecisionAndHeadDimOnTheGpu)
 // say what the kernels say, so neither drifts from the other: on a device

@@ -1452,6 +1452,14 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
   // cuDNN's tensors are declared 16-byte aligned; a view that is not stays
   // with Triad's kernels.
   const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
+  // A shape Triad's kernels cannot take (a head dim above 128: Gemma 2's
+  // 256) goes to cuDNN untimed where cuDNN takes it; else Triad's kernel
+  // names why.
+  if (!k::check_attention(scalar(qkv.dtype()), shape).ok) {
+    if (aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty())
+      return {true, k::AttentionKernel::Auto};
+    return {false, own};
+  }
   if (aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty() &&
       attention_tuner().decide(s, qkv.raw_data(), qkv.dtype(), shape, own, forward_only).cudnn)
     return {true, k::AttentionKernel::Auto};
@@ -2215,7 +2223,14 @@ bool tune_attention(int device, DType dtype, int64_t batch, int64_t seq_len, int
                      " must be >= 0");
   const k::AttentionShape shape = detail::attention_problem(batch, seq_len, d_model, heads, true);
   const k::Status ok = k::check_attention(detail::scalar(dtype), shape);
-  if (!ok.ok) throw ValueError("tune_attention: " + ok.reason);
+  if (!ok.ok) {
+    // Nothing to time where Triad's kernels cannot take the shape: under
+    // auto cuDNN runs it where it can (route_attention).
+    if (attention_kernel() == AttentionKernel::Auto &&
+        detail::cudnn_unavailable(dtype, shape, device).empty())
+      return false;
+    throw ValueError("tune_attention: " + ok.reason);
+  }
   return detail::tune_attention(device, dtype, shape, out);
 }
 
