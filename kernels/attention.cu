@@ -1,8 +1,13 @@
-// Causal flash attention, one thread per query (forward, dq) or per key
-// (dk, dv). Tiles of the other side stream through shared memory, stored in
-// f32 with rows padded by one word so threads reading their own rows do not
-// collide on banks. Head dims are rounded up to a compiled width (32, 64,
-// 128) and guarded at run time.
+// Causal flash attention, one query (forward, dq) or key (dk, dv) per row of
+// a block. Tiles of the other side stream through shared memory, stored in
+// f32 with rows padded so threads reading their own rows do not collide on
+// banks. Head dims are rounded up to a compiled width (32, 64, 128, 256)
+// and guarded at run time. Up to 128 a thread owns a row; at 256 two
+// adjacent lanes share one, each holding every other dim (so a thread's
+// accumulators stay 128 wide) and summing their halves of each dot product
+// through a shuffle, and a block owns half the rows and streams tiles half
+// as tall, so its shared memory stays within the 99 KiB that sm_86 and
+// sm_89 allow.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -16,83 +21,115 @@
 namespace triad::kernels {
 namespace {
 
-constexpr int kRows = 64;  // threads per block: queries (forward, dq) or keys (dk, dv)
-constexpr int kTile = 32;  // rows of the streamed side per shared-memory tile
+constexpr int kThreads = 64;  // threads per block
 
+// The layout of a compiled width MAXD: the threads sharing a row (`split`),
+// the dims each holds (`per_thread`: dims part, part + split, ...), the
+// rows a block owns (queries for the forward and dq, keys for dk/dv), the
+// streamed side's rows per shared-memory tile, and a shared-memory row's
+// stride (MAXD plus `split` words: the lanes of a warp reading their own
+// rows' d-th dims land on distinct banks).
 template <int MAXD>
-constexpr int padded() {
-  return MAXD + 1;
+struct Width {
+  static constexpr int split = MAXD > 128 ? 2 : 1;
+  static constexpr int per_thread = MAXD / split;
+  static constexpr int rows = kThreads / split;
+  static constexpr int tile = MAXD > 128 ? 16 : 32;
+  static constexpr int pad = MAXD + split;
+  static_assert(per_thread <= 128 && rows * split == kThreads);
+};
+
+// This thread's row within the block and its part of the row's dims.
+template <int MAXD>
+__device__ __forceinline__ int own_row() {
+  return static_cast<int>(threadIdx.x) / Width<MAXD>::split;
+}
+template <int MAXD>
+__device__ __forceinline__ int own_part() {
+  return static_cast<int>(threadIdx.x) % Width<MAXD>::split;
 }
 
 // Loads rows [r0, r0 + n) of the (B, T, stride) tensor at column `col`
-// (D wide) into tile[kTile][MAXD + 1] as f32; rows past T are zero.
+// (D wide) into tile[n][pad] as f32; rows past T are zero.
+template <class T, int MAXD>
+__device__ void load_rows(float* tile, int n, const T* base, int64_t stride, int64_t r0, int64_t Tn,
+                          int D) {
+  for (int idx = threadIdx.x; idx < n * D; idx += blockDim.x) {
+    const int r = idx / D, d = idx % D;
+    const int64_t row = r0 + r;
+    tile[r * Width<MAXD>::pad + d] = row < Tn ? load(base, row * stride + d) : 0.0f;
+  }
+}
+// A tile of the streamed side, and the block's own rows.
 template <class T, int MAXD>
 __device__ void load_tile(float* tile, const T* base, int64_t stride, int64_t r0, int64_t Tn,
                           int D) {
-  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
-    const int r = idx / D, d = idx % D;
-    const int64_t row = r0 + r;
-    tile[r * padded<MAXD>() + d] = row < Tn ? load(base, row * stride + d) : 0.0f;
-  }
+  load_rows<T, MAXD>(tile, Width<MAXD>::tile, base, stride, r0, Tn, D);
 }
-
-// Loads this block's own rows (one per thread) the same way: own[kRows][MAXD + 1].
 template <class T, int MAXD>
 __device__ void load_own(float* own, const T* base, int64_t stride, int64_t r0, int64_t Tn, int D) {
-  for (int idx = threadIdx.x; idx < kRows * D; idx += blockDim.x) {
-    const int r = idx / D, d = idx % D;
-    const int64_t row = r0 + r;
-    own[r * padded<MAXD>() + d] = row < Tn ? load(base, row * stride + d) : 0.0f;
-  }
+  load_rows<T, MAXD>(own, Width<MAXD>::rows, base, stride, r0, Tn, D);
 }
 
 // The first column of the tile at k0 that a query whose document starts at
 // `start` may see.
+template <int MAXD>
 __device__ __forceinline__ int first_in_tile(int64_t start, int64_t k0) {
+  constexpr int kTile = Width<MAXD>::tile;
   return static_cast<int>(start <= k0 ? 0 : (start - k0 < kTile ? start - k0 : kTile));
 }
 
+// The dot product of two rows' first D dims: this thread's share of them
+// (its part's), then, where two lanes share a row, both halves summed, the
+// same bits on both lanes (they run every row's loop together).
 template <int MAXD>
-__device__ __forceinline__ float dot_rows(const float* a, const float* b, int D) {
+__device__ __forceinline__ float dot_rows(const float* a, const float* b, int D, int part) {
+  using W = Width<MAXD>;
   float s = 0;
 #pragma unroll
-  for (int d = 0; d < MAXD; ++d) {
+  for (int k = 0; k < W::per_thread; ++k) {
+    const int d = part + k * W::split;
     if (d < D) s += a[d] * b[d];
+  }
+  if constexpr (W::split == 2) {
+    s += __shfl_xor_sync(3u << (threadIdx.x & 30u), s, 1);
   }
   return s;
 }
 
-// grid (ceil((T - first) / kRows), B * NH); dynamic shared memory: own q
+// grid (ceil((T - first) / rows), B * NH); dynamic shared memory: own q
 // rows + K, V tiles.
 // O: out's type (T, or f32 under halves: AttentionShape::out_f32).
 template <class T, int MAXD, class O>
-__global__ void __launch_bounds__(kRows)
+__global__ void __launch_bounds__(kThreads)
     attn_forward_kernel(const T* qsrc, const T* kvsrc, O* out, float* lse, const int32_t* starts,
                         int64_t Tn, QkvLayout L, float scale) {
+  using W = Width<MAXD>;
+  constexpr int kRows = W::rows, kTile = W::tile, kPad = W::pad, kSplit = W::split;
   extern __shared__ float smem[];
-  float* q_own = smem;                              // [kRows][MAXD + 1]
-  float* k_tile = q_own + kRows * padded<MAXD>();   // [kTile][MAXD + 1]
-  float* v_tile = k_tile + kTile * padded<MAXD>();  // [kTile][MAXD + 1]
-  const int D = L.D;
+  float* q_own = smem;                    // [kRows][kPad]
+  float* k_tile = q_own + kRows * kPad;   // [kTile][kPad]
+  float* v_tile = k_tile + kTile * kPad;  // [kTile][kPad]
+  const int D = L.D, part = own_part<MAXD>();
   const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
   const T* q_base = L.q_batch(qsrc, b) + L.q(h);
   const T* kv_row = L.kv_batch(kvsrc, b, Tn);
   const T* k_base = kv_row + L.k(h / L.G);
   const T* v_base = kv_row + L.v(h / L.G);
   const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
-  const int64_t i = r0 + threadIdx.x;                // this thread's query's position
+  const int64_t i = r0 + own_row<MAXD>();            // this thread's query's position
   const int64_t Tq = L.qrows, qend = L.query_end();  // out's and lse's rows
   load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.first, L.qrows, D);
-  const float* q = q_own + threadIdx.x * padded<MAXD>();
+  const float* q = q_own + own_row<MAXD>() * kPad;
   // Packed documents: this query sees keys [si, i]; the block starts at its
   // first row's document (starts never decrease along a row).
   const int32_t* row_starts = starts ? starts + b * Tq : nullptr;
   const int64_t si = row_starts && i < qend ? row_starts[i - L.first] : 0;
   const int64_t first_key = row_starts ? row_starts[r0 - L.first] / kTile * kTile : 0;
 
-  float acc[MAXD];
+  float acc[W::per_thread];
 #pragma unroll
-  for (int d = 0; d < MAXD; ++d) acc[d] = 0;
+  for (int k = 0; k < W::per_thread; ++k) acc[k] = 0;
   float m = -INFINITY, l = 0;
   const int64_t last_key = min(Tn, r0 + kRows);  // causal: no key past the block's last query
   for (int64_t k0 = first_key; k0 < last_key; k0 += kTile) {
@@ -101,24 +138,26 @@ __global__ void __launch_bounds__(kRows)
     load_tile<T, MAXD>(v_tile, v_base, L.kvs, k0, Tn, D);
     __syncthreads();
     if (i < qend) {
-      for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i && k0 + j < Tn; ++j) {
-        const float* kr = k_tile + j * padded<MAXD>();
-        const float* vr = v_tile + j * padded<MAXD>();
-        const float s = L.capped(dot_rows<MAXD>(q, kr, D) * scale);
+      for (int j = first_in_tile<MAXD>(si, k0); j < kTile && k0 + j <= i && k0 + j < Tn; ++j) {
+        const float* kr = k_tile + j * kPad;
+        const float* vr = v_tile + j * kPad;
+        const float s = L.capped(dot_rows<MAXD>(q, kr, D, part) * scale);
         if (s > m) {
           const float corr = __expf(m - s);  // 0 on the first key (m = -inf)
           l = l * corr + 1.0f;
 #pragma unroll
-          for (int d = 0; d < MAXD; ++d) {
-            if (d < D) acc[d] = acc[d] * corr + vr[d];
+          for (int k = 0; k < W::per_thread; ++k) {
+            const int d = part + k * kSplit;
+            if (d < D) acc[k] = acc[k] * corr + vr[d];
           }
           m = s;
         } else {
           const float p = __expf(s - m);
           l += p;
 #pragma unroll
-          for (int d = 0; d < MAXD; ++d) {
-            if (d < D) acc[d] += p * vr[d];
+          for (int k = 0; k < W::per_thread; ++k) {
+            const int d = part + k * kSplit;
+            if (d < D) acc[k] += p * vr[d];
           }
         }
       }
@@ -128,10 +167,11 @@ __global__ void __launch_bounds__(kRows)
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // (a query that sees no key: 0, lse -inf)
     O* o = out + (b * Tq + i - L.first) * L.C + h * D;
 #pragma unroll
-    for (int d = 0; d < MAXD; ++d) {
-      if (d < D) store(o, d, acc[d] * inv);
+    for (int k = 0; k < W::per_thread; ++k) {
+      const int d = part + k * kSplit;
+      if (d < D) store(o, d, acc[k] * inv);
     }
-    lse[int64_t(bh) * Tq + i - L.first] = l > 0.0f ? m + logf(l) : -INFINITY;
+    if (part == 0) lse[int64_t(bh) * Tq + i - L.first] = l > 0.0f ? m + logf(l) : -INFINITY;
   }
 }
 
@@ -157,41 +197,43 @@ __global__ void attn_delta_kernel(const T* out, const T* dout, float* delta, int
   }
 }
 
-// dq: grid (ceil((T - first) / kRows), B * NH), one thread per query; K, V
-// tiles stream.
+// dq: grid (ceil((T - first) / rows), B * NH), a query per row; K, V tiles
+// stream.
 template <class T, int MAXD>
-__global__ void __launch_bounds__(kRows)
+__global__ void __launch_bounds__(kThreads)
     attn_dq_kernel(const T* qsrc, const T* kvsrc, const T* dout, const float* lse,
                    const float* delta, const int32_t* starts, T* dq_out, int64_t Tn, QkvLayout L,
                    float scale) {
+  using W = Width<MAXD>;
+  constexpr int kRows = W::rows, kTile = W::tile, kPad = W::pad, kSplit = W::split;
   extern __shared__ float smem[];
   float* q_own = smem;
-  float* do_own = q_own + kRows * padded<MAXD>();
-  float* k_tile = do_own + kRows * padded<MAXD>();
-  float* v_tile = k_tile + kTile * padded<MAXD>();
-  const int D = L.D;
+  float* do_own = q_own + kRows * kPad;
+  float* k_tile = do_own + kRows * kPad;
+  float* v_tile = k_tile + kTile * kPad;
+  const int D = L.D, part = own_part<MAXD>();
   const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
   const T* q_base = L.q_batch(qsrc, b) + L.q(h);
   const T* kv_row = L.kv_batch(kvsrc, b, Tn);
   const T* k_base = kv_row + L.k(h / L.G);
   const T* v_base = kv_row + L.v(h / L.G);
   const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
-  const int64_t i = r0 + threadIdx.x;
+  const int64_t i = r0 + own_row<MAXD>();
   // dout's, lse's and delta's rows (from position first)
   const int64_t Tq = L.qrows, qend = L.query_end();
   load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.first, L.qrows, D);
   load_own<T, MAXD>(do_own, dout + b * Tq * L.C + h * D, L.C, r0 - L.first, Tq, D);
-  const float* q = q_own + threadIdx.x * padded<MAXD>();
-  const float* go = do_own + threadIdx.x * padded<MAXD>();
+  const float* q = q_own + own_row<MAXD>() * kPad;
+  const float* go = do_own + own_row<MAXD>() * kPad;
   const float li = i < qend ? lse[int64_t(bh) * Tq + i - L.first] : 0.0f;
   const float di = i < qend ? delta[int64_t(bh) * Tq + i - L.first] : 0.0f;
   const int32_t* row_starts = starts ? starts + b * Tq : nullptr;  // as in the forward
   const int64_t si = row_starts && i < qend ? row_starts[i - L.first] : 0;
   const int64_t first_key = row_starts ? row_starts[r0 - L.first] / kTile * kTile : 0;
 
-  float dq[MAXD];
+  float dq[W::per_thread];
 #pragma unroll
-  for (int d = 0; d < MAXD; ++d) dq[d] = 0;
+  for (int k = 0; k < W::per_thread; ++k) dq[k] = 0;
   const int64_t last_key = min(Tn, r0 + kRows);
   for (int64_t k0 = first_key; k0 < last_key; k0 += kTile) {
     __syncthreads();
@@ -199,15 +241,16 @@ __global__ void __launch_bounds__(kRows)
     load_tile<T, MAXD>(v_tile, v_base, L.kvs, k0, Tn, D);
     __syncthreads();
     if (i < qend) {
-      for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i && k0 + j < Tn; ++j) {
-        const float* kr = k_tile + j * padded<MAXD>();
-        const float* vr = v_tile + j * padded<MAXD>();
-        const float z = L.capped(dot_rows<MAXD>(q, kr, D) * scale);
+      for (int j = first_in_tile<MAXD>(si, k0); j < kTile && k0 + j <= i && k0 + j < Tn; ++j) {
+        const float* kr = k_tile + j * kPad;
+        const float* vr = v_tile + j * kPad;
+        const float z = L.capped(dot_rows<MAXD>(q, kr, D, part) * scale);
         const float p = __expf(z - li);
-        const float ds = p * (dot_rows<MAXD>(go, vr, D) - di) * L.cap_slope(z);
+        const float ds = p * (dot_rows<MAXD>(go, vr, D, part) - di) * L.cap_slope(z);
 #pragma unroll
-        for (int d = 0; d < MAXD; ++d) {
-          if (d < D) dq[d] += ds * kr[d];
+        for (int k = 0; k < W::per_thread; ++k) {
+          const int d = part + k * kSplit;
+          if (d < D) dq[k] += ds * kr[d];
         }
       }
     }
@@ -215,43 +258,46 @@ __global__ void __launch_bounds__(kRows)
   if (i < qend) {
     T* o = dq_out + (b * L.qrows + i - L.first) * L.qs + L.q(h);
 #pragma unroll
-    for (int d = 0; d < MAXD; ++d) {
-      if (d < D) store(o, d, dq[d] * scale);
+    for (int k = 0; k < W::per_thread; ++k) {
+      const int d = part + k * kSplit;
+      if (d < D) store(o, d, dq[k] * scale);
     }
   }
 }
 
-// dk, dv: grid (ceil(T / kRows), B * NKV), one thread per key; for each
-// query head of the key's group in turn, Q, dO tiles (with their lse and
-// delta) stream over the queries at or after the block's first key (and the
-// first query row), up to the first query of a later document.
+// dk, dv: grid (ceil(T / rows), B * NKV), a key per row; for each query
+// head of the key's group in turn, Q, dO tiles (with their lse and delta)
+// stream over the queries at or after the block's first key (and the first
+// query row), up to the first query of a later document.
 template <class T, int MAXD>
-__global__ void __launch_bounds__(kRows)
+__global__ void __launch_bounds__(kThreads)
     attn_dkdv_kernel(const T* qsrc, const T* kvsrc, const T* dout, const float* lse,
                      const float* delta, const int32_t* starts, T* dkv_out, int64_t Tn, QkvLayout L,
                      float scale) {
+  using W = Width<MAXD>;
+  constexpr int kRows = W::rows, kTile = W::tile, kPad = W::pad, kSplit = W::split;
   extern __shared__ float smem[];
   float* k_own = smem;
-  float* v_own = k_own + kRows * padded<MAXD>();
-  float* q_tile = v_own + kRows * padded<MAXD>();
-  float* do_tile = q_tile + kTile * padded<MAXD>();
-  float* l_tile = do_tile + kTile * padded<MAXD>();      // [kTile]
+  float* v_own = k_own + kRows * kPad;
+  float* q_tile = v_own + kRows * kPad;
+  float* do_tile = q_tile + kTile * kPad;
+  float* l_tile = do_tile + kTile * kPad;                // [kTile]
   float* d_tile = l_tile + kTile;                        // [kTile]
   int* s_tile = reinterpret_cast<int*>(d_tile + kTile);  // [kTile] document starts
-  const int D = L.D;
+  const int D = L.D, part = own_part<MAXD>();
   const int bkv = blockIdx.y, b = bkv / L.NKV, kvh = bkv % L.NKV;
   const T* kv_row = L.kv_batch(kvsrc, b, Tn);
   const T* q_batch = L.q_batch(qsrc, b);
   const int64_t r0 = blockIdx.x * int64_t(kRows);
-  const int64_t j = r0 + threadIdx.x;  // this thread's key
+  const int64_t j = r0 + own_row<MAXD>();  // this thread's key
   load_own<T, MAXD>(k_own, kv_row + L.k(kvh), L.kvs, r0, Tn, D);
   load_own<T, MAXD>(v_own, kv_row + L.v(kvh), L.kvs, r0, Tn, D);
-  const float* kr = k_own + threadIdx.x * padded<MAXD>();
-  const float* vr = v_own + threadIdx.x * padded<MAXD>();
+  const float* kr = k_own + own_row<MAXD>() * kPad;
+  const float* vr = v_own + own_row<MAXD>() * kPad;
 
-  float dk[MAXD], dv[MAXD];
+  float dk[W::per_thread], dv[W::per_thread];
 #pragma unroll
-  for (int d = 0; d < MAXD; ++d) dk[d] = 0, dv[d] = 0;
+  for (int k = 0; k < W::per_thread; ++k) dk[k] = 0, dv[k] = 0;
   // dout's, lse's, delta's and doc_starts' rows (from position first)
   const int64_t Tq = L.qrows, qend = L.query_end();
   const int32_t* row_starts = starts ? starts + b * Tq : nullptr;
@@ -278,16 +324,17 @@ __global__ void __launch_bounds__(kRows)
           const int64_t qi = q0 + r;
           if (qi < j) continue;                    // causal: only queries at or after this key
           if (qi >= qend || s_tile[r] > j) break;  // past the end, or in a later document
-          const float* qr = q_tile + r * padded<MAXD>();
-          const float* gr = do_tile + r * padded<MAXD>();
-          const float z = L.capped(dot_rows<MAXD>(qr, kr, D) * scale);
+          const float* qr = q_tile + r * kPad;
+          const float* gr = do_tile + r * kPad;
+          const float z = L.capped(dot_rows<MAXD>(qr, kr, D, part) * scale);
           const float p = __expf(z - l_tile[r]);
-          const float ds = p * (dot_rows<MAXD>(gr, vr, D) - d_tile[r]) * L.cap_slope(z);
+          const float ds = p * (dot_rows<MAXD>(gr, vr, D, part) - d_tile[r]) * L.cap_slope(z);
 #pragma unroll
-          for (int d = 0; d < MAXD; ++d) {
+          for (int k = 0; k < W::per_thread; ++k) {
+            const int d = part + k * kSplit;
             if (d < D) {
-              dv[d] += p * gr[d];
-              dk[d] += ds * qr[d];
+              dv[k] += p * gr[d];
+              dk[k] += ds * qr[d];
             }
           }
         }
@@ -297,35 +344,44 @@ __global__ void __launch_bounds__(kRows)
   if (j < Tn) {
     T* o = dkv_out + (b * Tn + j) * L.kvs;
 #pragma unroll
-    for (int d = 0; d < MAXD; ++d) {
+    for (int k = 0; k < W::per_thread; ++k) {
+      const int d = part + k * kSplit;
       if (d < D) {
-        store(o + L.k(kvh), d, dk[d] * scale);
-        store(o + L.v(kvh), d, dv[d]);
+        store(o + L.k(kvh), d, dk[k] * scale);
+        store(o + L.v(kvh), d, dv[k]);
       }
     }
   }
 }
 
+// Dynamic shared memory (bytes) of each kernel: at most 99 KiB at every
+// width (dq and dk/dv at 128 and 256 come closest).
 template <int MAXD>
-size_t forward_smem() {
-  return sizeof(float) * (kRows + 2 * kTile) * padded<MAXD>();
+constexpr size_t forward_smem() {
+  using W = Width<MAXD>;
+  return sizeof(float) * (W::rows + 2 * W::tile) * W::pad;
 }
 template <int MAXD>
-size_t dq_smem() {
-  return sizeof(float) * (2 * kRows + 2 * kTile) * padded<MAXD>();
+constexpr size_t dq_smem() {
+  using W = Width<MAXD>;
+  return sizeof(float) * (2 * W::rows + 2 * W::tile) * W::pad;
 }
 template <int MAXD>
-size_t dkdv_smem() {
-  return sizeof(float) * ((2 * kRows + 2 * kTile) * padded<MAXD>() + 2 * kTile) +
-         sizeof(int) * kTile;
+constexpr size_t dkdv_smem() {
+  using W = Width<MAXD>;
+  return sizeof(float) * ((2 * W::rows + 2 * W::tile) * W::pad + 2 * W::tile) +
+         sizeof(int) * W::tile;
 }
+static_assert(dkdv_smem<128>() <= 99 * 1024 && dkdv_smem<256>() <= 99 * 1024 &&
+              dq_smem<256>() <= 99 * 1024 && forward_smem<256>() <= 99 * 1024);
 
 // Calls f(std::integral_constant<int, MAXD>) for the narrowest compiled width.
 template <class F>
 void dispatch_head_dim(int64_t D, F&& f) {
   if (D <= 32) return f(std::integral_constant<int, 32>{});
   if (D <= 64) return f(std::integral_constant<int, 64>{});
-  return f(std::integral_constant<int, 128>{});
+  if (D <= 128) return f(std::integral_constant<int, 128>{});
+  return f(std::integral_constant<int, 256>{});
 }
 
 template <class K>
@@ -335,6 +391,16 @@ void allow_smem(K kernel, size_t bytes) {
                                     static_cast<int>(bytes)),
                "attention: cudaFuncSetAttribute");
   }
+}
+
+// Blocks covering `rows` rows at the width of head dim D.
+unsigned row_blocks(int64_t rows, int64_t D) {
+  unsigned n = 0;
+  dispatch_head_dim(D, [&](auto width) {
+    constexpr int per = Width<decltype(width)::value>::rows;
+    n = static_cast<unsigned>((rows + per - 1) / per);
+  });
+  return n;
 }
 
 }  // namespace
@@ -396,6 +462,12 @@ Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int
   if (s.head_dim() % 16 != 0) {
     return Status::fail("head dim " + std::to_string(s.head_dim()) + " is not a multiple of 16");
   }
+  if (s.head_dim() > kAttentionTensorCoreMaxHeadDim) {
+    return Status::fail(
+        "head dim " + std::to_string(s.head_dim()) + " exceeds the tensor-core kernels' " +
+        std::to_string(kAttentionTensorCoreMaxHeadDim) + " (the SIMT kernels take up to " +
+        std::to_string(kAttentionMaxHeadDim) + ")");
+  }
   if ((std::max(s.T, s.query_rows()) + 63) / 64 > 65535) {  // its grid's y: blocks of 64 rows
     return Status::fail("T (" + std::to_string(std::max(s.T, s.query_rows())) +
                         ") exceeds 65535 blocks of 64 rows");
@@ -440,8 +512,7 @@ void forward_impl(const void* q, const void* kv, void* out, float* lse, ScalarTy
   }
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid(static_cast<unsigned>((s.query_rows() + kRows - 1) / kRows),
-                  static_cast<unsigned>(s.B * s.NH));
+  const dim3 grid(row_blocks(s.query_rows(), D), static_cast<unsigned>(s.B * s.NH));
   dispatch_nn(type, "attention_forward", [&](auto t) {
     using T = decltype(t);
     dispatch_head_dim(D, [&](auto width) {
@@ -450,7 +521,7 @@ void forward_impl(const void* q, const void* kv, void* out, float* lse, ScalarTy
         using O = std::remove_pointer_t<decltype(o)>;
         auto kernel = attn_forward_kernel<T, MAXD, O>;
         allow_smem(kernel, forward_smem<MAXD>());
-        kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(
+        kernel<<<grid, kThreads, forward_smem<MAXD>(), stream>>>(
             static_cast<const T*>(q), static_cast<const T*>(kv), o, lse, doc_starts, s.T,
             QkvLayout::of(s), scale);
       };
@@ -478,8 +549,7 @@ void backward_impl(const void* q, const void* kv, const void* out, const float* 
   if (s.B * Tq == 0) return;  // (and no query reads a key)
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid(static_cast<unsigned>((Tq + kRows - 1) / kRows),
-                  static_cast<unsigned>(s.B * s.NH));
+  const dim3 grid(row_blocks(Tq, D), static_cast<unsigned>(s.B * s.NH));
   float* delta = static_cast<float*>(workspace);
   const bool tensor_cores =
       resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore;
@@ -504,13 +574,12 @@ void backward_impl(const void* q, const void* kv, const void* out, const float* 
       constexpr int MAXD = decltype(width)::value;
       auto dq_kernel = attn_dq_kernel<T, MAXD>;
       allow_smem(dq_kernel, dq_smem<MAXD>());
-      dq_kernel<<<grid, kRows, dq_smem<MAXD>(), stream>>>(
+      dq_kernel<<<grid, kThreads, dq_smem<MAXD>(), stream>>>(
           pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dq), s.T, QkvLayout::of(s), scale);
       auto dkdv = attn_dkdv_kernel<T, MAXD>;
       allow_smem(dkdv, dkdv_smem<MAXD>());
-      const dim3 kv_grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
-                         static_cast<unsigned>(s.B * s.kv_heads()));
-      dkdv<<<kv_grid, kRows, dkdv_smem<MAXD>(), stream>>>(
+      const dim3 kv_grid(row_blocks(s.T, D), static_cast<unsigned>(s.B * s.kv_heads()));
+      dkdv<<<kv_grid, kThreads, dkdv_smem<MAXD>(), stream>>>(
           pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dkv), s.T, QkvLayout::of(s), scale);
     });
   });

@@ -34,9 +34,9 @@
 // every row's queries (Q0 0).
 //
 // Two implementations: SIMT kernels (attention.cu: one thread per query or
-// key, every type and head dim) and tensor-core kernels
-// (attention_tensor_core.cu: WMMA tiles, bf16/f16, head dims a multiple of
-// 16, sm_80+). AttentionKernel::Auto picks the tensor cores where they apply.
+// key, two above head dim 128; every type and head dim) and tensor-core
+// kernels (attention_tensor_core.cu: WMMA tiles, bf16/f16, head dims a
+// multiple of 16 up to 128, sm_80+). AttentionKernel::Auto picks the tensor cores where they apply.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -76,13 +76,16 @@ struct AttentionShape {
   int64_t qkv_width() const { return C + 2 * kv_heads() * head_dim(); }
 };
 
-// The largest head dimension the kernels are built for.
-constexpr int64_t kAttentionMaxHeadDim = 128;
+// The largest head dimension the kernels are built for: the SIMT kernels',
+// and the tensor-core kernels'.
+constexpr int64_t kAttentionMaxHeadDim = 256;
+constexpr int64_t kAttentionTensorCoreMaxHeadDim = 128;
 
 enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore };
 
 Status check_attention(ScalarType type, const AttentionShape& s);
-// Whether the tensor-core kernels can run this call (type and head dim; the
+// Whether the tensor-core kernels can run this call (type and head dim, a
+// multiple of 16 up to kAttentionTensorCoreMaxHeadDim; the
 // device's compute capability is the caller's `sm_major`).
 Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int sm_major = 9);
 // The implementation a request resolves to: Auto becomes TensorCore when

@@ -890,6 +890,14 @@ void validate(const Config& c, bool min_lr_given) {
         std::to_string(c.model.attn_logit_softcap) +
         " (the cuDNN graph has no logit soft-capping; use auto, simt or tensor_core)");
   }
+  if (c.device != "cpu" && c.model.head_dim() > 256) {
+    // No attention on the GPU takes it (Triad's kernels and cuDNN's stop at
+    // 256; CudaKernels.TheConfigRefusesANamedAttentionKernelWhereTheKernelDoes).
+    throw ConfigError("model head dim " + std::to_string(c.model.head_dim()) + " on device '" +
+                      c.device +
+                      "': the GPU's attention kernels take head dims up to 256 (Triad's and "
+                      "cuDNN's); only device cpu runs it");
+  }
   if (c.device != "cpu" && (c.attention_kernel == "tensor_core" || c.attention_kernel == "cudnn")) {
     // What the kernel named can never run, refused before training starts
     // (the attention would refuse it at the first step). The rules are the
@@ -903,8 +911,9 @@ void validate(const Config& c, bool min_lr_given) {
                         "or simt)");
     }
     const int64_t D = c.model.head_dim();
-    if (!c.model.latent_attention() && c.attention_kernel == "tensor_core" && D % 16 != 0) {
-      throw ConfigError(named + " needs a head dim that is a multiple of 16, not " +
+    if (!c.model.latent_attention() && c.attention_kernel == "tensor_core" &&
+        (D % 16 != 0 || D > 128)) {
+      throw ConfigError(named + " needs a head dim that is a multiple of 16 up to 128, not " +
                         std::to_string(D) + " (use auto or simt)");
     }
     if (!c.model.latent_attention() && c.attention_kernel == "cudnn" && (D % 8 != 0 || D > 256)) {

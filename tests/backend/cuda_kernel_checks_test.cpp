@@ -40,8 +40,12 @@ TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
   EXPECT_TRUE(check_attention(ScalarType::F32, {1, 7, 18, 2}).ok);
   EXPECT_NE(reason(check_attention(ScalarType::F32, {1, 8, 100, 3})).find("divisible"),
             std::string::npos);
-  EXPECT_NE(reason(check_attention(ScalarType::F32, {1, 8, 512, 2})).find("head dim 256"),
-            std::string::npos);
+  // Head dims up to 256 (Gemma 2's and 3's), and not past them.
+  EXPECT_TRUE(check_attention(ScalarType::F32, {1, 8, 512, 2}).ok);
+  EXPECT_TRUE(check_attention(ScalarType::BF16, {1, 8, 384, 2}).ok);
+  EXPECT_NE(
+      reason(check_attention(ScalarType::F32, {1, 8, 514, 2})).find("head dim 257 exceeds 256"),
+      std::string::npos);
   EXPECT_NE(reason(check_attention(ScalarType::F64, {1, 8, 64, 2})).find("f64"), std::string::npos);
   EXPECT_FALSE(check_attention(ScalarType::F32, {70000, 8, 64, 1}).ok);
   // A chunk of queries: only with the queries apart from the keys and
@@ -75,6 +79,11 @@ TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
   EXPECT_NE(reason(check_attention_tensor_core(ScalarType::F32, {1, 8, 64, 1})).find("bf16 or f16"),
             std::string::npos);
   EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 80, 2})).find("multiple"),
+            std::string::npos);
+  // ... up to 128 (the SIMT kernels take the wider ones).
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {1, 8, 256, 2}).ok);
+  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 512, 2}))
+                .find("head dim 256 exceeds the tensor-core kernels' 128"),
             std::string::npos);
 }
 
@@ -194,6 +203,10 @@ TEST(CudaKernelChecks, AttentionKernelChoice) {
   EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::F32, gpt2, 9), K::Simt);
   EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, odd, 9), K::Simt);
   EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gpt2, 7), K::Simt);
+  const AttentionShape gemma{1, 1024, 2048, 8};  // head dim 256: SIMT alone
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gemma, 9), K::Simt);
+  EXPECT_THROW(resolve_attention_kernel(K::TensorCore, ScalarType::BF16, gemma, 9),
+               std::invalid_argument);
   EXPECT_EQ(resolve_attention_kernel(K::Simt, ScalarType::BF16, gpt2, 9), K::Simt);
   try {
     resolve_attention_kernel(K::TensorCore, ScalarType::BF16, odd, 9);

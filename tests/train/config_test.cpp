@@ -1654,7 +1654,28 @@ TEST(Config, AnAttentionKernelByNameFitsThePrecisionAndHeadDimOnTheGpu) {
   expect_config_error(kValid,
                       {"device=cuda", "train.precision=bf16", "model.attention_kernel=tensor_core"},
                       "model.attention_kernel 'tensor_core' needs a head dim that is a multiple of "
-                      "16, not 8");
+                      "16 up to 128, not 8");
+  // Tensor cores stop at 128; SIMT and cuDNN run Gemma's 256; nothing on the
+  // GPU takes 320, under any choice (the CPU does).
+  expect_config_error(
+      kValid,
+      {"device=cuda", "train.precision=bf16", "model.attention_kernel=tensor_core",
+       "model.head_dim=256"},
+      "model.attention_kernel 'tensor_core' needs a head dim that is a multiple of 16 up to 128, "
+      "not 256");
+  for (const char* kernel : {"auto", "simt", "cudnn"}) {
+    EXPECT_EQ(parse_config(kValid,
+                           {"device=cuda", "train.precision=bf16",
+                            std::string("model.attention_kernel=") + kernel, "model.head_dim=256"})
+                  .model.head_dim(),
+              256);
+    expect_config_error(kValid,
+                        {"device=cuda", "train.precision=bf16",
+                         std::string("model.attention_kernel=") + kernel, "model.head_dim=320"},
+                        "model head dim 320 on device 'cuda': the GPU's attention kernels take "
+                        "head dims up to 256");
+  }
+  EXPECT_EQ(parse_config(kValid, {"model.head_dim=320"}).model.head_dim(), 320);
   EXPECT_EQ(
       parse_config(kValid, {"device=cuda", "train.precision=fp16", "model.attention_kernel=cudnn"})
           .attention_kernel,

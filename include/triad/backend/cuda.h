@@ -183,13 +183,13 @@ std::vector<OpTime> op_profile(int device);
 
 // Which causal-attention implementation the CUDA backend runs, process-wide
 // (as PyTorch's torch.backends.cuda switches): Triad's SIMT kernels (every
-// type), its tensor-core kernels (bf16/f16, head dim a multiple of 16,
-// sm_80+) or cuDNN's fused attention (bf16/f16, head dim a multiple of 8,
-// sm_80+, builds with cuDNN). Auto times Triad's kernels (tensor cores where
-// they apply, else SIMT) against cuDNN once per shape (forward + backward)
-// and keeps the faster, and runs Triad's where cuDNN cannot; an explicit
-// choice that cannot run a call is an error naming why. triad-train sets it from
-// model.attention_kernel. Available in every build (no effect without CUDA).
+// type, head dims up to 256), its tensor-core kernels (bf16/f16, head dim a
+// multiple of 16 up to 128, sm_80+) or cuDNN's fused attention (bf16/f16,
+// head dim a multiple of 8 up to 256, sm_80+, builds with cuDNN). Auto times Triad's kernels
+// (tensor cores where they apply, else SIMT) against cuDNN once per shape (forward + backward) and
+// keeps the faster, and runs Triad's where cuDNN cannot; an explicit choice that cannot run a call
+// is an error naming why. triad-train sets it from model.attention_kernel. Available in every build
+// (no effect without CUDA).
 enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore, Cudnn };
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();

@@ -1452,9 +1452,9 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
   // cuDNN's tensors are declared 16-byte aligned; a view that is not stays
   // with Triad's kernels.
   const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
-  // A shape Triad's kernels cannot take (a head dim above 128: Gemma 2's
-  // 256) goes to cuDNN untimed where cuDNN takes it; else Triad's kernel
-  // names why.
+  // A shape Triad's kernels cannot take (more than 65535 rows times heads)
+  // goes to cuDNN untimed where cuDNN takes it; else Triad's kernel names
+  // why.
   if (!k::check_attention(scalar(qkv.dtype()), shape).ok) {
     if (aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty())
       return {true, k::AttentionKernel::Auto};
