@@ -406,6 +406,9 @@ def main():
     ap.add_argument("--moe", action="store_true",
                     help="every model a mixture of experts (LoRA, on the experts half the "
                     "time, drawn more often)")
+    ap.add_argument("--wide-heads", type=float, default=0.12, metavar="P",
+                    help="with --device sim, the chance a trial's heads are 192 or 256 wide "
+                         "(above the tensor cores' 128)")
     ap.add_argument("--work", default="/tmp/triad_layout_sweep")
     ap.add_argument("--train", default=os.path.join(ROOT, "build/examples/triad-train"))
     ap.add_argument("--data", default=os.path.join(ROOT, "build/tests/cli/tiny.bin"))
@@ -448,6 +451,10 @@ def main():
                 # (Padding refuses context parallelism, by name.)
                 layout["train.cuda_graph"] = "true"
                 layout["model.moe.pad_to_capacity"] = "true"
+        if a.device == "sim" and more.random() < a.wide_heads and "model.mla" not in model:
+            # Heads wider than the tensor cores' 128 (Gemma's 256, latent
+            # attention's 192): the SIMT kernels with two lanes a row.
+            model["model.head_dim"] = more.choice([192, 256])
         if a.device == "sim" and more.random() < 0.3 and "model.mla" not in model:
             # One attention kernel by name rather than the faster one timed:
             # those it can run (tensor cores and cuDNN take half precision,
@@ -457,7 +464,7 @@ def main():
             # trial bf16 (both runs).
             head_dim = model.get("model.head_dim", model["model.d_model"] // model["model.n_head"])
             kernels = ["simt"]
-            kernels += ["tensor_core"] if head_dim % 16 == 0 else []
+            kernels += ["tensor_core"] if head_dim % 16 == 0 and head_dim <= 128 else []
             kernels += (["cudnn"] if head_dim % 8 == 0 and "model.attn_logit_softcap" not in model
                         and "data.reset_attention_mask" not in model
                         and layout["parallel.cp"] == 1 else [])
