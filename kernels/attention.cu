@@ -80,21 +80,27 @@ __device__ __forceinline__ int first_in_tile(int64_t start, int64_t k0) {
 }
 
 // The dot product of two rows' first D dims: this thread's share of them
-// (its part's), then, where two lanes share a row, both halves summed, the
-// same bits on both lanes (they run every row's loop together).
+// (a and b point at its part's first dim; it holds n, `split` apart), then,
+// where two lanes share a row, both halves summed, the same bits on both
+// lanes (they run every row's loop together).
 template <int MAXD>
-__device__ __forceinline__ float dot_rows(const float* a, const float* b, int D, int part) {
+__device__ __forceinline__ float dot_rows(const float* a, const float* b, int n) {
   using W = Width<MAXD>;
   float s = 0;
 #pragma unroll
   for (int k = 0; k < W::per_thread; ++k) {
-    const int d = part + k * W::split;
-    if (d < D) s += a[d] * b[d];
+    if (k < n) s += a[k * W::split] * b[k * W::split];
   }
   if constexpr (W::split == 2) {
     s += __shfl_xor_sync(3u << (threadIdx.x & 30u), s, 1);
   }
   return s;
+}
+
+// The dims of D this thread holds (its part's: part, part + split, ...).
+template <int MAXD>
+__device__ __forceinline__ int own_dims(int D, int part) {
+  return (D - part + Width<MAXD>::split - 1) / Width<MAXD>::split;
 }
 
 // grid (ceil((T - first) / rows), B * NH); dynamic shared memory: own q
@@ -110,7 +116,7 @@ __global__ void __launch_bounds__(kThreads)
   float* q_own = smem;                    // [kRows][kPad]
   float* k_tile = q_own + kRows * kPad;   // [kTile][kPad]
   float* v_tile = k_tile + kTile * kPad;  // [kTile][kPad]
-  const int D = L.D, part = own_part<MAXD>();
+  const int D = L.D, part = own_part<MAXD>(), n = own_dims<MAXD>(D, part);
   const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
   const T* q_base = L.q_batch(qsrc, b) + L.q(h);
   const T* kv_row = L.kv_batch(kvsrc, b, Tn);
@@ -120,7 +126,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t i = r0 + own_row<MAXD>();            // this thread's query's position
   const int64_t Tq = L.qrows, qend = L.query_end();  // out's and lse's rows
   load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.first, L.qrows, D);
-  const float* q = q_own + own_row<MAXD>() * kPad;
+  const float* q = q_own + own_row<MAXD>() * kPad + part;
   // Packed documents: this query sees keys [si, i]; the block starts at its
   // first row's document (starts never decrease along a row).
   const int32_t* row_starts = starts ? starts + b * Tq : nullptr;
@@ -139,16 +145,15 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (i < qend) {
       for (int j = first_in_tile<MAXD>(si, k0); j < kTile && k0 + j <= i && k0 + j < Tn; ++j) {
-        const float* kr = k_tile + j * kPad;
-        const float* vr = v_tile + j * kPad;
-        const float s = L.capped(dot_rows<MAXD>(q, kr, D, part) * scale);
+        const float* kr = k_tile + j * kPad + part;
+        const float* vr = v_tile + j * kPad + part;
+        const float s = L.capped(dot_rows<MAXD>(q, kr, n) * scale);
         if (s > m) {
           const float corr = __expf(m - s);  // 0 on the first key (m = -inf)
           l = l * corr + 1.0f;
 #pragma unroll
           for (int k = 0; k < W::per_thread; ++k) {
-            const int d = part + k * kSplit;
-            if (d < D) acc[k] = acc[k] * corr + vr[d];
+            if (k < n) acc[k] = acc[k] * corr + vr[k * kSplit];
           }
           m = s;
         } else {
@@ -156,8 +161,7 @@ __global__ void __launch_bounds__(kThreads)
           l += p;
 #pragma unroll
           for (int k = 0; k < W::per_thread; ++k) {
-            const int d = part + k * kSplit;
-            if (d < D) acc[k] += p * vr[d];
+            if (k < n) acc[k] += p * vr[k * kSplit];
           }
         }
       }
@@ -168,8 +172,7 @@ __global__ void __launch_bounds__(kThreads)
     O* o = out + (b * Tq + i - L.first) * L.C + h * D;
 #pragma unroll
     for (int k = 0; k < W::per_thread; ++k) {
-      const int d = part + k * kSplit;
-      if (d < D) store(o, d, acc[k] * inv);
+      if (k < n) store(o, part + k * kSplit, acc[k] * inv);
     }
     if (part == 0) lse[int64_t(bh) * Tq + i - L.first] = l > 0.0f ? m + logf(l) : -INFINITY;
   }
@@ -211,7 +214,7 @@ __global__ void __launch_bounds__(kThreads)
   float* do_own = q_own + kRows * kPad;
   float* k_tile = do_own + kRows * kPad;
   float* v_tile = k_tile + kTile * kPad;
-  const int D = L.D, part = own_part<MAXD>();
+  const int D = L.D, part = own_part<MAXD>(), n = own_dims<MAXD>(D, part);
   const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
   const T* q_base = L.q_batch(qsrc, b) + L.q(h);
   const T* kv_row = L.kv_batch(kvsrc, b, Tn);
@@ -223,8 +226,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t Tq = L.qrows, qend = L.query_end();
   load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.first, L.qrows, D);
   load_own<T, MAXD>(do_own, dout + b * Tq * L.C + h * D, L.C, r0 - L.first, Tq, D);
-  const float* q = q_own + own_row<MAXD>() * kPad;
-  const float* go = do_own + own_row<MAXD>() * kPad;
+  const float* q = q_own + own_row<MAXD>() * kPad + part;
+  const float* go = do_own + own_row<MAXD>() * kPad + part;
   const float li = i < qend ? lse[int64_t(bh) * Tq + i - L.first] : 0.0f;
   const float di = i < qend ? delta[int64_t(bh) * Tq + i - L.first] : 0.0f;
   const int32_t* row_starts = starts ? starts + b * Tq : nullptr;  // as in the forward
@@ -242,15 +245,14 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (i < qend) {
       for (int j = first_in_tile<MAXD>(si, k0); j < kTile && k0 + j <= i && k0 + j < Tn; ++j) {
-        const float* kr = k_tile + j * kPad;
-        const float* vr = v_tile + j * kPad;
-        const float z = L.capped(dot_rows<MAXD>(q, kr, D, part) * scale);
+        const float* kr = k_tile + j * kPad + part;
+        const float* vr = v_tile + j * kPad + part;
+        const float z = L.capped(dot_rows<MAXD>(q, kr, n) * scale);
         const float p = __expf(z - li);
-        const float ds = p * (dot_rows<MAXD>(go, vr, D, part) - di) * L.cap_slope(z);
+        const float ds = p * (dot_rows<MAXD>(go, vr, n) - di) * L.cap_slope(z);
 #pragma unroll
         for (int k = 0; k < W::per_thread; ++k) {
-          const int d = part + k * kSplit;
-          if (d < D) dq[k] += ds * kr[d];
+          if (k < n) dq[k] += ds * kr[k * kSplit];
         }
       }
     }
@@ -259,8 +261,7 @@ __global__ void __launch_bounds__(kThreads)
     T* o = dq_out + (b * L.qrows + i - L.first) * L.qs + L.q(h);
 #pragma unroll
     for (int k = 0; k < W::per_thread; ++k) {
-      const int d = part + k * kSplit;
-      if (d < D) store(o, d, dq[k] * scale);
+      if (k < n) store(o, part + k * kSplit, dq[k] * scale);
     }
   }
 }
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(kThreads)
   float* l_tile = do_tile + kTile * kPad;                // [kTile]
   float* d_tile = l_tile + kTile;                        // [kTile]
   int* s_tile = reinterpret_cast<int*>(d_tile + kTile);  // [kTile] document starts
-  const int D = L.D, part = own_part<MAXD>();
+  const int D = L.D, part = own_part<MAXD>(), n = own_dims<MAXD>(D, part);
   const int bkv = blockIdx.y, b = bkv / L.NKV, kvh = bkv % L.NKV;
   const T* kv_row = L.kv_batch(kvsrc, b, Tn);
   const T* q_batch = L.q_batch(qsrc, b);
@@ -292,8 +293,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t j = r0 + own_row<MAXD>();  // this thread's key
   load_own<T, MAXD>(k_own, kv_row + L.k(kvh), L.kvs, r0, Tn, D);
   load_own<T, MAXD>(v_own, kv_row + L.v(kvh), L.kvs, r0, Tn, D);
-  const float* kr = k_own + own_row<MAXD>() * kPad;
-  const float* vr = v_own + own_row<MAXD>() * kPad;
+  const float* kr = k_own + own_row<MAXD>() * kPad + part;
+  const float* vr = v_own + own_row<MAXD>() * kPad + part;
 
   float dk[W::per_thread], dv[W::per_thread];
 #pragma unroll
@@ -324,17 +325,16 @@ __global__ void __launch_bounds__(kThreads)
           const int64_t qi = q0 + r;
           if (qi < j) continue;                    // causal: only queries at or after this key
           if (qi >= qend || s_tile[r] > j) break;  // past the end, or in a later document
-          const float* qr = q_tile + r * kPad;
-          const float* gr = do_tile + r * kPad;
-          const float z = L.capped(dot_rows<MAXD>(qr, kr, D, part) * scale);
+          const float* qr = q_tile + r * kPad + part;
+          const float* gr = do_tile + r * kPad + part;
+          const float z = L.capped(dot_rows<MAXD>(qr, kr, n) * scale);
           const float p = __expf(z - l_tile[r]);
-          const float ds = p * (dot_rows<MAXD>(gr, vr, D, part) - d_tile[r]) * L.cap_slope(z);
+          const float ds = p * (dot_rows<MAXD>(gr, vr, n) - d_tile[r]) * L.cap_slope(z);
 #pragma unroll
           for (int k = 0; k < W::per_thread; ++k) {
-            const int d = part + k * kSplit;
-            if (d < D) {
-              dv[k] += p * gr[d];
-              dk[k] += ds * qr[d];
+            if (k < n) {
+              dv[k] += p * gr[k * kSplit];
+              dk[k] += ds * qr[k * kSplit];
             }
           }
         }
@@ -345,10 +345,9 @@ __global__ void __launch_bounds__(kThreads)
     T* o = dkv_out + (b * Tn + j) * L.kvs;
 #pragma unroll
     for (int k = 0; k < W::per_thread; ++k) {
-      const int d = part + k * kSplit;
-      if (d < D) {
-        store(o + L.k(kvh), d, dk[k] * scale);
-        store(o + L.v(kvh), d, dv[k]);
+      if (k < n) {
+        store(o + L.k(kvh), part + k * kSplit, dk[k] * scale);
+        store(o + L.v(kvh), part + k * kSplit, dv[k]);
       }
     }
   }
