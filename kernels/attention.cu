@@ -452,6 +452,10 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
   return Status::fine();
 }
 
+int64_t attention_tensor_core_max_head_dim(int sm_major) {
+  return sm_major == 9 || sm_major == 10 ? 256 : kAttentionTensorCoreMaxHeadDim;
+}
+
 Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int sm_major) {
   Status base = check_attention(type, s);
   if (!base.ok) return base;
@@ -461,10 +465,11 @@ Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int
   if (s.head_dim() % 16 != 0) {
     return Status::fail("head dim " + std::to_string(s.head_dim()) + " is not a multiple of 16");
   }
-  if (s.head_dim() > kAttentionTensorCoreMaxHeadDim) {
+  if (s.head_dim() > attention_tensor_core_max_head_dim(sm_major)) {
     return Status::fail(
         "head dim " + std::to_string(s.head_dim()) + " exceeds the tensor-core kernels' " +
-        std::to_string(kAttentionTensorCoreMaxHeadDim) + " (the SIMT kernels take up to " +
+        std::to_string(attention_tensor_core_max_head_dim(sm_major)) + " on compute capability " +
+        std::to_string(sm_major) + ".x (256 on 9.x and 10.x; the SIMT kernels take up to " +
         std::to_string(kAttentionMaxHeadDim) + ")");
   }
   if ((std::max(s.T, s.query_rows()) + 63) / 64 > 65535) {  // its grid's y: blocks of 64 rows

@@ -8,7 +8,8 @@
 // query keeps an online softmax (running max, running sum) in f32. The
 // backward recomputes probabilities from lse and runs two passes without
 // atomics (dq per query; dk, dv per key), so results are deterministic.
-// Inputs f32, bf16 or f16; head dims up to 128.
+// Inputs f32, bf16 or f16; head dims up to 256 (Gemma 2's and 3's; latent
+// attention's 192, DeepSeek V3's).
 //
 // Grouped-query attention: NKV key/value heads (NKV divides NH) make qkv
 // (B, T, C + 2 * NKV * D) = [q | k | v], k and v NKV heads wide; query head
@@ -36,7 +37,8 @@
 // Two implementations: SIMT kernels (attention.cu: one thread per query or
 // key, two above head dim 128; every type and head dim) and tensor-core
 // kernels (attention_tensor_core.cu: WMMA tiles, bf16/f16, head dims a
-// multiple of 16 up to 128, sm_80+). AttentionKernel::Auto picks the tensor cores where they apply.
+// multiple of 16 up to 128, or 256 on compute capability 9.x and 10.x;
+// sm_80+). AttentionKernel::Auto picks the tensor cores where they apply.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -77,16 +79,21 @@ struct AttentionShape {
 };
 
 // The largest head dimension the kernels are built for: the SIMT kernels',
-// and the tensor-core kernels'.
+// and the tensor-core kernels' (attention_tensor_core_max_head_dim: 128, and
+// 256 where a block has the shared memory for it).
 constexpr int64_t kAttentionMaxHeadDim = 256;
 constexpr int64_t kAttentionTensorCoreMaxHeadDim = 128;
 
 enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore };
 
 Status check_attention(ScalarType type, const AttentionShape& s);
+// The tensor-core kernels' widest head on a device of compute capability
+// `sm_major`: 256 on 9.x and 10.x (H100, H200, B200: 227 KiB of shared
+// memory a block, which the backward's 166 KiB at 256 needs), else 128.
+int64_t attention_tensor_core_max_head_dim(int sm_major);
 // Whether the tensor-core kernels can run this call (type and head dim, a
-// multiple of 16 up to kAttentionTensorCoreMaxHeadDim; the
-// device's compute capability is the caller's `sm_major`).
+// multiple of 16 up to attention_tensor_core_max_head_dim; the device's
+// compute capability is the caller's `sm_major`).
 Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int sm_major = 9);
 // The implementation a request resolves to: Auto becomes TensorCore when
 // check_attention_tensor_core passes, else Simt; an explicit TensorCore that

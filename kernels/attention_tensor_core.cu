@@ -1,5 +1,6 @@
 // Causal flash attention on tensor cores (bf16/f16, head dims a multiple of
-// 16 up to 128, sm_80+), the fast path behind attention.h. The algorithm is
+// 16 up to 128, and 256 on compute capability 9.x and 10.x; sm_80+), the
+// fast path behind attention.h. The algorithm is
 // the SIMT kernels' (online softmax forward; backward recomputing
 // probabilities from the log-sum-exp, one pass for dq and one for dk/dv,
 // no atomics), but every product runs as 16x16x16 WMMA tiles with f32
@@ -106,6 +107,13 @@ __device__ void load_rows(T* tile, int ld, const T* base, int64_t stride, int64_
   }
 }
 
+// The blocks dk/dv's columns are split over (grid z): two above head dim
+// 128, each holding half of dk and dv.
+template <int MAXD>
+constexpr int kv_column_parts() {
+  return MAXD > 128 ? 2 : 1;
+}
+
 // The next tile of kRows rows (D columns) of a (Tn, stride) matrix,
 // fetched into the block's registers by fetch() and written into a shared
 // tile by put(): a loop fetches its next tile as soon as it has put the
@@ -113,7 +121,9 @@ __device__ void load_rows(T* tile, int ld, const T* base, int64_t stride, int64_
 // past Tn are zero; rows not on 16-byte boundaries are not held (put()
 // copies them then, as load_rows does).
 //
-// A tile takes kRows * MAXD / 512 int4 registers a thread. Only dq holds
+// A tile takes kRows * MAXD / 512 int4 registers a thread; above head dim
+// 128 nothing is held (dq's accumulators take those registers) and put()
+// loads the rows itself. Only dq holds
 // its tiles: its shared memory caps it at 4, 3 and 2 blocks a
 // multiprocessor at MAXD 32, 64 and 128, which its registers holding K and
 // V (ptxas, sm_90: 128, 168 and 255) still allow. The forward (4 blocks at
@@ -123,7 +133,7 @@ template <class T, int MAXD>
 class RowFetch {
  public:
   __device__ RowFetch(const T* base, int64_t stride, int64_t Tn, int D)
-      : base_(base), stride_(stride), Tn_(Tn), D_(D), held_(rows_packed(base, stride)) {}
+      : base_(base), stride_(stride), Tn_(Tn), D_(D), held_(kHold && rows_packed(base, stride)) {}
 
   __device__ void fetch(int64_t r0) {
     r0_ = r0;
@@ -154,7 +164,8 @@ class RowFetch {
 
  private:
   static constexpr int V = kPack<T>, kThreads = 32 * kWarps;
-  static constexpr int kPer = (kRows * MAXD / V + kThreads - 1) / kThreads;
+  static constexpr bool kHold = MAXD <= 128;
+  static constexpr int kPer = kHold ? (kRows * MAXD / V + kThreads - 1) / kThreads : 1;
   const T* base_;
   int64_t stride_, Tn_, r0_ = 0;
   int D_;
@@ -271,19 +282,20 @@ __device__ __forceinline__ const T* p_slice(const float* tile, int kk) {
   return reinterpret_cast<const T*>(tile) + (kk / 2) * 64 + (kk % 2) * 16;
 }
 
-// acc[dn] += P[16][kTile] . M[kTile][dn*16 : dn*16+16] for every dn < D/16,
+// acc[dn] += P[16][kTile] . M[kTile][dn*16 : dn*16+16] for every dn < D/16
+// (N of them at most: MAXD / 16, or a half of them, M then from its column),
 // P written over the scores at `p` (over_scores): each 16-key slice of P is
 // loaded once for all dn (kk outermost); each accumulator still takes its
 // kk slices in order.
-template <class T, int MAXD>
-__device__ void accumulate(FragC (&acc)[MAXD / 16], const float* p, const T* m, int D) {
+template <class T, int MAXD, int N>
+__device__ void accumulate(FragC (&acc)[N], const float* p, const T* m, int D) {
   constexpr int ld = Layout<MAXD>::ld_h;
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
     FragA<T> fa;
     wmma::load_matrix_sync(fa, p_slice<T>(p, kk), Layout<MAXD>::ld_ps);
 #pragma unroll
-    for (int dn = 0; dn < MAXD / 16; ++dn) {
+    for (int dn = 0; dn < N; ++dn) {
       if (dn >= D / 16) break;
       FragBRow<T> fb;
       wmma::load_matrix_sync(fb, m + (kk * 16) * ld + dn * 16, ld);
@@ -295,13 +307,13 @@ __device__ void accumulate(FragC (&acc)[MAXD / 16], const float* p, const T* m, 
 // Writes the warp's accumulators (16 rows) to global rows, each times its
 // lane's `factor` (lanes 2r and 2r+1 hold row r's): row r goes to
 // dst + (first_row + r) * stride, columns dn*16 .. dn*16+15.
-template <class T, int MAXD>
-__device__ void write_rows(FragC (&acc)[MAXD / 16], float* stage, T* dst, int64_t stride,
-                           int64_t first_row, int64_t Tn, int D, float factor) {
+template <class T, int MAXD, int N>
+__device__ void write_rows(FragC (&acc)[N], float* stage, T* dst, int64_t stride, int64_t first_row,
+                           int64_t Tn, int D, float factor) {
   const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const bool packed = rows_packed(dst, stride);
 #pragma unroll
-  for (int dn = 0; dn < MAXD / 16; ++dn) {
+  for (int dn = 0; dn < N; ++dn) {
     if (dn >= D / 16) break;
     wmma::store_matrix_sync(stage, acc[dn], Layout<MAXD>::ld_s, wmma::mem_row_major);
     __syncwarp();
@@ -578,9 +590,14 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* Stw = Sts + warp * 16 * L::ld_s;
   float* dPtw = dPts + warp * 16 * L::ld_s;
   const int64_t key = k0 + warp * 16 + r;
-  FragC dk[MAXD / 16], dv[MAXD / 16];
+  // Above 128 the block sums one half of dk's and dv's columns (blockIdx.z),
+  // so its accumulators take the registers a head of 128 takes; both halves
+  // compute every score.
+  constexpr int kParts = kv_column_parts<MAXD>(), N = MAXD / 16 / kParts;
+  const int col0 = static_cast<int>(blockIdx.z) * (MAXD / kParts);
+  FragC dk[N], dv[N];
 #pragma unroll
-  for (int dn = 0; dn < MAXD / 16; ++dn) {
+  for (int dn = 0; dn < N; ++dn) {
     wmma::fill_fragment(dk[dn], 0.0f);
     wmma::fill_fragment(dv[dn], 0.0f);
   }
@@ -639,14 +656,16 @@ __global__ void __launch_bounds__(32 * kWarps)
         }
       });
       __syncwarp();
-      accumulate<T, MAXD>(dv, Stw, dOs, D);
-      accumulate<T, MAXD>(dk, dPtw, Qs, D);
+      accumulate<T, MAXD>(dv, Stw, dOs + col0, D - col0);
+      accumulate<T, MAXD>(dk, dPtw, Qs + col0, D - col0);
     }
   }
   __syncwarp();  // (the last P read before Stw stages the output)
   T* dst = dkv_out + b * Tn * lay.kvs;
-  write_rows<T, MAXD>(dk, Stw, dst + lay.k(kvh), lay.kvs, k0 + warp * 16, Tn, D, scale);
-  write_rows<T, MAXD>(dv, Stw, dst + lay.v(kvh), lay.kvs, k0 + warp * 16, Tn, D, 1.0f);
+  write_rows<T, MAXD>(dk, Stw, dst + lay.k(kvh) + col0, lay.kvs, k0 + warp * 16, Tn, D - col0,
+                      scale);
+  write_rows<T, MAXD>(dv, Stw, dst + lay.v(kvh) + col0, lay.kvs, k0 + warp * 16, Tn, D - col0,
+                      1.0f);
 #else
   __trap();
 #endif
@@ -657,30 +676,39 @@ __global__ void __launch_bounds__(32 * kWarps)
 // the longest starting last (check_attention_tensor_core keeps y <= 65535).
 // The forward and dq passes take the query rows, the dk/dv pass every row
 // (`rows` = T) and `heads` = the key/value heads.
-dim3 tc_grid(const AttentionShape& s, int64_t heads, int64_t rows) {
-  return dim3(static_cast<unsigned>(s.B * heads),
-              static_cast<unsigned>((rows + kRows - 1) / kRows));
+dim3 tc_grid(const AttentionShape& s, int64_t heads, int64_t rows, int parts = 1) {
+  return dim3(static_cast<unsigned>(s.B * heads), static_cast<unsigned>((rows + kRows - 1) / kRows),
+              static_cast<unsigned>(parts));
 }
 
 template <int MAXD, class T>
-size_t forward_bytes() {
+constexpr size_t forward_bytes() {
   using L = Layout<MAXD>;
   return align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
          align128(kWarps * 16 * L::ld_s * sizeof(float));
 }
 template <int MAXD, class T>
-size_t dq_bytes() {
+constexpr size_t dq_bytes() {
   using L = Layout<MAXD>;
   return 2 * align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
          2 * align128(kWarps * 16 * L::ld_s * sizeof(float));
 }
 template <int MAXD, class T>
-size_t dkdv_bytes() {
+constexpr size_t dkdv_bytes() {
   using L = Layout<MAXD>;
   return 2 * align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
          2 * align128(kTile * sizeof(float)) + align128(kTile * sizeof(int)) +
          2 * align128(kWarps * 16 * L::ld_s * sizeof(float));
 }
+
+// Head dim 256 needs the shared memory of compute capability 9.x and 10.x
+// (227 KiB a block; attention_tensor_core_max_head_dim: dq and dk/dv take
+// about 166 KiB); 128 fits sm_80's 163 KiB (about 102 KiB).
+static_assert(dq_bytes<256, __nv_bfloat16>() <= 227 * 1024 &&
+              dkdv_bytes<256, __nv_bfloat16>() <= 227 * 1024 &&
+              forward_bytes<256, __nv_bfloat16>() <= 227 * 1024);
+static_assert(dq_bytes<128, __nv_bfloat16>() <= 163 * 1024 &&
+              dkdv_bytes<128, __nv_bfloat16>() <= 163 * 1024);
 
 template <class K>
 void allow(K kernel, size_t bytes) {
@@ -694,7 +722,8 @@ void dispatch_tc(ScalarType type, int64_t D, F&& f) {
   auto width = [&](auto t) {
     if (D <= 32) return f(t, std::integral_constant<int, 32>{});
     if (D <= 64) return f(t, std::integral_constant<int, 64>{});
-    return f(t, std::integral_constant<int, 128>{});
+    if (D <= 128) return f(t, std::integral_constant<int, 128>{});
+    return f(t, std::integral_constant<int, 256>{});
   };
   if (type == ScalarType::BF16) return width(__nv_bfloat16{});
   return width(__half{});
@@ -738,7 +767,7 @@ void attention_backward_tensor_core(const void* q, const void* kv, const void* d
   if (s.B * s.query_rows() == 0) return;  // (attention_backward has zeroed dqkv)
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid = tc_grid(s, s.NH, s.query_rows()), kv_grid = tc_grid(s, s.kv_heads(), s.T);
+  const dim3 grid = tc_grid(s, s.NH, s.query_rows());
   const QkvLayout lay = QkvLayout::of(s);
   dispatch_tc(type, D, [&](auto t, auto width) {
     using T = decltype(t);
@@ -751,6 +780,7 @@ void attention_backward_tensor_core(const void* q, const void* kv, const void* d
     allow(attn_dkdv_tc<T, MAXD>, dkdv_smem);
     attn_dq_tc<T, MAXD><<<grid, 32 * kWarps, dq_smem, stream>>>(
         pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dq), s.T, lay, scale);
+    const dim3 kv_grid = tc_grid(s, s.kv_heads(), s.T, kv_column_parts<MAXD>());
     attn_dkdv_tc<T, MAXD><<<kv_grid, 32 * kWarps, dkdv_smem, stream>>>(
         pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dkv), s.T, lay, scale);
   });

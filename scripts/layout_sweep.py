@@ -464,7 +464,7 @@ def main():
             # trial bf16 (both runs).
             head_dim = model.get("model.head_dim", model["model.d_model"] // model["model.n_head"])
             kernels = ["simt"]
-            kernels += ["tensor_core"] if head_dim % 16 == 0 and head_dim <= 128 else []
+            kernels += ["tensor_core"] if head_dim % 16 == 0 else []
             kernels += (["cudnn"] if head_dim % 8 == 0 and "model.attn_logit_softcap" not in model
                         and "data.reset_attention_mask" not in model
                         and layout["parallel.cp"] == 1 else [])

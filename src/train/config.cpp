@@ -912,8 +912,10 @@ void validate(const Config& c, bool min_lr_given) {
     }
     const int64_t D = c.model.head_dim();
     if (!c.model.latent_attention() && c.attention_kernel == "tensor_core" &&
-        (D % 16 != 0 || D > 128)) {
-      throw ConfigError(named + " needs a head dim that is a multiple of 16 up to 128, not " +
+        (D % 16 != 0 || D > 256)) {
+      throw ConfigError(named +
+                        " needs a head dim that is a multiple of 16 up to 256 (up to 128 before "
+                        "compute capability 9.0), not " +
                         std::to_string(D) + " (use auto or simt)");
     }
     if (!c.model.latent_attention() && c.attention_kernel == "cudnn" && (D % 8 != 0 || D > 256)) {

@@ -370,7 +370,7 @@ TEST(CudaKernels, AttentionOverASlidingWindow) {
 }
 
 // The tensor-core kernels over random shapes (fixed seeds): lengths that
-// are and are not multiples of the 64-row tiles, head dims 16 to 128,
+// are and are not multiples of the 64-row tiles, head dims 16 to 256 (the simulator is sm_90),
 // grouped and multi-query heads, packed documents with random boundaries
 // and random windows, alone and together. Each tile is either whole
 // (the per-score comparisons skipped) or masked, and which depends on the
@@ -384,7 +384,7 @@ TEST(CudaKernels, TensorCoreAttentionOverRandomShapes) {
   for (int trial = 0; trial < 24; ++trial) {
     const int64_t B = pick(1, 2), T = pick(1, 260), NH = int64_t(1) << pick(0, 2);
     const int64_t NKV = NH >> pick(0, NH == 4 ? 2 : NH == 2 ? 1 : 0);
-    const int64_t D = 16 * pick(1, 8), C = NH * D;
+    const int64_t D = 16 * pick(1, 16), C = NH * D;
     const bool documents = pick(0, 1) == 1;
     const int64_t window = pick(0, 2) == 0 ? pick(1, T + 8) : 0;
     Tensor starts;
@@ -4667,13 +4667,15 @@ TEST(CudaGraphs, AShardOfPaddingAloneHoldsNoId) {
   }
 }
 
-// Head dims above the tensor cores' 128 (Gemma 2's and 3's 256; latent
-// attention's 192, DeepSeek V3's; 180, not a multiple of 8): Triad's SIMT
-// kernels (two lanes a row) and cuDNN where it applies, against the CPU in
-// every type; grouped heads with a soft cap over a window of packed
-// documents (what cuDNN has no graph for: Gemma 2's layers), and a chunk of
-// queries apart (context parallelism). Auto times SIMT against cuDNN and
-// runs what it recorded, to the bit. Past 256 no kernel takes the shape and
+// Head dims above 128 (Gemma 2's and 3's 256; latent attention's 192,
+// DeepSeek V3's; 180, a multiple of neither 16 nor 8): Triad's SIMT kernels
+// (two lanes a row), its tensor-core kernels where they take the width
+// (compute capability 9.x and 10.x: dk/dv in two halves of columns) and
+// cuDNN where it applies, against the CPU in every type; grouped heads with
+// a soft cap over a window of packed documents (what cuDNN has no graph
+// for: Gemma 2's layers), and a chunk of queries apart (context
+// parallelism). Auto times Triad's kernels against cuDNN and runs what it
+// recorded, to the bit. Past 256 no kernel takes the shape and
 // the attention says why; a shape Triad's kernels cannot take and cuDNN can
 // (more than 65535 rows times heads) goes to cuDNN untimed.
 TEST(CudaKernels, AttentionAtHeadDimsAbove128) {
@@ -4730,8 +4732,15 @@ TEST(CudaKernels, AttentionAtHeadDimsAbove128) {
     EXPECT_EQ(choice.d_model, 512);
     EXPECT_GT(choice.own_ms, 0.0);
     EXPECT_GT(choice.cudnn_ms, 0.0);
-    const auto named = run(
-        qkv, 2, choice.cudnn ? cuda::AttentionKernel::Cudnn : cuda::AttentionKernel::Simt, true);
+    // (Triad's own: tensor cores where they take 256, compute capability
+    // 9.x and 10.x, else SIMT.)
+    const cuda::AttentionKernel own =
+        cuda::attention_kernel_unavailable(cuda::AttentionKernel::TensorCore, DType::BF16, 64, 512,
+                                           2)
+                .empty()
+            ? cuda::AttentionKernel::TensorCore
+            : cuda::AttentionKernel::Simt;
+    const auto named = run(qkv, 2, choice.cudnn ? cuda::AttentionKernel::Cudnn : own, true);
     EXPECT_EQ(automatic.first, named.first);
     EXPECT_EQ(automatic.second, named.second);
     cuda::clear_attention_choices();

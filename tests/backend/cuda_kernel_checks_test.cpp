@@ -80,10 +80,22 @@ TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 80, 2})).find("multiple"),
             std::string::npos);
-  // ... up to 128 (the SIMT kernels take the wider ones).
-  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {1, 8, 256, 2}).ok);
-  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 512, 2}))
-                .find("head dim 256 exceeds the tensor-core kernels' 128"),
+  // ... up to 256 on compute capability 9.x and 10.x (the shared memory
+  // the backward takes there), 128 on the others (the SIMT kernels take the
+  // wider ones).
+  EXPECT_EQ(attention_tensor_core_max_head_dim(9), 256);
+  EXPECT_EQ(attention_tensor_core_max_head_dim(10), 256);
+  EXPECT_EQ(attention_tensor_core_max_head_dim(8), 128);
+  EXPECT_EQ(attention_tensor_core_max_head_dim(12), 128);
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {1, 8, 256, 2}, 8).ok);
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {1, 8, 512, 2}, 9).ok);
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::F16, {1, 8, 384, 2}, 10).ok);
+  EXPECT_NE(
+      reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 512, 2}, 8))
+          .find("head dim 256 exceeds the tensor-core kernels' 128 on compute capability 8.x"),
+      std::string::npos);
+  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 360, 2}, 9))
+                .find("head dim 180 is not a multiple of 16"),
             std::string::npos);
 }
 
@@ -203,9 +215,11 @@ TEST(CudaKernelChecks, AttentionKernelChoice) {
   EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::F32, gpt2, 9), K::Simt);
   EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, odd, 9), K::Simt);
   EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gpt2, 7), K::Simt);
-  const AttentionShape gemma{1, 1024, 2048, 8};  // head dim 256: SIMT alone
-  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gemma, 9), K::Simt);
-  EXPECT_THROW(resolve_attention_kernel(K::TensorCore, ScalarType::BF16, gemma, 9),
+  // Head dim 256: tensor cores on Hopper, SIMT before it.
+  const AttentionShape gemma{1, 1024, 2048, 8};
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gemma, 9), K::TensorCore);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gemma, 8), K::Simt);
+  EXPECT_THROW(resolve_attention_kernel(K::TensorCore, ScalarType::BF16, gemma, 8),
                std::invalid_argument);
   EXPECT_EQ(resolve_attention_kernel(K::Simt, ScalarType::BF16, gpt2, 9), K::Simt);
   try {
