@@ -305,14 +305,16 @@ int main(int argc, char** argv) {
                         std::to_string(heads.kv));
   }
   // Head dim 256: Gemma 2 2B's layer (8 query heads over 4 key/value
-  // heads), through Triad's SIMT kernels (two lanes a row; the tensor cores
-  // stop at 128) and cuDNN; with Gemma 2's soft cap of 50, which cuDNN's
-  // graph has no node for, SIMT alone.
+  // heads), through Triad's SIMT kernels (two lanes a row), its tensor-core
+  // kernels (dk/dv in two halves of columns; sm_90 and sm_100) and cuDNN;
+  // with Gemma 2's soft cap of 50, which cuDNN's graph has no node for,
+  // Triad's alone.
   for (double cap : {0.0, 50.0}) {
     if (no_sweep) break;
     const triad::AttentionHeads heads = triad::AttentionHeads{8, 4}.with_softcap(cap);
     bench_attention(1, 2048, 2048, heads,
-                    {triad::cuda::AttentionKernel::Simt, triad::cuda::AttentionKernel::Cudnn},
+                    {triad::cuda::AttentionKernel::Simt, triad::cuda::AttentionKernel::TensorCore,
+                     triad::cuda::AttentionKernel::Cudnn},
                     std::string("_D256_B1_T2048_NH8_KV4") + (cap > 0 ? "_softcap50" : ""));
   }
   // Packed documents (data.reset_attention_mask): four equal documents a
