@@ -452,11 +452,18 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
   return Status::fine();
 }
 
-int64_t attention_tensor_core_max_head_dim(int sm_major) {
-  return sm_major == 9 || sm_major == 10 ? 256 : kAttentionTensorCoreMaxHeadDim;
+AttentionDevice AttentionDevice::current() {
+  int device = 0, major = 0, shared = 0;
+  check_cuda(cudaGetDevice(&device), "attention: cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "attention: compute capability");
+  check_cuda(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "attention: shared memory a block");
+  return {major, shared};
 }
 
-Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int sm_major) {
+Status check_attention_tensor_core(ScalarType type, const AttentionShape& s,
+                                   AttentionDevice device) {
   Status base = check_attention(type, s);
   if (!base.ok) return base;
   if (!is_half(type)) {
@@ -465,28 +472,28 @@ Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int
   if (s.head_dim() % 16 != 0) {
     return Status::fail("head dim " + std::to_string(s.head_dim()) + " is not a multiple of 16");
   }
-  if (s.head_dim() > attention_tensor_core_max_head_dim(sm_major)) {
-    return Status::fail(
-        "head dim " + std::to_string(s.head_dim()) + " exceeds the tensor-core kernels' " +
-        std::to_string(attention_tensor_core_max_head_dim(sm_major)) + " on compute capability " +
-        std::to_string(sm_major) + ".x (256 on 9.x and 10.x; the SIMT kernels take up to " +
-        std::to_string(kAttentionMaxHeadDim) + ")");
-  }
   if ((std::max(s.T, s.query_rows()) + 63) / 64 > 65535) {  // its grid's y: blocks of 64 rows
     return Status::fail("T (" + std::to_string(std::max(s.T, s.query_rows())) +
                         ") exceeds 65535 blocks of 64 rows");
   }
-  if (sm_major < 8) {
-    return Status::fail("compute capability " + std::to_string(sm_major) +
+  if (device.sm_major < 8) {
+    return Status::fail("compute capability " + std::to_string(device.sm_major) +
                         ".x has no bf16 tensor cores (needs 8.0 or newer)");
+  }
+  const size_t need = attention_tensor_core_shared_bytes(s.head_dim());
+  if (static_cast<int64_t>(need) > device.shared_bytes) {
+    return Status::fail("head dim " + std::to_string(s.head_dim()) + " takes " +
+                        std::to_string(need) + " bytes of shared memory a block on tensor cores, " +
+                        "and the device allows " + std::to_string(device.shared_bytes) +
+                        " (the SIMT kernels take it)");
   }
   return Status::fine();
 }
 
 AttentionKernel resolve_attention_kernel(AttentionKernel requested, ScalarType type,
-                                         const AttentionShape& s, int sm_major) {
+                                         const AttentionShape& s, AttentionDevice device) {
   if (requested == AttentionKernel::Simt) return AttentionKernel::Simt;
-  const Status tc = check_attention_tensor_core(type, s, sm_major);
+  const Status tc = check_attention_tensor_core(type, s, device);
   if (requested == AttentionKernel::TensorCore) {
     require(tc, "attention (tensor cores requested)");
     return AttentionKernel::TensorCore;
@@ -495,22 +502,13 @@ AttentionKernel resolve_attention_kernel(AttentionKernel requested, ScalarType t
 }
 
 namespace {
-int device_sm_major() {
-  int device = 0, major = 0;
-  check_cuda(cudaGetDevice(&device), "attention: cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-             "attention: compute capability");
-  return major;
-}
-}  // namespace
-
-namespace {
 
 void forward_impl(const void* q, const void* kv, void* out, float* lse, ScalarType type,
                   const AttentionShape& s, cudaStream_t stream, AttentionKernel kernel,
                   const int32_t* doc_starts) {
   if (s.B * s.query_rows() == 0) return;
-  if (resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore) {
+  if (resolve_attention_kernel(kernel, type, s, AttentionDevice::current()) ==
+      AttentionKernel::TensorCore) {
     attention_forward_tensor_core(q, kv, out, lse, type, s, stream, doc_starts);
     return;
   }
@@ -555,8 +553,8 @@ void backward_impl(const void* q, const void* kv, const void* out, const float* 
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const dim3 grid(row_blocks(Tq, D), static_cast<unsigned>(s.B * s.NH));
   float* delta = static_cast<float*>(workspace);
-  const bool tensor_cores =
-      resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore;
+  const bool tensor_cores = resolve_attention_kernel(kernel, type, s, AttentionDevice::current()) ==
+                            AttentionKernel::TensorCore;
   dispatch_nn(type, "attention_backward", [&](auto t) {
     using T = decltype(t);
     const T* pq = static_cast<const T*>(q);

@@ -37,7 +37,7 @@
 // Two implementations: SIMT kernels (attention.cu: one thread per query or
 // key, two above head dim 128; every type and head dim) and tensor-core
 // kernels (attention_tensor_core.cu: WMMA tiles, bf16/f16, head dims a
-// multiple of 16 up to 128, or 256 on compute capability 9.x and 10.x;
+// multiple of 16 whose shared memory the device has: AttentionDevice;
 // sm_80+). AttentionKernel::Auto picks the tensor cores where they apply.
 #include <cuda_runtime_api.h>
 
@@ -78,28 +78,38 @@ struct AttentionShape {
   int64_t qkv_width() const { return C + 2 * kv_heads() * head_dim(); }
 };
 
-// The largest head dimension the kernels are built for: the SIMT kernels',
-// and the tensor-core kernels' (attention_tensor_core_max_head_dim: 128, and
-// 256 where a block has the shared memory for it).
+// The largest head dimension the kernels are built for (the tensor-core
+// kernels' where the device has the shared memory: AttentionDevice).
 constexpr int64_t kAttentionMaxHeadDim = 256;
-constexpr int64_t kAttentionTensorCoreMaxHeadDim = 128;
 
 enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore };
 
 Status check_attention(ScalarType type, const AttentionShape& s);
-// The tensor-core kernels' widest head on a device of compute capability
-// `sm_major`: 256 on 9.x and 10.x (H100, H200, B200: 227 KiB of shared
-// memory a block, which the backward's 166 KiB at 256 needs), else 128.
-int64_t attention_tensor_core_max_head_dim(int sm_major);
-// Whether the tensor-core kernels can run this call (type and head dim, a
-// multiple of 16 up to attention_tensor_core_max_head_dim; the device's
-// compute capability is the caller's `sm_major`).
-Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int sm_major = 9);
+// What the tensor-core kernels need of a device: its compute capability's
+// major number (8.0 or newer) and the shared memory a block may take
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin). The default is an H100's or
+// H200's: 9.x, 227 KiB.
+struct AttentionDevice {
+  int sm_major = 9;
+  int64_t shared_bytes = 227 * 1024;
+  // The current device's (cudaGetDevice).
+  static AttentionDevice current();
+};
+// The shared memory a block of the tensor-core kernels takes at head dim D
+// (their largest pass, bf16 or f16): about 72 KiB up to 64 (within the 99
+// KiB of sm_86, sm_89 and sm_120), 103 KiB up to 128 (sm_80's 163 KiB)
+// and 167 KiB up to 256 (sm_90's and sm_100's 227 KiB).
+size_t attention_tensor_core_shared_bytes(int64_t head_dim);
+// Whether the tensor-core kernels can run this call on `device` (type, a
+// head dim that is a multiple of 16 whose shared memory the device has,
+// compute capability 8.0 or newer).
+Status check_attention_tensor_core(ScalarType type, const AttentionShape& s,
+                                   AttentionDevice device = {});
 // The implementation a request resolves to: Auto becomes TensorCore when
 // check_attention_tensor_core passes, else Simt; an explicit TensorCore that
 // cannot run is an error (std::invalid_argument with the reason).
 AttentionKernel resolve_attention_kernel(AttentionKernel requested, ScalarType type,
-                                         const AttentionShape& s, int sm_major);
+                                         const AttentionShape& s, AttentionDevice device);
 
 void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
                        const AttentionShape& s, cudaStream_t stream,

@@ -1,5 +1,5 @@
 // Causal flash attention on tensor cores (bf16/f16, head dims a multiple of
-// 16 up to 128, and 256 on compute capability 9.x and 10.x; sm_80+), the
+// 16 up to 256 where the device's shared memory takes them; sm_80+), the
 // fast path behind attention.h. The algorithm is
 // the SIMT kernels' (online softmax forward; backward recomputing
 // probabilities from the log-sum-exp, one pass for dq and one for dk/dv,
@@ -19,6 +19,7 @@
 // tile into registers while it multiplies the current one (RowFetch).
 #include <mma.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <type_traits>
@@ -701,14 +702,17 @@ constexpr size_t dkdv_bytes() {
          2 * align128(kWarps * 16 * L::ld_s * sizeof(float));
 }
 
-// Head dim 256 needs the shared memory of compute capability 9.x and 10.x
-// (227 KiB a block; attention_tensor_core_max_head_dim: dq and dk/dv take
-// about 166 KiB); 128 fits sm_80's 163 KiB (about 102 KiB).
-static_assert(dq_bytes<256, __nv_bfloat16>() <= 227 * 1024 &&
-              dkdv_bytes<256, __nv_bfloat16>() <= 227 * 1024 &&
-              forward_bytes<256, __nv_bfloat16>() <= 227 * 1024);
-static_assert(dq_bytes<128, __nv_bfloat16>() <= 163 * 1024 &&
-              dkdv_bytes<128, __nv_bfloat16>() <= 163 * 1024);
+// A block's shared memory at a compiled width: its largest pass's (dk/dv).
+template <int MAXD>
+constexpr size_t shared_bytes() {
+  static_assert(sizeof(__nv_bfloat16) == sizeof(__half));
+  return std::max({forward_bytes<MAXD, __nv_bfloat16>(), dq_bytes<MAXD, __nv_bfloat16>(),
+                   dkdv_bytes<MAXD, __nv_bfloat16>()});
+}
+// What attention.h promises: 64 within sm_86's 99 KiB, 128 within sm_80's
+// 163 KiB, 256 within sm_90's 227 KiB.
+static_assert(shared_bytes<64>() <= 99 * 1024 && shared_bytes<128>() <= 163 * 1024 &&
+              shared_bytes<256>() <= 227 * 1024);
 
 template <class K>
 void allow(K kernel, size_t bytes) {
@@ -731,10 +735,18 @@ void dispatch_tc(ScalarType type, int64_t D, F&& f) {
 
 }  // namespace
 
+size_t attention_tensor_core_shared_bytes(int64_t head_dim) {
+  if (head_dim <= 32) return shared_bytes<32>();
+  if (head_dim <= 64) return shared_bytes<64>();
+  if (head_dim <= 128) return shared_bytes<128>();
+  return shared_bytes<256>();
+}
+
 void attention_forward_tensor_core(const void* q, const void* kv, void* out, float* lse,
                                    ScalarType type, const AttentionShape& s, cudaStream_t stream,
                                    const int32_t* doc_starts) {
-  require(check_attention_tensor_core(type, s), "attention_forward (tensor cores)");
+  require(check_attention_tensor_core(type, s, AttentionDevice::current()),
+          "attention_forward (tensor cores)");
   if (s.B * s.query_rows() == 0) return;
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
@@ -763,7 +775,8 @@ void attention_backward_tensor_core(const void* q, const void* kv, const void* d
                                     const float* lse, const float* delta, void* dq, void* dkv,
                                     ScalarType type, const AttentionShape& s, cudaStream_t stream,
                                     const int32_t* doc_starts) {
-  require(check_attention_tensor_core(type, s), "attention_backward (tensor cores)");
+  require(check_attention_tensor_core(type, s, AttentionDevice::current()),
+          "attention_backward (tensor cores)");
   if (s.B * s.query_rows() == 0) return;  // (attention_backward has zeroed dqkv)
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));

@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
   }
   // Head dim 256: Gemma 2 2B's layer (8 query heads over 4 key/value
   // heads), through Triad's SIMT kernels (two lanes a row), its tensor-core
-  // kernels (dk/dv in two halves of columns; sm_90 and sm_100) and cuDNN;
+  // kernels (dk/dv in two halves of columns; 227 KiB of shared memory a block) and cuDNN;
   // with Gemma 2's soft cap of 50, which cuDNN's graph has no node for,
   // Triad's alone.
   for (double cap : {0.0, 50.0}) {

@@ -914,8 +914,9 @@ void validate(const Config& c, bool min_lr_given) {
     if (!c.model.latent_attention() && c.attention_kernel == "tensor_core" &&
         (D % 16 != 0 || D > 256)) {
       throw ConfigError(named +
-                        " needs a head dim that is a multiple of 16 up to 256 (up to 128 before "
-                        "compute capability 9.0), not " +
+                        " needs a head dim that is a multiple of 16 up to 256 (as far as the "
+                        "device's shared memory takes it: 256 on sm_90, 128 on sm_80, 64 on sm_86 "
+                        "and sm_89), not " +
                         std::to_string(D) + " (use auto or simt)");
     }
     if (!c.model.latent_attention() && c.attention_kernel == "cudnn" && (D % 8 != 0 || D > 256)) {

@@ -4670,7 +4670,8 @@ TEST(CudaGraphs, AShardOfPaddingAloneHoldsNoId) {
 // Head dims above 128 (Gemma 2's and 3's 256; latent attention's 192,
 // DeepSeek V3's; 180, a multiple of neither 16 nor 8): Triad's SIMT kernels
 // (two lanes a row), its tensor-core kernels where they take the width
-// (compute capability 9.x and 10.x: dk/dv in two halves of columns) and
+// (227 KiB of shared memory a block, the simulator's H200's: dk/dv in two
+// halves of columns) and
 // cuDNN where it applies, against the CPU in every type; grouped heads with
 // a soft cap over a window of packed documents (what cuDNN has no graph
 // for: Gemma 2's layers), and a chunk of queries apart (context
@@ -4732,8 +4733,8 @@ TEST(CudaKernels, AttentionAtHeadDimsAbove128) {
     EXPECT_EQ(choice.d_model, 512);
     EXPECT_GT(choice.own_ms, 0.0);
     EXPECT_GT(choice.cudnn_ms, 0.0);
-    // (Triad's own: tensor cores where they take 256, compute capability
-    // 9.x and 10.x, else SIMT.)
+    // (Triad's own: tensor cores where the device's shared memory takes
+    // 256, 227 KiB a block, else SIMT.)
     const cuda::AttentionKernel own =
         cuda::attention_kernel_unavailable(cuda::AttentionKernel::TensorCore, DType::BF16, 64, 512,
                                            2)
@@ -4770,6 +4771,46 @@ TEST(CudaKernels, AttentionAtHeadDimsAbove128) {
     EXPECT_NE(std::string(e.what()).find("head dim 320 exceeds 256"), std::string::npos)
         << e.what();
   }
+}
+
+// A GPU whose blocks take 99 KiB of shared memory (sm_86, sm_89: an L40S,
+// an RTX 4090; the simulator plays it): the tensor-core attention's 103 KiB
+// at head dim 128 does not fit (its backward failed at cudaFuncSetAttribute
+// there), so auto runs SIMT, as the CPU does it, and tensor_core named says
+// why; head dim 64 (72 KiB) still takes the tensor cores.
+TEST(CudaKernels, TensorCoreAttentionKeepsToTheDevicesSharedMemory) {
+#ifndef TRIAD_CUDA_SIM
+  GTEST_SKIP() << "only the simulator plays another GPU's shared memory";
+#else
+  struct Restore {
+    ~Restore() {
+      triad_sim::set_shared_per_block(227 * 1024);
+      cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+    }
+  } restore;
+  triad_sim::set_shared_per_block(99 * 1024);
+  EXPECT_NE(
+      cuda::attention_kernel_unavailable(cuda::AttentionKernel::TensorCore, DType::BF16, 64, 256, 2)
+          .find("bytes of shared memory a block on tensor cores, and the device allows " +
+                std::to_string(99 * 1024)),
+      std::string::npos);
+  EXPECT_EQ(cuda::attention_kernel_unavailable(cuda::AttentionKernel::TensorCore, DType::BF16, 64,
+                                               128, 2),
+            "");
+  cuda::clear_attention_choices();
+  expect_attention_kernel_matches_cpu(attention_case(1, 70, 256, 2), DType::BF16,
+                                      cuda::AttentionKernel::Auto);
+  expect_attention_kernel_matches_cpu(attention_case(1, 70, 128, 2), DType::BF16,
+                                      cuda::AttentionKernel::TensorCore);
+  cuda::set_attention_kernel(cuda::AttentionKernel::TensorCore);
+  try {
+    (void)causal_attention(randn({1, 16, 3 * 256}, 41, 3, 0.5, DType::BF16, kGpu), 2);
+    ADD_FAILURE() << "tensor cores ran head dim 128 in 99 KiB";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
+  }
+  cuda::clear_attention_choices();
+#endif
 }
 
 // The config's refusals of an attention kernel by name (precision and head

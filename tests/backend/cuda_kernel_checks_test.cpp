@@ -80,21 +80,29 @@ TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 80, 2})).find("multiple"),
             std::string::npos);
-  // ... up to 256 on compute capability 9.x and 10.x (the shared memory
-  // the backward takes there), 128 on the others (the SIMT kernels take the
-  // wider ones).
-  EXPECT_EQ(attention_tensor_core_max_head_dim(9), 256);
-  EXPECT_EQ(attention_tensor_core_max_head_dim(10), 256);
-  EXPECT_EQ(attention_tensor_core_max_head_dim(8), 128);
-  EXPECT_EQ(attention_tensor_core_max_head_dim(12), 128);
-  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {1, 8, 256, 2}, 8).ok);
-  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {1, 8, 512, 2}, 9).ok);
-  EXPECT_TRUE(check_attention_tensor_core(ScalarType::F16, {1, 8, 384, 2}, 10).ok);
+  // ... whose shared memory the device has: every width on an H100's or
+  // H200's 227 KiB (the default), up to 128 on sm_80's 163 KiB, up to 64
+  // on the 99 KiB of sm_86, sm_89 and sm_120 (the SIMT kernels take the
+  // rest).
+  const AttentionDevice a100{8, 163 * 1024}, l40{8, 99 * 1024}, b200{10, 227 * 1024};
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {1, 8, 512, 2}).ok);
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::F16, {1, 8, 384, 2}, b200).ok);
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {1, 8, 256, 2}, a100).ok);
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {1, 8, 128, 2}, l40).ok);
   EXPECT_NE(
-      reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 512, 2}, 8))
-          .find("head dim 256 exceeds the tensor-core kernels' 128 on compute capability 8.x"),
+      reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 512, 2}, a100))
+          .find("head dim 256 takes " + std::to_string(attention_tensor_core_shared_bytes(256)) +
+                " bytes of shared memory a block on tensor cores, and the device allows " +
+                std::to_string(163 * 1024)),
       std::string::npos);
-  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 360, 2}, 9))
+  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 256, 2}, l40))
+                .find("head dim 128 takes"),
+            std::string::npos);
+  EXPECT_LE(attention_tensor_core_shared_bytes(64), 99u * 1024);
+  EXPECT_GT(attention_tensor_core_shared_bytes(128), 99u * 1024);
+  EXPECT_LE(attention_tensor_core_shared_bytes(128), 163u * 1024);
+  EXPECT_GT(attention_tensor_core_shared_bytes(256), 163u * 1024);
+  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 360, 2}))
                 .find("head dim 180 is not a multiple of 16"),
             std::string::npos);
 }
@@ -210,26 +218,32 @@ TEST(CudaKernelChecks, AttentionKernelChoice) {
   const AttentionShape gpt2{4, 1024, 768, 12};  // head dim 64
   const AttentionShape odd{1, 70, 18, 2};       // head dim 9
   using K = AttentionKernel;
-  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gpt2, 9), K::TensorCore);
-  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::F16, gpt2, 8), K::TensorCore);
-  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::F32, gpt2, 9), K::Simt);
-  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, odd, 9), K::Simt);
-  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gpt2, 7), K::Simt);
-  // Head dim 256: tensor cores on Hopper, SIMT before it.
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gpt2, {9}), K::TensorCore);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::F16, gpt2, {8, 99 * 1024}),
+            K::TensorCore);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::F32, gpt2, {9}), K::Simt);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, odd, {9}), K::Simt);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gpt2, {7, 96 * 1024}), K::Simt);
+  // Head dim 256: tensor cores on Hopper, SIMT on an A100; Llama's 128 on
+  // an L40 (99 KiB a block) SIMT too.
   const AttentionShape gemma{1, 1024, 2048, 8};
-  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gemma, 9), K::TensorCore);
-  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gemma, 8), K::Simt);
-  EXPECT_THROW(resolve_attention_kernel(K::TensorCore, ScalarType::BF16, gemma, 8),
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gemma, {9}), K::TensorCore);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gemma, {8, 163 * 1024}), K::Simt);
+  EXPECT_THROW(resolve_attention_kernel(K::TensorCore, ScalarType::BF16, gemma, {8, 163 * 1024}),
                std::invalid_argument);
-  EXPECT_EQ(resolve_attention_kernel(K::Simt, ScalarType::BF16, gpt2, 9), K::Simt);
+  const AttentionShape llama{1, 4096, 4096, 32};  // head dim 128
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, llama, {8, 163 * 1024}),
+            K::TensorCore);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, llama, {8, 99 * 1024}), K::Simt);
+  EXPECT_EQ(resolve_attention_kernel(K::Simt, ScalarType::BF16, gpt2, {9}), K::Simt);
   try {
-    resolve_attention_kernel(K::TensorCore, ScalarType::BF16, odd, 9);
+    resolve_attention_kernel(K::TensorCore, ScalarType::BF16, odd, {9});
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("head dim 9 is not a multiple of 16"), std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(resolve_attention_kernel(K::TensorCore, ScalarType::F32, gpt2, 9),
+  EXPECT_THROW(resolve_attention_kernel(K::TensorCore, ScalarType::F32, gpt2, {9}),
                std::invalid_argument);
 }
 

@@ -1654,10 +1654,11 @@ TEST(Config, AnAttentionKernelByNameFitsThePrecisionAndHeadDimOnTheGpu) {
   expect_config_error(kValid,
                       {"device=cuda", "train.precision=bf16", "model.attention_kernel=tensor_core"},
                       "model.attention_kernel 'tensor_core' needs a head dim that is a multiple of "
-                      "16 up to 256 (up to 128 before compute capability 9.0), not 8");
-  // Every kernel takes Gemma's 256 (tensor cores from compute capability
-  // 9.0, which the attention checks); nothing on the GPU takes 320, under
-  // any choice (the CPU does).
+                      "16 up to 256 (as far as the device's shared memory takes it: 256 on "
+                      "sm_90, 128 on sm_80, 64 on sm_86 and sm_89), not 8");
+  // Every kernel takes Gemma's 256 (tensor cores where the device's shared
+  // memory allows, which the attention checks); nothing on the GPU takes
+  // 320, under any choice (the CPU does).
   for (const char* kernel : {"auto", "simt", "tensor_core", "cudnn"}) {
     EXPECT_EQ(parse_config(kValid,
                            {"device=cuda", "train.precision=bf16",

@@ -184,7 +184,7 @@ std::vector<OpTime> op_profile(int device);
 // Which causal-attention implementation the CUDA backend runs, process-wide
 // (as PyTorch's torch.backends.cuda switches): Triad's SIMT kernels (every
 // type, head dims up to 256), its tensor-core kernels (bf16/f16, head dim a
-// multiple of 16 up to 128, 256 on sm_90 and sm_100; sm_80+) or cuDNN's fused attention (bf16/f16,
+// multiple of 16 whose shared memory the device has; sm_80+) or cuDNN's fused attention (bf16/f16,
 // head dim a multiple of 8 up to 256, sm_80+, builds with cuDNN). Auto times Triad's kernels
 // (tensor cores where they apply, else SIMT) against cuDNN once per shape (forward + backward) and
 // keeps the faster, and runs Triad's where cuDNN cannot; an explicit choice that cannot run a call

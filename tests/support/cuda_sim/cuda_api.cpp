@@ -541,7 +541,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
       *value = 32;
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
-      *value = 227 * 1024;
+      *value = static_cast<int>(triad_sim::shared_per_block());
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
       *value = 228 * 1024;
@@ -572,7 +572,8 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, 
 cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
   if (func == nullptr) return set(cudaErrorInvalidDeviceFunction);
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return set(cudaErrorInvalidValue);
-  if (value < 0 || value > 227 * 1024) return set(cudaErrorInvalidValue);
+  if (value < 0 || static_cast<size_t>(value) > triad_sim::shared_per_block())
+    return set(cudaErrorInvalidValue);
   triad_sim::set_max_dynamic_shared(func, static_cast<size_t>(value));
   return cudaSuccess;
 }

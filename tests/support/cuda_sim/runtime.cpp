@@ -577,6 +577,13 @@ void set_order(Order order) {
 }
 namespace {
 std::atomic<bool> g_unloading{false};
+std::atomic<size_t> g_shared_per_block{227 * 1024};
+}
+void set_shared_per_block(size_t bytes) {
+  g_shared_per_block = bytes;
+}
+size_t shared_per_block() {
+  return g_shared_per_block;
 }
 void set_runtime_unloading(bool unloading) {
   g_unloading = unloading;
@@ -635,6 +642,8 @@ void validate_launch(const LaunchConfig& c, const void* kernel) {
     auto it = g_max_dynamic_shared.find(kernel);
     if (it != g_max_dynamic_shared.end()) allowed = it->second;
   }
+  // (A limit played lower after a kernel's was raised: the device's holds.)
+  allowed = std::min(allowed, std::max(kDefaultDynamicShared, shared_per_block()));
   if (c.smem > allowed) {
     invalid(std::to_string(c.smem) + " bytes of dynamic shared memory; the kernel allows " +
             std::to_string(allowed) +

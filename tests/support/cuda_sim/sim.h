@@ -38,6 +38,12 @@ Order order();
 void set_runtime_unloading(bool unloading);
 bool runtime_unloading();
 
+// The shared memory a block may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin,
+// and the most cudaFuncSetAttribute takes): an H100's or H200's 227 KiB
+// unless a test plays another GPU's (sm_86's and sm_89's 99 KiB).
+void set_shared_per_block(size_t bytes);
+size_t shared_per_block();
+
 struct Counters {
   int64_t launches = 0;
   int64_t blocks = 0;
