@@ -409,6 +409,8 @@ def main():
     ap.add_argument("--wide-heads", type=float, default=0.12, metavar="P",
                     help="with --device sim, the chance a trial's heads are 192 or 256 wide "
                          "(above the tensor cores' 128)")
+    ap.add_argument("--half", type=float, default=0.0, metavar="P",
+                    help="with --device sim, the chance an fp32 trial runs in bf16 (both runs)")
     ap.add_argument("--work", default="/tmp/triad_layout_sweep")
     ap.add_argument("--train", default=os.path.join(ROOT, "build/examples/triad-train"))
     ap.add_argument("--data", default=os.path.join(ROOT, "build/tests/cli/tiny.bin"))
@@ -455,6 +457,16 @@ def main():
             # Heads wider than the tensor cores' 128 (Gemma's 256, latent
             # attention's 192): the SIMT kernels with two lanes a row.
             model["model.head_dim"] = more.choice([192, 256])
+        if (a.device == "sim" and a.half > 0 and more.random() < a.half
+                and "train.precision" not in model
+                and "bias_update_rate" not in model.get("model.moe", "")):
+            # Half precision on the simulator: the tensor-core attention
+            # (and cuDNN's) under auto, at every width they take. (Not with
+            # a mixture's bias updates: their sign follows each expert's
+            # load, so a token another layout's rounding routes elsewhere
+            # can turn a bias, and the runs part by design; seed 1700, trial
+            # 15.)
+            model["train.precision"] = "bf16"
         if a.device == "sim" and more.random() < 0.3 and "model.mla" not in model:
             # One attention kernel by name rather than the faster one timed:
             # those it can run (tensor cores and cuDNN take half precision,
