@@ -453,8 +453,13 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
 }
 
 AttentionDevice AttentionDevice::current() {
-  int device = 0, major = 0, shared = 0;
+  int device = 0;
   check_cuda(cudaGetDevice(&device), "attention: cudaGetDevice");
+  return of(device);
+}
+
+AttentionDevice AttentionDevice::of(int device) {
+  int major = 0, shared = 0;
   check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
              "attention: compute capability");
   check_cuda(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),

@@ -92,7 +92,8 @@ Status check_attention(ScalarType type, const AttentionShape& s);
 struct AttentionDevice {
   int sm_major = 9;
   int64_t shared_bytes = 227 * 1024;
-  // The current device's (cudaGetDevice).
+  // Device `device`'s, and the current one's (cudaGetDevice).
+  static AttentionDevice of(int device);
   static AttentionDevice current();
 };
 // The shared memory a block of the tensor-core kernels takes at head dim D

@@ -1264,14 +1264,6 @@ int sm_major(int device) {
   return major;
 }
 
-// What the tensor-core attention needs to know of `device`.
-k::AttentionDevice attention_device(int device) {
-  int shared = 0;
-  check(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-        "cudaDeviceGetAttribute");
-  return {sm_major(device), shared};
-}
-
 // What one attention call runs: one of Triad's kernels, or cuDNN's.
 struct AttentionRoute {
   bool cudnn = false;
@@ -1419,7 +1411,7 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
 }
 
 k::AttentionKernel own_attention_kernel(DType dtype, const k::AttentionShape& shape, int device) {
-  return k::check_attention_tensor_core(scalar(dtype), shape, attention_device(device)).ok
+  return k::check_attention_tensor_core(scalar(dtype), shape, k::AttentionDevice::of(device)).ok
              ? k::AttentionKernel::TensorCore
              : k::AttentionKernel::Simt;
 }
@@ -2256,7 +2248,7 @@ std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, in
   switch (kernel) {
     case AttentionKernel::TensorCore: {
       const k::Status s =
-          k::check_attention_tensor_core(type, shape, detail::attention_device(device));
+          k::check_attention_tensor_core(type, shape, k::AttentionDevice::of(device));
       return s.ok ? "" : s.reason;
     }
     case AttentionKernel::Cudnn:
