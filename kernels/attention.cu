@@ -103,8 +103,8 @@ __device__ __forceinline__ int own_dims(int D, int part) {
   return (D - part + Width<MAXD>::split - 1) / Width<MAXD>::split;
 }
 
-// grid (ceil((T - first) / rows), B * NH); dynamic shared memory: own q
-// rows + K, V tiles.
+// grid attention_grid(B * NH, ceil((T - first) / rows)), the last rows
+// first; dynamic shared memory: own q rows + K, V tiles.
 // O: out's type (T, or f32 under halves: AttentionShape::out_f32).
 template <class T, int MAXD, class O>
 __global__ void __launch_bounds__(kThreads)
@@ -117,12 +117,13 @@ __global__ void __launch_bounds__(kThreads)
   float* k_tile = q_own + kRows * kPad;   // [kTile][kPad]
   float* v_tile = k_tile + kTile * kPad;  // [kTile][kPad]
   const int D = L.D, part = own_part<MAXD>(), n = own_dims<MAXD>(D, part);
-  const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
+  const GridPlace at = grid_place<true>((L.qrows + kRows - 1) / kRows);
+  const int bh = at.pair, b = bh / L.NH, h = bh % L.NH;
   const T* q_base = L.q_batch(qsrc, b) + L.q(h);
   const T* kv_row = L.kv_batch(kvsrc, b, Tn);
   const T* k_base = kv_row + L.k(h / L.G);
   const T* v_base = kv_row + L.v(h / L.G);
-  const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
+  const int64_t r0 = L.first + at.row_block * kRows;
   const int64_t i = r0 + own_row<MAXD>();            // this thread's query's position
   const int64_t Tq = L.qrows, qend = L.query_end();  // out's and lse's rows
   load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.first, L.qrows, D);
@@ -200,8 +201,8 @@ __global__ void attn_delta_kernel(const T* out, const T* dout, float* delta, int
   }
 }
 
-// dq: grid (ceil((T - first) / rows), B * NH), a query per row; K, V tiles
-// stream.
+// dq: grid attention_grid(B * NH, ceil((T - first) / rows)), the last rows
+// first, a query per row; K, V tiles stream.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kThreads)
     attn_dq_kernel(const T* qsrc, const T* kvsrc, const T* dout, const float* lse,
@@ -215,12 +216,13 @@ __global__ void __launch_bounds__(kThreads)
   float* k_tile = do_own + kRows * kPad;
   float* v_tile = k_tile + kTile * kPad;
   const int D = L.D, part = own_part<MAXD>(), n = own_dims<MAXD>(D, part);
-  const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
+  const GridPlace at = grid_place<true>((L.qrows + kRows - 1) / kRows);
+  const int bh = at.pair, b = bh / L.NH, h = bh % L.NH;
   const T* q_base = L.q_batch(qsrc, b) + L.q(h);
   const T* kv_row = L.kv_batch(kvsrc, b, Tn);
   const T* k_base = kv_row + L.k(h / L.G);
   const T* v_base = kv_row + L.v(h / L.G);
-  const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
+  const int64_t r0 = L.first + at.row_block * kRows;
   const int64_t i = r0 + own_row<MAXD>();
   // dout's, lse's and delta's rows (from position first)
   const int64_t Tq = L.qrows, qend = L.query_end();
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dk, dv: grid (ceil(T / rows), B * NKV), a key per row; for each query
+// dk, dv: grid attention_grid(B * NKV, ceil(T / rows)), a key per row; for each query
 // head of the key's group in turn, Q, dO tiles (with their lse and delta)
 // stream over the queries at or after the block's first key (and the first
 // query row), up to the first query of a later document.
@@ -286,10 +288,11 @@ __global__ void __launch_bounds__(kThreads)
   float* d_tile = l_tile + kTile;                        // [kTile]
   int* s_tile = reinterpret_cast<int*>(d_tile + kTile);  // [kTile] document starts
   const int D = L.D, part = own_part<MAXD>(), n = own_dims<MAXD>(D, part);
-  const int bkv = blockIdx.y, b = bkv / L.NKV, kvh = bkv % L.NKV;
+  const GridPlace at = grid_place<false>((Tn + kRows - 1) / kRows);
+  const int bkv = at.pair, b = bkv / L.NKV, kvh = bkv % L.NKV;
   const T* kv_row = L.kv_batch(kvsrc, b, Tn);
   const T* q_batch = L.q_batch(qsrc, b);
-  const int64_t r0 = blockIdx.x * int64_t(kRows);
+  const int64_t r0 = at.row_block * kRows;
   const int64_t j = r0 + own_row<MAXD>();  // this thread's key
   load_own<T, MAXD>(k_own, kv_row + L.k(kvh), L.kvs, r0, Tn, D);
   load_own<T, MAXD>(v_own, kv_row + L.v(kvh), L.kvs, r0, Tn, D);
@@ -437,8 +440,13 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
                         ") needs them apart from the keys and values (separate: the _parts "
                         "functions)");
   }
-  if (s.B * s.NH > 65535) {
-    return Status::fail("B * NH (" + std::to_string(s.B * s.NH) + ") exceeds 65535");
+  // The grids are flat along x (attention_grid): B * NH pairs of row
+  // blocks of at least 32 rows (the SIMT kernels' above 128) must fit in it.
+  const int64_t rows = std::max(s.T, s.query_rows());
+  if (s.B * s.NH > kAttentionMaxGridX / std::max<int64_t>(1, (rows + 31) / 32)) {
+    return Status::fail("B * NH (" + std::to_string(s.B * s.NH) + ") heads of " +
+                        std::to_string(rows) + " rows at 32 rows a block exceed a grid's " +
+                        std::to_string(kAttentionMaxGridX) + " blocks");
   }
   if (s.out_f32 && !s.separate) {
     return Status::fail(
@@ -476,10 +484,6 @@ Status check_attention_tensor_core(ScalarType type, const AttentionShape& s,
   }
   if (s.head_dim() % 16 != 0) {
     return Status::fail("head dim " + std::to_string(s.head_dim()) + " is not a multiple of 16");
-  }
-  if ((std::max(s.T, s.query_rows()) + 63) / 64 > 65535) {  // its grid's y: blocks of 64 rows
-    return Status::fail("T (" + std::to_string(std::max(s.T, s.query_rows())) +
-                        ") exceeds 65535 blocks of 64 rows");
   }
   if (device.sm_major < 8) {
     return Status::fail("compute capability " + std::to_string(device.sm_major) +
@@ -519,7 +523,7 @@ void forward_impl(const void* q, const void* kv, void* out, float* lse, ScalarTy
   }
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid(row_blocks(s.query_rows(), D), static_cast<unsigned>(s.B * s.NH));
+  const dim3 grid = attention_grid(s.B * s.NH, row_blocks(s.query_rows(), D));
   dispatch_nn(type, "attention_forward", [&](auto t) {
     using T = decltype(t);
     dispatch_head_dim(D, [&](auto width) {
@@ -556,7 +560,7 @@ void backward_impl(const void* q, const void* kv, const void* out, const float* 
   if (s.B * Tq == 0) return;  // (and no query reads a key)
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid(row_blocks(Tq, D), static_cast<unsigned>(s.B * s.NH));
+  const dim3 grid = attention_grid(s.B * s.NH, row_blocks(Tq, D));
   float* delta = static_cast<float*>(workspace);
   const bool tensor_cores = resolve_attention_kernel(kernel, type, s, AttentionDevice::current()) ==
                             AttentionKernel::TensorCore;
@@ -585,7 +589,7 @@ void backward_impl(const void* q, const void* kv, const void* out, const float* 
           pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dq), s.T, QkvLayout::of(s), scale);
       auto dkdv = attn_dkdv_kernel<T, MAXD>;
       allow_smem(dkdv, dkdv_smem<MAXD>());
-      const dim3 kv_grid(row_blocks(s.T, D), static_cast<unsigned>(s.B * s.kv_heads()));
+      const dim3 kv_grid = attention_grid(s.B * s.kv_heads(), row_blocks(s.T, D));
       dkdv<<<kv_grid, kThreads, dkdv_smem<MAXD>(), stream>>>(
           pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dkv), s.T, QkvLayout::of(s), scale);
     });

@@ -82,6 +82,10 @@ struct AttentionShape {
 // kernels' where the device has the shared memory: AttentionDevice).
 constexpr int64_t kAttentionMaxHeadDim = 256;
 
+// The kernels' grids are flat along x (2^31 - 1 blocks at most): B * NH
+// heads times their blocks of rows must fit in it (check_attention).
+constexpr int64_t kAttentionMaxGridX = 2147483647;
+
 enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore };
 
 Status check_attention(ScalarType type, const AttentionShape& s);

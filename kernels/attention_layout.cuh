@@ -77,4 +77,34 @@ struct QkvLayout {
   }
 };
 
+// Attention's grids are flat along x: block x takes (batch, head) pair
+// x % pairs and row block x / pairs in launch order, so the blocks of one
+// row-block index run side by side over every head. Neither B * heads nor
+// the row blocks meet y's limit of 65535; check_attention bounds their
+// product by x's, 2^31 - 1. z stays free (the tensor-core dk/dv's column
+// halves).
+struct GridPlace {
+  int pair;           // b * heads + head
+  int64_t row_block;  // its rows: [row_block * rows, ...)
+};
+
+// This block's place in a grid of `blocks` row blocks a pair, its row blocks
+// in order (dk/dv: the first keys meet the most queries) or the last first
+// (LastFirst: the causal forward's and dq's, whose last query rows see the
+// most keys). (x and the counts are below 2^31: unsigned 32-bit division.)
+template <bool LastFirst>
+__device__ __forceinline__ GridPlace grid_place(int64_t blocks) {
+  const unsigned x = blockIdx.x, n = static_cast<unsigned>(blocks), pairs = gridDim.x / n;
+  const unsigned order = x / pairs;
+  return {static_cast<int>(x - order * pairs),
+          static_cast<int64_t>(LastFirst ? n - 1 - order : order)};
+}
+
+// The grid for `pairs` (batch, head) pairs of `row_blocks` blocks each, z
+// `parts` deep (check_attention has kept pairs * row_blocks within
+// kAttentionMaxGridX).
+inline dim3 attention_grid(int64_t pairs, int64_t row_blocks, int parts = 1) {
+  return dim3(static_cast<unsigned>(pairs * row_blocks), 1u, static_cast<unsigned>(parts));
+}
+
 }  // namespace triad::kernels

@@ -398,12 +398,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* Ss = carve.take<float>(kWarps * 16 * L::ld_s);  // scores, then P over them
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int D = lay.D;
-  const int bh = blockIdx.x, b = bh / lay.NH, h = bh % lay.NH;
+  const GridPlace at = grid_place<true>((lay.qrows + kRows - 1) / kRows);
+  const int bh = at.pair, b = bh / lay.NH, h = bh % lay.NH;
   const T* kv_row = lay.kv_batch(kvsrc, b, Tn);
   const T* k_base = kv_row + lay.k(h / lay.G);
   const T* v_base = kv_row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
-  const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
+  const int64_t q0 = lay.first + at.row_block * kRows;
   // out's and lse's rows (from position first)
   const int64_t Tq = lay.qrows, qend = lay.query_end();
   load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.first, lay.qrows, D);
@@ -491,12 +492,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* dPs = carve.take<float>(kWarps * 16 * L::ld_s);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int D = lay.D;
-  const int bh = blockIdx.x, b = bh / lay.NH, h = bh % lay.NH;
+  const GridPlace at = grid_place<true>((lay.qrows + kRows - 1) / kRows);
+  const int bh = at.pair, b = bh / lay.NH, h = bh % lay.NH;
   const T* kv_row = lay.kv_batch(kvsrc, b, Tn);
   const T* k_base = kv_row + lay.k(h / lay.G);
   const T* v_base = kv_row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
-  const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
+  const int64_t q0 = lay.first + at.row_block * kRows;
   // dout's, lse's and delta's rows (from position first)
   const int64_t Tq = lay.qrows, qend = lay.query_end();
   load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.first, lay.qrows, D);
@@ -581,11 +583,12 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* dPts = carve.take<float>(kWarps * 16 * L::ld_s);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int D = lay.D;
-  const int bkv = blockIdx.x, b = bkv / lay.NKV, kvh = bkv % lay.NKV;
+  const GridPlace at = grid_place<false>((Tn + kRows - 1) / kRows);
+  const int bkv = at.pair, b = bkv / lay.NKV, kvh = bkv % lay.NKV;
   const T* kv_row = lay.kv_batch(kvsrc, b, Tn);
   const T* q_batch = lay.q_batch(qsrc, b);
-  // The first key rows meet the most queries: their blocks (low y) go first.
-  const int64_t k0 = blockIdx.y * int64_t(kRows);
+  // The first key rows meet the most queries: their blocks go first.
+  const int64_t k0 = at.row_block * kRows;
   load_rows(Ks, L::ld_h, kv_row + lay.k(kvh), lay.kvs, k0, Tn, D);
   load_rows(Vs, L::ld_h, kv_row + lay.v(kvh), lay.kvs, k0, Tn, D);
   float* Stw = Sts + warp * 16 * L::ld_s;
@@ -672,14 +675,12 @@ __global__ void __launch_bounds__(32 * kWarps)
 #endif
 }
 
-// (B * NH, row blocks): every head's blocks of one causal length run side by
+// attention_grid: every head's blocks of one causal length run side by
 // side, the longest first, so the short ones fill the last wave instead of
-// the longest starting last (check_attention_tensor_core keeps y <= 65535).
-// The forward and dq passes take the query rows, the dk/dv pass every row
-// (`rows` = T) and `heads` = the key/value heads.
+// the longest starting last. The forward and dq passes take the query rows,
+// the dk/dv pass every row (`rows` = T) and `heads` = the key/value heads.
 dim3 tc_grid(const AttentionShape& s, int64_t heads, int64_t rows, int parts = 1) {
-  return dim3(static_cast<unsigned>(s.B * heads), static_cast<unsigned>((rows + kRows - 1) / kRows),
-              static_cast<unsigned>(parts));
+  return attention_grid(s.B * heads, (rows + kRows - 1) / kRows, parts);
 }
 
 template <int MAXD, class T>

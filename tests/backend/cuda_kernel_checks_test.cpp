@@ -47,7 +47,7 @@ TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
       reason(check_attention(ScalarType::F32, {1, 8, 514, 2})).find("head dim 257 exceeds 256"),
       std::string::npos);
   EXPECT_NE(reason(check_attention(ScalarType::F64, {1, 8, 64, 2})).find("f64"), std::string::npos);
-  EXPECT_FALSE(check_attention(ScalarType::F32, {70000, 8, 64, 1}).ok);
+  EXPECT_TRUE(check_attention(ScalarType::F32, {70000, 8, 64, 1}).ok);  // past y's 65535
   // A chunk of queries: only with the queries apart from the keys and
   // values; its first position inside [0, T] unless its rows are counted
   // (QT: a block after every key, ring attention's), and never negative.
@@ -69,13 +69,24 @@ TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
   AttentionShape fused{1, 8, 64, 2};
   fused.QT = 5;  // a fused qkv runs every row's queries
   EXPECT_NE(reason(check_attention(ScalarType::F32, fused)).find("QT 5"), std::string::npos);
-  // Tensor cores: bf16/f16, head dims a multiple of 16, and a grid of at most
-  // 65535 blocks of 64 rows along y.
-  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {4, 1024, 768, 12}).ok);
-  EXPECT_TRUE(check_attention_tensor_core(ScalarType::F16, {1, 65535 * 64, 64, 1}).ok);
-  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::F16, {1, 65535 * 64 + 1, 64, 1}))
-                .find("65535 blocks of 64 rows"),
+  // The grids are flat along x: neither B * NH nor the rows meet a limit of
+  // 65535 on their own (y's), only their product, in blocks of 32 rows,
+  // meets x's 2^31 - 1.
+  EXPECT_TRUE(check_attention(ScalarType::BF16, {65536, 8, 64, 2}).ok);
+  EXPECT_TRUE(check_attention(ScalarType::BF16, {1, 65536 * 64, 64, 1}).ok);
+  EXPECT_TRUE(check_attention(ScalarType::F32, {1, 32 * 65536, 32767, 32767}).ok);
+  EXPECT_NE(reason(check_attention(ScalarType::F32, {1, 32 * 65536, 32768, 32768}))
+                .find("B * NH (32768) heads of 2097152 rows at 32 rows a block exceed a grid's "
+                      "2147483647 blocks"),
             std::string::npos);
+  AttentionShape wide_chunk{1, 8, 64, 1};
+  wide_chunk.separate = true;
+  wide_chunk.QT = kAttentionMaxGridX * 32 + 1;  // the query rows count, not only T
+  EXPECT_NE(reason(check_attention(ScalarType::F32, wide_chunk)).find("exceed a grid's"),
+            std::string::npos);
+  // Tensor cores: bf16/f16 and head dims a multiple of 16.
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {4, 1024, 768, 12}).ok);
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::F16, {131072, 64, 128, 1}).ok);
   EXPECT_NE(reason(check_attention_tensor_core(ScalarType::F32, {1, 8, 64, 1})).find("bf16 or f16"),
             std::string::npos);
   EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 80, 2})).find("multiple"),

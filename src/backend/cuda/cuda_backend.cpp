@@ -1452,14 +1452,9 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
   // cuDNN's tensors are declared 16-byte aligned; a view that is not stays
   // with Triad's kernels.
   const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
-  // A shape Triad's kernels cannot take (more than 65535 rows times heads)
-  // goes to cuDNN untimed where cuDNN takes it; else Triad's kernel names
-  // why.
-  if (!k::check_attention(scalar(qkv.dtype()), shape).ok) {
-    if (aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty())
-      return {true, k::AttentionKernel::Auto};
-    return {false, own};
-  }
+  // A shape Triad's kernels cannot take: they name why (cuDNN takes none of
+  // them either; the grid's 2^31 - 1 blocks hold more rows than memory).
+  if (!k::check_attention(scalar(qkv.dtype()), shape).ok) return {false, own};
   if (aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty() &&
       attention_tuner().decide(s, qkv.raw_data(), qkv.dtype(), shape, own, forward_only).cudnn)
     return {true, k::AttentionKernel::Auto};

@@ -578,6 +578,13 @@ void set_order(Order order) {
 namespace {
 std::atomic<bool> g_unloading{false};
 std::atomic<size_t> g_shared_per_block{227 * 1024};
+std::atomic<unsigned> g_grid_yz_limit{65535};
+}  // namespace
+void set_grid_yz_limit(unsigned blocks) {
+  g_grid_yz_limit = blocks;
+}
+unsigned grid_yz_limit() {
+  return g_grid_yz_limit;
 }
 void set_shared_per_block(size_t bytes) {
   g_shared_per_block = bytes;
@@ -633,8 +640,9 @@ void validate_launch(const LaunchConfig& c, const void* kernel) {
             " threads; 1..1024 allowed");
   }
   if (c.block.z > 64) invalid("block.z " + std::to_string(c.block.z) + " exceeds 64");
-  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.grid.y > 65535 || c.grid.z > 65535) {
-    invalid("grid " + dims(c.grid) + " is empty or exceeds 65535 in y or z");
+  const unsigned yz = grid_yz_limit();
+  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.grid.y > yz || c.grid.z > yz) {
+    invalid("grid " + dims(c.grid) + " is empty or exceeds " + std::to_string(yz) + " in y or z");
   }
   size_t allowed = kDefaultDynamicShared;
   {

@@ -44,6 +44,11 @@ bool runtime_unloading();
 void set_shared_per_block(size_t bytes);
 size_t shared_per_block();
 
+// The most blocks a grid's y and z take (65535 on every GPU); a test plays a
+// smaller one to show a kernel's grid keeps its large counts along x.
+void set_grid_yz_limit(unsigned blocks);
+unsigned grid_yz_limit();
+
 struct Counters {
   int64_t launches = 0;
   int64_t blocks = 0;
