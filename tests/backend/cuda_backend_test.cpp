@@ -491,8 +491,9 @@ TEST(CudaKernels, AttentionOverAChunkOfQueries) {
 // ring attention's steps): more queries than keys, every key before every
 // query, with first keys in the block's frame that leave some queries none
 // (out 0, lse -inf; no gradient); the block's own run causally (query_start
-// 0); and queries before the last keys (those keys unseen). SIMT and tensor
-// cores against the CPU.
+// 0); queries before the last keys (those keys unseen); and a block with no
+// keys at all (no grid of theirs to launch). SIMT and tensor cores against
+// the CPU.
 TEST(CudaKernels, AttentionOverBlocksOfEarlierKeys) {
   struct Case {
     int64_t B, Tk, Tq, C, NH, NKV, query_start;
@@ -500,7 +501,8 @@ TEST(CudaKernels, AttentionOverBlocksOfEarlierKeys) {
   };
   for (const Case& k :
        {Case{2, 70, 100, 128, 4, 2, 70, false}, Case{1, 130, 64, 128, 2, 1, 200, true},
-        Case{2, 96, 96, 128, 4, 4, 0, true}, Case{1, 100, 40, 128, 2, 1, 10, false}}) {
+        Case{2, 96, 96, 128, 4, 4, 0, true}, Case{1, 100, 40, 128, 2, 1, 10, false},
+        Case{2, 0, 5, 128, 2, 1, 3, false}}) {
     const AttentionHeads heads{k.NH, k.NKV};
     Tensor starts;
     if (k.documents) {
