@@ -317,6 +317,15 @@ int main(int argc, char** argv) {
                      triad::cuda::AttentionKernel::Cudnn},
                     std::string("_D256_B1_T2048_NH8_KV4") + (cap > 0 ? "_softcap50" : ""));
   }
+  // Many short sequences: 4096 of 128 tokens over 16 heads of 64, 65536
+  // (batch, head) pairs, past the 65535 a grid's y holds (the SIMT kernels'
+  // old limit): every kernel's grid takes them along x.
+  if (!no_sweep) {
+    bench_attention(4096, 128, 1024, 16,
+                    {triad::cuda::AttentionKernel::Simt, triad::cuda::AttentionKernel::TensorCore,
+                     triad::cuda::AttentionKernel::Cudnn},
+                    "_B4096_T128_C1024_NH16");
+  }
   // Packed documents (data.reset_attention_mask): four equal documents a
   // row, so a quarter of the causal FLOPs; the kernels skip the other
   // documents' tiles, and the time should fall about as much.
