@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <functional>
@@ -152,8 +153,29 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
        }},
       {"attention",
        [&](auto& v, auto& k) {
-         c.attention_efficiency = number(v, k);
-         fraction(c.attention_efficiency, k);
+         if (!v.IsMap()) {
+           c.attention_efficiency = number(v, k);
+           fraction(c.attention_efficiency, k);
+           return;
+         }
+         // {keys: fraction, ...}: the fractions measured at those lengths.
+         if (v.size() == 0) throw ConfigError(k + ": a curve needs at least one point");
+         for (auto it = v.begin(); it != v.end(); ++it) {
+           std::stringstream key;
+           key << it->first;
+           const std::string at = k + "." + key.str();
+           const double keys = number(it->first, at + " (a length)");
+           if (!(keys >= 1) || !std::isfinite(keys)) {
+             throw ConfigError(at + ": a length of keys must be a finite number >= 1, got " +
+                               key.str());
+           }
+           const double f = number(it->second, at);
+           fraction(f, at);
+           for (const auto& [seen, _] : c.attention_curve)
+             if (seen == keys) throw ConfigError(at + ": the length " + key.str() + " twice");
+           c.attention_curve.emplace_back(keys, f);
+         }
+         std::sort(c.attention_curve.begin(), c.attention_curve.end());
        }},
   };
   const std::map<std::string, Setter> top{
@@ -191,6 +213,19 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
     throw ConfigError(source + ": " + e.what());
   }
   return c;
+}
+
+double ClusterSpec::flash_attention_efficiency(double keys) const {
+  if (attention_curve.empty())
+    return attention_efficiency > 0 ? attention_efficiency : 0.75 * gemm_efficiency;
+  if (!(keys > attention_curve.front().first)) return attention_curve.front().second;
+  if (keys >= attention_curve.back().first) return attention_curve.back().second;
+  size_t i = 1;
+  while (attention_curve[i].first < keys) ++i;
+  const auto& [x0, y0] = attention_curve[i - 1];
+  const auto& [x1, y1] = attention_curve[i];
+  const double t = std::log2(keys / x0) / std::log2(x1 / x0);
+  return y0 + t * (y1 - y0);
 }
 
 ClusterSpec load_cluster(const std::string& path) {

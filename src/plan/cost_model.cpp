@@ -317,8 +317,9 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     // window, model.full_attention_layers, sees half); forward is QK^T and
     // PV, backward recomputes QK^T and forms dP, dQ, dK and dV (all input
     // gradients: attention has no weights). Scores never reach memory.
-    const double rate = c.peak_flops * c.flash_attention_efficiency();
+    // (The kernels' rate by the keys a query sees: the sequence, or the window.)
     const double W = static_cast<double>(m.window_of(layer));
+    const double rate = c.peak_flops * c.flash_attention_efficiency(W > 0 && W < s ? W : s);
     const double seen = W > 0 && W < s ? (W - W * (W - 1) / (2 * s)) / s : 0.5;
     L.attn_gemm_fwd = seen * 2.0 * attn_gemm_flops / rate;
     L.fwd_gemm += L.attn_gemm_fwd;

@@ -504,6 +504,28 @@ TEST(CostModel, PricesHeadsOfTheirOwnWidth) {
   EXPECT_GT(w.model_flops_per_step, n.model_flops_per_step);
 }
 
+// An attention curve (efficiency.attention by the keys a query sees) prices
+// each layer at its own length: the sequence's, or a sliding window's.
+TEST(CostModel, PricesAttentionByTheKeysAQuerySees) {
+  ClusterSpec curve = selene(), slow = selene(), fast = selene();
+  curve.attention_curve = {{256, 0.2}, {2048, 0.5}};
+  slow.attention_efficiency = 0.2;
+  fast.attention_efficiency = 0.5;
+  nn::GptConfig full = gpt(8, 16, 1536);  // s = 2048
+  nn::GptConfig windowed = full, exempt = full;
+  windowed.sliding_window = 256;
+  exempt.sliding_window = 256;
+  exempt.full_attention_layers = {0, 1, 2, 3, 4, 5, 6, 7};
+  ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+  p.attention = Attention::Flash;
+  const double at_full = estimate(full, curve, 32, 64, p).step_time;
+  EXPECT_EQ(at_full, estimate(full, fast, 32, 64, p).step_time);
+  EXPECT_LT(at_full, estimate(full, slow, 32, 64, p).step_time);
+  EXPECT_EQ(estimate(windowed, curve, 32, 64, p).step_time,
+            estimate(windowed, slow, 32, 64, p).step_time);
+  EXPECT_EQ(estimate(exempt, curve, 32, 64, p).step_time, at_full);
+}
+
 TEST(CostModel, PricesASlidingWindow) {
   const ClusterSpec c = selene();
   const nn::GptConfig full = gpt(8, 16, 1536);  // s = 2048
@@ -723,7 +745,7 @@ TEST(CostModel, PredictsGpt2sMeasuredStepsOnOneH200) {
   // The attention core: 4 s h FLOPs a token a layer forward (half of them
   // under the causal mask), 2.5 times that backward.
   const double tokens = 16.0 * 1024, attention_flops = 3.5 * 0.5 * 4.0 * 1024 * 1024 * 24 * tokens;
-  const double attention = attention_flops / (c.peak_flops * c.flash_attention_efficiency());
+  const double attention = attention_flops / (c.peak_flops * c.flash_attention_efficiency(1024));
   EXPECT_NEAR(attention, 0.0134, 0.1 * 0.0134);
   // The products, the head's among them: what the micro-batch computes
   // besides the memory-bound kernels, the attention core and the head's
@@ -1595,8 +1617,33 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
       "intra_node: {bandwidth_gbs: 300, {x: 1}: 2}\ninter_node: {bandwidth_gbs: 200}\n",
       "intra_node: a key must be a plain name, got '{x: 1}'");
   EXPECT_DOUBLE_EQ(
-      parse_cluster(ok + "efficiency: {attention: 0.5}\n").flash_attention_efficiency(), 0.5);
+      parse_cluster(ok + "efficiency: {attention: 0.5}\n").flash_attention_efficiency(4096), 0.5);
   expect_error(ok + "efficiency: {attention: 2}\n", "efficiency.attention");
+  // A curve by the keys a query sees: its points in any order, read
+  // linearly in log2 between them and held beyond its ends.
+  const ClusterSpec curve =
+      parse_cluster(ok + "efficiency: {attention: {4096: 0.3, 1024: 0.2, 16384: 0.4}}\n");
+  ASSERT_EQ(curve.attention_curve.size(), 3u);
+  EXPECT_DOUBLE_EQ(curve.flash_attention_efficiency(512), 0.2);
+  EXPECT_DOUBLE_EQ(curve.flash_attention_efficiency(1024), 0.2);
+  EXPECT_NEAR(curve.flash_attention_efficiency(2048), 0.25, 1e-12);
+  EXPECT_DOUBLE_EQ(curve.flash_attention_efficiency(4096), 0.3);
+  EXPECT_NEAR(curve.flash_attention_efficiency(8192), 0.35, 1e-12);
+  EXPECT_DOUBLE_EQ(curve.flash_attention_efficiency(65536), 0.4);
+  EXPECT_DOUBLE_EQ(
+      parse_cluster(ok + "efficiency: {attention: {2048: 0.25}}\n").flash_attention_efficiency(100),
+      0.25);
+  expect_error(ok + "efficiency: {attention: {}}\n",
+               "efficiency.attention: a curve needs at least one point");
+  expect_error(ok + "efficiency: {attention: {1024: 1.5}}\n",
+               "efficiency.attention.1024 (1.500000) must be in (0, 1]");
+  expect_error(ok + "efficiency: {attention: {0.5: 0.2}}\n",
+               "efficiency.attention.0.5: a length of keys must be a finite number >= 1, got 0.5");
+  expect_error(ok + "efficiency: {attention: {long: 0.2}}\n",
+               "efficiency.attention.long (a length): expected a number, got 'long'");
+  expect_error(ok + "efficiency: {attention: {1024: 0.2, 1024.0: 0.3}}\n",
+               "efficiency.attention.1024.0: the length 1024.0 twice");
+  expect_error(ok + "efficiency: {attention: [0.2, 0.3]}\n", "efficiency.attention");
   // Latencies and the reserve may be zero but not negative, and the reserve
   // leaves room for the model; no value may be infinite.
   EXPECT_NO_THROW(parse_cluster(ok + "reserved_gib: 0\n"));

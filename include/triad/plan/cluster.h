@@ -1,6 +1,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace triad::plan {
 
@@ -22,13 +24,19 @@ struct ClusterSpec {
   double gemm_efficiency = 0.7;        // large GEMMs, fraction of peak_flops
   double memory_efficiency = 0.8;      // memory-bound kernels, of memory_bandwidth
   double collective_efficiency = 0.8;  // NCCL bus bandwidth, of link bandwidth
-  // Fused (flash) attention, fraction of peak_flops; 0: three quarters of
-  // gemm_efficiency (FlashAttention-2 reaches 50-73% of an A100's peak
-  // forward and backward, where large GEMMs reach about 80-90%).
+  // Fused (flash) attention, fraction of peak_flops, forward and backward
+  // together: one fraction for every length, or a curve of (keys a query
+  // sees, fraction) points measured at those lengths (attention_curve, by
+  // length; efficiency.attention: {1024: 0.22, 4096: 0.29}), whose kernels
+  // run longer rows faster. Neither: three quarters of gemm_efficiency
+  // (FlashAttention-2 reaches 50-73% of an A100's peak forward and
+  // backward, where large GEMMs reach about 80-90%).
   double attention_efficiency = 0;
-  double flash_attention_efficiency() const {
-    return attention_efficiency > 0 ? attention_efficiency : 0.75 * gemm_efficiency;
-  }
+  std::vector<std::pair<double, double>> attention_curve;
+  // The fraction for queries that each see up to `keys` keys (a sequence's
+  // length, or a sliding window's): the curve read linearly in log2(keys)
+  // between its points and held at its ends' fractions beyond them.
+  double flash_attention_efficiency(double keys) const;
   double reserved_bytes = 2e9;  // context, workspace, fragmentation
 
   double inter_bandwidth_per_gpu() const { return inter_bandwidth / gpus_per_node; }
