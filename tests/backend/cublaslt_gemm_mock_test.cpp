@@ -472,6 +472,50 @@ TEST_F(CublasLtGemmMock, AutotuneKeepsTheFastestOfTheHeuristicsCandidates) {
   EXPECT_EQ(runs_with(0), timing + 1);
 }
 
+// A product first seen inside a CUDA graph's capture cannot be timed there
+// (the timing runs would be captured, and the wait for them is refused): it
+// runs the heuristic's first choice in the graph, and is timed at its first
+// call outside the capture.
+TEST_F(CublasLtGemmMock, AutotuneWaitsForACallOutsideACapture) {
+  const Case k{"linear", {8, 16}, {24, 16}, {8, 24}, false, true};
+  const GemmPlan plan = plan_gemm(k.a, k.b, k.c, k.ta, k.tb);
+  Buffer a(DType::BF16, numel(k.a), 1), b(DType::BF16, numel(k.b), 2), c(DType::BF16, 8 * 24, 3);
+  const std::vector<double> want = reference(k, a.values(), b.values(), c.values(), 1.0, 0.0);
+  mock::set_algorithms({3, 0});
+  CublasLtGemm gemm(0);
+  gemm.set_autotune(2);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_NO_THROW(gemm.run(plan, DType::BF16, a.data(), b.data(), c.data(), 1, 0, stream));
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  EXPECT_EQ(gemm.tuning().problems, 0);
+  // The captured call: the heuristic's first choice, untimed.
+  EXPECT_EQ(runs_with(0), 1);
+  EXPECT_EQ(runs_with(1), 0);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<double> got = c.values();
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-2 * (1 + std::fabs(want[i]))) << "element " << i;
+  gemm.run(plan, DType::BF16, a.data(), b.data(), c.data(), 1, 0, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(gemm.tuning().problems, 1);
+  EXPECT_EQ(gemm.tuning().changed, 1);
+  // Both timed (a warm-up, then kTuneRuns), then the call with the faster.
+  EXPECT_EQ(runs_with(0), 1 + 1 + CublasLtGemm::kTuneRuns);
+  EXPECT_EQ(runs_with(1), 1 + CublasLtGemm::kTuneRuns + 1);
+  got = c.values();
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-2 * (1 + std::fabs(want[i]))) << "element " << i;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 // A product that reads its output is timed into scratch, so that the timing
 // runs leave it as it was: a weight gradient added into its f32 buffer
 // (beta 1) adds once, and a GELU derivative written over its own input

@@ -2514,6 +2514,38 @@ TEST(CudaKernels, AutoAttentionRunsTheRecordedChoice) {
   cuda::clear_attention_choices();
 }
 
+// Auto's choice for a shape first met inside a CUDA graph's capture: its
+// timing runs cannot run there (they would join the graph, and the wait for
+// them is refused), so the capture fails naming the shape and records no
+// choice; run once uncaptured first, the same work captures and replays.
+TEST(CudaKernels, AutoAttentionIsNotDecidedInsideACapture) {
+  if (!cuda::cudnn_compiled()) GTEST_SKIP() << "this build has no cuDNN";
+  cuda::clear_attention_choices();
+  autograd::NoGradGuard no_grad;
+  const Tensor qkv = to_device(randn({2, 128, 3 * 64}, 3, 7, 1.0, DType::BF16), kGpu);
+  Tensor y;
+  try {
+    cuda::capture(0, [&] { y = causal_attention(qkv, 4); });
+    ADD_FAILURE() << "an attention never timed was decided inside a capture";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    for (const char* needle : {"cuda::capture", "attention_kernel auto", "B=2 T=128 C=64 heads=4/4",
+                               "first met inside a CUDA graph's capture"})
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+  }
+  EXPECT_TRUE(cuda::attention_choices().empty());
+  std::vector<double> want;
+  attention_launches(qkv, 4, &want);  // decided here, uncaptured
+  ASSERT_EQ(cuda::attention_choices().size(), 1u);
+  cuda::Graph g = cuda::capture(0, [&] { y = causal_attention(qkv, 4); });
+  g.replay();
+  g.check();
+  const std::vector<double> got = to_double_vector(y);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
+  cuda::clear_attention_choices();
+}
+
 TEST(CudaKernels, AutoAttentionTimesInferenceByTheForwardAlone) {
   if (!cuda::cudnn_compiled()) GTEST_SKIP() << "this build has no cuDNN";
   cuda::clear_attention_choices();

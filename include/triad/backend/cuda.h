@@ -127,8 +127,11 @@ class Graph {
 // under the CUDA simulator. Refused while op profiling is on (its events
 // would be captured) and while another capture is open on the device.
 // Run the same work once before capturing it, as with any CUDA graph:
-// what a library sets up on first use (cuDNN's attention plans, an
-// autotuned product's timing) may not be capturable. (cuBLASLt's handle
+// what a library sets up on first use (cuDNN's attention plans) may not be
+// capturable, and choices made by timing are not made inside a capture (an
+// autotuned product first met there runs untimed, timed at its first call
+// outside one; `auto` attention over a shape first met there fails the
+// capture, naming it). (cuBLASLt's handle
 // and workspace are made before the capture begins; blocks the caching
 // allocator must ask the device for during it are asked for with the
 // thread's capture mode relaxed, which CUDA 13 requires.)

@@ -343,6 +343,21 @@ size_t span_bytes(const GemmOperandLayout& l, int64_t batch, DType type) {
 }
 }  // namespace
 
+namespace {
+// Whether work queued on `stream` now goes into a CUDA graph's capture:
+// there the timing runs would be captured, not run, and the wait for them
+// is refused. An answer CUDA refuses (the legacy stream while another
+// stream is captured) counts as one: no place to time either.
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+}  // namespace
+
 void CublasLtGemm::tune(Cached& e, const GemmPlan& p, GemmTypes types, const void* a, const void* b,
                         void* c, const void* alpha, const void* beta, bool reads_output,
                         cudaStream_t stream) {
@@ -423,9 +438,11 @@ void CublasLtGemm::run(const GemmPlan& p, GemmTypes types, const void* a, const 
   const bool f64 = types.inputs == DType::F64;
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &af;
   const void* pb = f64 ? static_cast<const void*>(&beta) : &bf;
-  if (!e.untimed.empty()) {
+  if (!e.untimed.empty() && !capturing(stream)) {
     // Timed in place unless the output is also read: added to (beta), or
-    // the GELU input a derivative epilogue overwrites.
+    // the GELU input a derivative epilogue overwrites. (Inside a capture
+    // the product runs the heuristic's first choice, and is timed at its
+    // first call outside one.)
     const bool reads_output =
         beta != 0.0 || ((epilogue.kind == GemmEpilogue::Kind::DGelu ||
                          epilogue.kind == GemmEpilogue::Kind::DGeluBiasGrad) &&

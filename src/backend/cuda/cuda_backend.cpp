@@ -1321,6 +1321,21 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
     choice.forward_only = true;
     if (cuda::find_attention_choice(choice)) return choice;
   }
+  // Inside a CUDA graph's capture the timing runs would be captured into
+  // the graph, not run, and the wait for them is refused: nothing can be
+  // decided there, and nothing is recorded.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s.stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    throw Error("attention_kernel auto: attention over B=" + std::to_string(shape.B) +
+                " T=" + std::to_string(shape.T) + " C=" + std::to_string(shape.C) +
+                " heads=" + std::to_string(shape.NH) + "/" + std::to_string(shape.kv_heads()) +
+                " in " + dtype_name(dtype) + (forward_only ? " (forward only)" : "") +
+                " is first met inside a CUDA graph's capture, where cuDNN and Triad's kernels "
+                "cannot be timed against each other: run the work once before capturing it (as "
+                "train.cuda_graph does), or name the kernel (model.attention_kernel)");
+  }
   const cudnn_graph::AttentionProblem p = cudnn_problem(shape, dtype);
   const k::ScalarType type = scalar(dtype);
   const size_t elem = dtype_size(dtype);
