@@ -5,6 +5,9 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "backend/expert_choice.h"
 #include "triad/autograd/checkpoint.h"
@@ -800,10 +803,61 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // model.moe.pad_to_capacity: every expert's batch its capacity, the
   // slots filled where the scores are.
   const bool padded = pad_ && capacity > 0;
-  if (padded && P > 1) {
-    throw ConfigError(
-        "model.moe.pad_to_capacity: not supported under context parallelism (parallel.cp), "
-        "whose capacity spans other ranks' tokens");
+  // Padded under context parallelism (`across`): every rank routes the whole
+  // micro-batch, its tokens and probabilities gathered from the context
+  // group (chunks_.gather_rows) in the sequences' order, as one process
+  // would; each runs its P-th of every expert's slots, and the experts'
+  // outputs are gathered back. Nothing waits for the host, and the routing,
+  // the drops and the counts are one process's.
+  const bool across = padded && P > 1;
+  if (across && (!chunks_.gather_rows || chunks_.rank < 0 || chunks_.rank >= P)) {
+    throw ValueError(
+        "MoeMlp: an expert capacity padded under context parallelism needs the "
+        "chunks' gather of rows and rank (" +
+        std::to_string(chunks_.rank) + " of " + std::to_string(P) + ")");
+  }
+  if (across && ctx.training && keyed_dropout_) {
+    throw NotSupportedError(
+        "MoeMlp: LoRA dropout on the experts' adapters with model.moe.pad_to_capacity under "
+        "context parallelism (parallel.cp)");
+  }
+  const int64_t Pw = across ? P : 1, N_all = N * Pw;
+  // The micro-batch's rows (Sx sequences of Tx tokens here) gathered from
+  // every rank of the context group, in each sequence's order, and this
+  // rank's tokens of such rows back (chunks_.runs).
+  const int64_t Tx = x.dim() >= 3 ? x.size(-2) : N, Sx = N / Tx;
+  const auto runs_of = [&](int64_t r) {
+    return chunks_.runs ? chunks_.runs(P * Tx, r)
+                        : std::vector<std::pair<int64_t, int64_t>>{{r * Tx, Tx}};
+  };
+  const auto gathered_in_order = [&](const Tensor& t) {  // (Sx, Tx, W) -> (Sx, P Tx, W)
+    const Tensor g = chunks_.gather_rows(t);
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> pieces;  // (position, where, count)
+    for (int64_t r = 0; r < P; ++r) {
+      int64_t at = r * Tx;
+      for (const auto& [first, count] : runs_of(r)) {
+        pieces.emplace_back(first, at, count);
+        at += count;
+      }
+    }
+    std::sort(pieces.begin(), pieces.end());
+    bool in_place = true;
+    for (const auto& [first, at, count] : pieces) in_place = in_place && first == at;
+    if (in_place) return g;
+    std::vector<Tensor> parts;
+    for (const auto& [first, at, count] : pieces) parts.push_back(narrow(g, 1, at, count));
+    return concat(parts, 1);
+  };
+  const auto own_rows = [&](const Tensor& t) {  // (Sx, P Tx, W) -> (Sx, Tx, W)
+    std::vector<Tensor> parts;
+    for (const auto& [first, count] : runs_of(chunks_.rank))
+      parts.push_back(narrow(t, 1, first, count));
+    return parts.size() == 1 ? parts[0] : concat(parts, 1);
+  };
+  Tensor x_all = reshape(x, {N, C}), probs_all = probs;
+  if (across) {
+    x_all = reshape(gathered_in_order(reshape(x, {Sx, Tx, C})), {N_all, C});
+    probs_all = reshape(gathered_in_order(reshape(probs, {Sx, Tx, E})), {N_all, E});
   }
   const bool sigmoid_scores = score_ == GptConfig::Moe::Score::Sigmoid;
   const bool balancing =
@@ -812,17 +866,19 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const int64_t T_local = sequence > 0 ? sequence : N, S = N / T_local;
   // The probabilities the balance counts: sigmoid scores as probabilities
   // (each token's over their sum).
-  const auto balanced_probs = [&] {
-    return sigmoid_scores ? div(probs, affine(sum(probs, 1, true), 1.0, 1e-20)) : probs;
+  const auto balanced_of = [&](const Tensor& q) {
+    return sigmoid_scores ? div(q, affine(sum(q, 1, true), 1.0, 1e-20)) : q;
   };
+  const auto balanced_probs = [&] { return balanced_of(probs); };
   // What the device can do before the host reads the routing, queued ahead
   // of that read so that the read waits for it anyway and the device works
   // while the host routes: each expert's probabilities summed over each
   // sequence (S x E; only when read), and the shared expert.
   Tensor p_summed;
-  if (reporting || (balancing && P > 1)) {
+  if (reporting || (balancing && P > 1 && !across)) {
     autograd::NoGradGuard no_grad;
-    p_summed = sum(reshape(balanced_probs(), {S, T_local, E}), 1);
+    // (Across the context group: the whole micro-batch's, as its counts.)
+    p_summed = sum(reshape(balanced_of(probs_all), {S, T_local * Pw, E}), 1);
   }
   Tensor shared_out;
   if (shared_) shared_out = expert_forward(*shared_, reshape(x, {N, C}), ctx.draw());
@@ -866,19 +922,23 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   if (padded) {
     Backend& backend = backend_for(probs);
     const Device dev = probs.device();
-    Tensor chosen = empty({N, k}, DType::I64, dev);
+    Tensor chosen = empty({N_all, k}, DType::I64, dev);
     // (drop_policy probs: an over-full expert ranks its assignments by
     // their scores, which the choice writes beside it.)
     const bool ranked = drop_policy_ == GptConfig::Moe::DropPolicy::Probs;
-    Tensor chosen_scores = ranked ? empty({N, k}, probs.dtype(), dev) : Tensor{};
-    backend.route_top_k(probs.is_contiguous() ? probs : contiguous(probs), expert_bias_, groups_,
-                        top_groups_, group_best_, chosen, ranked ? &chosen_scores : nullptr);
+    Tensor chosen_scores = ranked ? empty({N_all, k}, probs.dtype(), dev) : Tensor{};
+    {
+      autograd::NoGradGuard no_grad;
+      const Tensor scored = probs_all.is_contiguous() ? probs_all : contiguous(probs_all);
+      backend.route_top_k(scored, expert_bias_, groups_, top_groups_, group_best_, chosen,
+                          ranked ? &chosen_scores : nullptr);
+    }
     Tensor slot_token = empty({E * capacity}, DType::I64, dev),
            slot_assignment = empty({E * capacity}, DType::I64, dev),
-           picked = empty({N * k}, DType::I64, dev);
+           picked = empty({N_all * k}, DType::I64, dev);
     counts = empty({S, E}, DType::I64, dev);
-    backend.capacity_slots(chosen, chosen_scores, E, capacity, T_local, slot_token, slot_assignment,
-                           picked, counts);
+    backend.capacity_slots(chosen, chosen_scores, E, capacity, T_local * Pw, slot_token,
+                           slot_assignment, picked, counts);
     per_expert.assign(static_cast<size_t>(E), capacity);
     // Inside a capture, or a cuda::DeviceChecks (the trainer's uncaptured
     // steps on a GPU), the host reads nothing: the ops take the device's
@@ -892,8 +952,8 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
       token_at = slot_token;
       assignment_at = slot_assignment;
       if (reporting) {
-        ctx.moe_stats->pending.push_back(
-            {layer_, T_local, k, capacity, counts, p_summed, z.defined() ? z.detach() : Tensor{}});
+        ctx.moe_stats->pending.push_back({layer_, T_local * Pw, k, capacity, counts, p_summed,
+                                          z.defined() ? z.detach() : Tensor{}});
       }
       recorded = true;
     } else {
@@ -911,25 +971,25 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
         for (int64_t& x : v) x = static_cast<int64_t>(*at++);
         return v;
       };
-      routing.tokens = N;
+      routing.tokens = N_all;
       routing.experts = E;
       routing.top_k = k;
       routing.token = take(E * capacity);
       routing.assignment = take(E * capacity);
-      const std::vector<int64_t> pick = take(N * k);
+      const std::vector<int64_t> pick = take(N_all * k);
       std::vector<double> per_sequence(at, at + S * E);
       at += S * E;
       for (const Tensor& t : read_with) {
         read.emplace_back(at, at + t.numel());
         at += t.numel();
       }
-      routing.choice.resize(static_cast<size_t>(N * k));
-      for (int64_t a = 0; a < N * k; ++a) {
+      routing.choice.resize(static_cast<size_t>(N_all * k));
+      for (int64_t a = 0; a < N_all * k; ++a) {
         const int64_t p = pick[static_cast<size_t>(a)], n = a / k;
-        if (p == N * E) {
+        if (p == N_all * E) {
           // A token that could not choose: the scores (and biases) read only now.
           throw_unchosen(
-              to_double_vector(narrow(probs, 0, n, 1)).data(), n, E,
+              to_double_vector(narrow(probs_all, 0, n, 1)).data(), n, E,
               expert_bias_.defined() ? to_double_vector(expert_bias_) : std::vector<double>{});
         }
         routing.choice[static_cast<size_t>(a)] = p - n * E;
@@ -943,7 +1003,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
       picked_at = host_index(pick);
       if (reporting) {
         ctx.moe_stats->record_counts(layer_, per_sequence, read.front(),
-                                     z.defined() ? read.back().at(0) : 0.0, T_local, k, E,
+                                     z.defined() ? read.back().at(0) : 0.0, T_local * Pw, k, E,
                                      capacity);
       }
       recorded = true;
@@ -965,22 +1025,43 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // The gates: each token's k chosen probabilities, renormalised over the k
   // if asked, then the padding's 0: (N k + 1, 1). (Padded, probs gain a 0
   // row where a token that could not choose points.)
-  Tensor g = embedding(
-      padded ? concat({reshape(probs, {N * E, 1}), zeros({1, 1}, probs.dtype(), probs.device())}, 0)
-             : reshape(probs, {N * E, 1}),
-      picked_at);  // (N k, 1)
+  Tensor g = embedding(padded ? concat({reshape(probs_all, {N_all * E, 1}),
+                                        zeros({1, 1}, probs.dtype(), probs.device())},
+                                       0)
+                              : reshape(probs, {N * E, 1}),
+                       picked_at);  // (N_all k, 1)
   if (normalize_) {
     // (Sigmoid scores may all underflow: the sum keeps off 0, as DeepSeek's.)
-    const Tensor per_token = reshape(g, {N, k});
+    const Tensor per_token = reshape(g, {N_all, k});
     const Tensor total = sum(per_token, 1, true);
-    g = reshape(div(per_token, sigmoid_scores ? affine(total, 1.0, 1e-20) : total), {N * k, 1});
+    g = reshape(div(per_token, sigmoid_scores ? affine(total, 1.0, 1e-20) : total), {N_all * k, 1});
   }
   if (routed_scale_ != 1.0) g = scale(g, routed_scale_);
   g = concat({g, zeros({1, 1}, g.dtype(), g.device())}, 0);
   if (gate) g = gate(g);
-  const Tensor& tokens = token_at;
-  const Tensor gates = cast(embedding(g, assignment_at), x.dtype());  // (M, 1)
-  const Tensor rows = embedding(reshape(x, {N, C}), tokens);          // (M, C)
+  // Across the context group each expert's slots are cut into P shares of
+  // `share` (the last ones padded with empty slots: token 0, gate 0), and
+  // this rank runs its share of every expert's; the combine takes every
+  // slot, in one process's order.
+  Tensor tokens = token_at, slot_assignment_at = assignment_at, row_tokens = token_at;
+  if (across) {
+    const int64_t share = (capacity + P - 1) / P, wide = share * P;
+    const auto widened = [&](const Tensor& t, double empty_value) {
+      if (wide == capacity) return t;
+      return reshape(concat({reshape(t, {E, capacity}),
+                             full({E, wide - capacity}, empty_value, DType::I64, t.device())},
+                            1),
+                     {E * wide});
+    };
+    tokens = widened(token_at, 0.0);
+    slot_assignment_at = widened(assignment_at, static_cast<double>(N_all * k));
+    row_tokens =
+        reshape(contiguous(narrow(reshape(tokens, {E, wide}), 1, chunks_.rank * share, share)),
+                {E * share});
+    per_expert.assign(static_cast<size_t>(E), share);
+  }
+  const Tensor gates = cast(embedding(g, slot_assignment_at), x.dtype());  // (M, 1)
+  const Tensor rows = embedding(x_all, row_tokens);                        // (M, C), this rank's
   // The adapters' dropout masks: each routed expert's row draws its
   // assignment's (the rows' keys, which travel with them to other ranks);
   // the shared expert's rows are the micro-batch's tokens in order, which
@@ -1024,8 +1105,14 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     }
     outputs = concat(parts, 0);
   }
+  if (across) {
+    // Every rank's shares side by side: each expert's slots in order.
+    const int64_t share = per_expert.front();
+    outputs = reshape(chunks_.gather_rows(reshape(outputs, {E, share, C})), {E * share * P, C});
+  }
   const Tensor weighted = mul(outputs, gates);
-  Tensor combined = index_add_rows(weighted, tokens, N);  // (N, C)
+  Tensor combined = index_add_rows(weighted, tokens, N_all);  // (N_all, C)
+  if (across) combined = reshape(own_rows(reshape(combined, {Sx, Tx * P, C})), {N, C});
   if (shared_) {
     Tensor y = shared_out;
     if (shared_gate_) {
@@ -1044,7 +1131,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // probabilities of each expert, per sequence (over every rank's chunk of
   // it) or for all of them: S x E of each, summed over the ranks once.
   std::vector<double> whole;
-  if (P > 1 && (balancing || reporting)) {
+  if (P > 1 && !across && (balancing || reporting)) {
     whole.assign(static_cast<size_t>(2 * S * E), 0.0);
     for (int64_t n = 0; n < N; ++n) {
       const int64_t s = n / T_local;
@@ -1077,8 +1164,9 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
         }
       }
     }
-    const Tensor f = padded ? scale(cast(counts, probs.dtype()), 1.0 / static_cast<double>(T * k))
-                            : from_vector(share, {S, E}, probs.dtype(), probs.device());
+    const Tensor f = padded
+                         ? scale(cast(counts, probs.dtype()), 1.0 / static_cast<double>(T * Pw * k))
+                         : from_vector(share, {S, E}, probs.dtype(), probs.device());
     const Tensor p = balanced_probs();
     const Tensor aux = scale(sum(mul(f, mean(reshape(p, {S, T, E}), 1))),
                              static_cast<double>(E) / static_cast<double>(S));

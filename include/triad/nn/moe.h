@@ -272,6 +272,13 @@ class MoeMlp : public Module {
     // cp::chunk_runs: the balanced one's half-chunks r and 2P - 1 - r, the
     // hierarchical one's); unset: its P-th r.
     std::function<std::vector<std::pair<int64_t, int64_t>>(int64_t T, int64_t r)> runs = {};
+    // model.moe.pad_to_capacity: every rank's (A, B, W) tensor gathered
+    // along dim 1 in rank order, (A, P B, W), its gradient summed back
+    // over the ranks (each takes its own part): the micro-batch's tokens and
+    // probabilities, which every rank routes whole, and the experts' outputs,
+    // each rank running a P-th of every expert's slots. Unset: padding under
+    // context parallelism is refused.
+    std::function<Tensor(const Tensor&)> gather_rows = {};
   };
   void set_chunks(Chunks chunks) { chunks_ = std::move(chunks); }
 

@@ -235,7 +235,8 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                g->all_gather(from_vector(v, {n}, DType::F64), all)->wait();
                return to_double_vector(all);
              },
-             [layout = layout()](int64_t T, int64_t r) { return cp::chunk_runs(T, r, layout); }});
+             [layout = layout()](int64_t T, int64_t r) { return cp::chunk_runs(T, r, layout); },
+             [g = cp_](const Tensor& t) { return gather_from_sequence_region(t, g); }});
       }
     } else {
       auto mlp = block->add("mlp", std::make_shared<Container>());
