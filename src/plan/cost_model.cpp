@@ -497,6 +497,22 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     L.fwd_ep = 2.0 * exchange;
     L.bwd_ep = 2.0 * exchange;
   }
+  if (moe && p.cp > 1 && m.moe.pad_to_capacity && m.moe.capacity_factor > 0) {
+    // Padded under context parallelism every rank routes the whole
+    // micro-batch: it all-gathers the tokens (whole width, fp16) and the
+    // router's probabilities (E f32 each) over the context group and, after
+    // its cp-th of every expert's slots (k per token), the experts' outputs;
+    // backward, reduce-scatters of the same sizes. Each moves cp - 1 ranks'
+    // shares, over NVLink while the group (tp apart) shares a node.
+    const bool in_node = static_cast<long long>(p.tp) * p.cp <= c.gpus_per_node;
+    const double shares = tokens * (h * kFp16 + E * 4.0 + k * h * kFp16);
+    const double gathers = (p.cp - 1.0) * shares /
+                               ((in_node ? c.intra_bandwidth : c.inter_bandwidth_per_gpu()) *
+                                c.collective_efficiency) +
+                           3.0 * (p.cp - 1.0) * (in_node ? c.intra_latency : c.inter_latency);
+    L.fwd_ep += gathers;
+    L.bwd_ep += gathers;
+  }
   if (!training.backward) {
     L.bwd_input_gemm = L.bwd_weight_gemm = L.bwd_mem = L.bwd_tp = L.bwd_tp_hidden = 0;
     L.bwd_ep = 0;

@@ -1988,6 +1988,21 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_GT(padded.activation_bytes, sparse.activation_bytes);
   capped.moe.capacity_factor = 0.5;
   EXPECT_DOUBLE_EQ(estimate(capped, selene(), 32, 32, tp8pp4).gemm_time, half.gemm_time);
+  // Padded under context parallelism every rank all-gathers the
+  // micro-batch's tokens, probabilities and the experts' outputs over the
+  // context group (reduce-scatters backward): priced with the mixture's
+  // exchanges, and nothing of the kind unpadded (the host routes it).
+  ParallelConfig cp2 = layout(8, 4, 1, 1, Recompute::Selective);
+  cp2.cp = 2;
+  cp2.attention = Attention::Flash;
+  const Estimate gathered = estimate(capped, selene(), 64, 32, cp2);
+  EXPECT_GT(gathered.ep_comm_time, 0.0);
+  nn::GptConfig unpadded = capped;
+  unpadded.moe.pad_to_capacity = false;
+  EXPECT_EQ(estimate(unpadded, selene(), 64, 32, cp2).ep_comm_time, 0.0);
+  ParallelConfig cp4 = cp2;
+  cp4.cp = 4;
+  EXPECT_GT(estimate(capped, selene(), 128, 32, cp4).ep_comm_time, gathered.ep_comm_time);
   // Expert parallelism over the data-parallel ranks: the experts' weights
   // and optimizer state shared out (ZeRO-1 over their own replicas), two
   // all-to-all exchanges each way per MoE layer, none without it.
