@@ -449,8 +449,11 @@ def main():
         if a.device == "sim" and more.random() < 0.4:
             if not moe:
                 layout["train.cuda_graph"] = "true"
-            elif "capacity_factor" in model.get("model.moe", "") and layout["parallel.cp"] == 1:
-                # (Padding refuses context parallelism, by name.)
+            elif "capacity_factor" in model.get("model.moe", "") and (
+                    layout["parallel.cp"] == 1 or "dropout: 0.1" not in model.get("model.lora", "")):
+                # (Under context parallelism padding refuses LoRA dropout on
+                # the experts' adapters, by name; from 2026-12-07 it takes
+                # the rest, which the seeds before drew uncaptured.)
                 layout["train.cuda_graph"] = "true"
                 layout["model.moe.pad_to_capacity"] = "true"
         if a.device == "sim" and more.random() < a.wide_heads and "model.mla" not in model:
