@@ -589,7 +589,7 @@ Tensor MoeMlp::device_assignment_keys(const Tensor& slot_assignment, int64_t N,
   if (draw.pieces) {
     throw NotSupportedError(
         "MoeMlp: assignment keys formed on the device for rows held as pieces of their sequences "
-        "(context parallelism refuses model.moe.pad_to_capacity)");
+        "(padded under context parallelism, a mixture routes the whole micro-batch)");
   }
   autograd::NoGradGuard no_grad;
   const Device dev = slot_assignment.device();
@@ -816,11 +816,12 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
         "chunks' gather of rows and rank (" +
         std::to_string(chunks_.rank) + " of " + std::to_string(P) + ")");
   }
-  if (across && ctx.training && keyed_dropout_) {
-    throw NotSupportedError(
-        "MoeMlp: LoRA dropout on the experts' adapters with model.moe.pad_to_capacity under "
-        "context parallelism (parallel.cp)");
-  }
+  // (The experts' adapters' dropout keys then number the whole micro-batch's
+  // assignments in one process's order, as its tokens are: no pieces.)
+  const auto whole_draw = [](DropoutDraw d) {
+    d.pieces = nullptr;
+    return d;
+  };
   const int64_t Pw = across ? P : 1, N_all = N * Pw;
   // The micro-batch's rows (Sx sequences of Tx tokens here) gathered from
   // every rank of the context group, in each sequence's order, and this
@@ -946,8 +947,10 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     // are formed there, and the routing's statistics wait on the device
     // for the step's end (MoeStats::settle).
     if (backend.capturing(dev) || backend.checks_indices_on_device(dev)) {
-      if (ctx.training && keyed_dropout_)
-        keys = device_assignment_keys(slot_assignment, N, ctx.draw());
+      if (ctx.training && keyed_dropout_) {
+        keys = device_assignment_keys(slot_assignment, N_all,
+                                      across ? whole_draw(ctx.draw()) : ctx.draw());
+      }
       picked_at = picked;
       token_at = slot_token;
       assignment_at = slot_assignment;
@@ -1043,21 +1046,25 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // `share` (the last ones padded with empty slots: token 0, gate 0), and
   // this rank runs its share of every expert's; the combine takes every
   // slot, in one process's order.
+  const int64_t share = across ? (capacity + P - 1) / P : 0, wide = share * P;
+  // A slot-wise index (E * capacity) widened to every expert's `wide`
+  // slots, and this rank's share of it (E * share).
+  const auto widened = [&](const Tensor& t, double empty_value) {
+    if (wide == capacity) return t;
+    return reshape(concat({reshape(t, {E, capacity}),
+                           full({E, wide - capacity}, empty_value, DType::I64, t.device())},
+                          1),
+                   {E * wide});
+  };
+  const auto own_share = [&](const Tensor& t) {
+    return reshape(contiguous(narrow(reshape(t, {E, wide}), 1, chunks_.rank * share, share)),
+                   {E * share});
+  };
   Tensor tokens = token_at, slot_assignment_at = assignment_at, row_tokens = token_at;
   if (across) {
-    const int64_t share = (capacity + P - 1) / P, wide = share * P;
-    const auto widened = [&](const Tensor& t, double empty_value) {
-      if (wide == capacity) return t;
-      return reshape(concat({reshape(t, {E, capacity}),
-                             full({E, wide - capacity}, empty_value, DType::I64, t.device())},
-                            1),
-                     {E * wide});
-    };
     tokens = widened(token_at, 0.0);
     slot_assignment_at = widened(assignment_at, static_cast<double>(N_all * k));
-    row_tokens =
-        reshape(contiguous(narrow(reshape(tokens, {E, wide}), 1, chunks_.rank * share, share)),
-                {E * share});
+    row_tokens = own_share(tokens);
     per_expert.assign(static_cast<size_t>(E), share);
   }
   const Tensor gates = cast(embedding(g, slot_assignment_at), x.dtype());  // (M, 1)
@@ -1068,7 +1075,8 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // draw the whole sequences'.
   const DropoutDraw mask = ctx.draw();
   if (ctx.training && keyed_dropout_ && !keys.defined())
-    keys = assignment_keys(routing, N, mask, x.device());
+    keys = assignment_keys(routing, N_all, across ? whole_draw(mask) : mask, x.device());
+  if (across && keys.defined()) keys = own_share(widened(keys, 0.0));
   // (Keyed rows' keys hold their call: a replay's count is in them.)
   auto draw = [&mask](const Tensor& k) {
     return DropoutDraw{

@@ -646,14 +646,6 @@ void validate(const Config& c, bool min_lr_given) {
           "model.moe.pad_to_capacity (with a capacity_factor) routes it on the device");
     }
   }
-  if (c.model.moe.pad_to_capacity && c.parallel.cp > 1 && c.model.lora.dropout > 0 &&
-      (c.model.lora_on("mlp.c_fc") || c.model.lora_on("mlp.c_proj"))) {
-    throw ConfigError("model.moe.pad_to_capacity with parallel.cp " +
-                      std::to_string(c.parallel.cp) +
-                      " is not supported with LoRA dropout on the experts' adapters "
-                      "(model.lora.dropout " +
-                      std::to_string(c.model.lora.dropout) + ")");
-  }
   // bf16 gradients are those of bf16 parameters (they are f32 under fp32,
   // and fp16's loss scaling wants f32 sums).
   if (t.grad_precision == "bf16" && t.precision != "bf16") {
