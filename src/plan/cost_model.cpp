@@ -1343,7 +1343,10 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
                     2.0 / h
               : 0;
   const double mlp_acts = std::max(any_dense ? 2.0 * (fc_w + ffn_w) / h : 0.0, moe_acts);
-  const double unsplit_moe = any_moe ? 4.0 * k_moe : 0.0;
+  // (Padded under context parallelism the outputs kept are the whole
+  // micro-batch's, gathered over the context group: cp times a rank's.)
+  const bool gathered_moe = p.cp > 1 && m.moe.pad_to_capacity && m.moe.capacity_factor > 0;
+  const double unsplit_moe = any_moe ? (2.0 + 2.0 * (gathered_moe ? p.cp : 1)) * k_moe : 0.0;
   // model.mla keeps its latents (q_a_proj's and kv_a_proj's outputs and
   // their normalised copies, whole on every TP rank: they see the gathered
   // sequence) and its up-projections' outputs (split by TP with the heads),

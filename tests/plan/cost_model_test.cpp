@@ -1999,7 +1999,10 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_GT(gathered.ep_comm_time, 0.0);
   nn::GptConfig unpadded = capped;
   unpadded.moe.pad_to_capacity = false;
-  EXPECT_EQ(estimate(unpadded, selene(), 64, 32, cp2).ep_comm_time, 0.0);
+  const Estimate host_routed = estimate(unpadded, selene(), 64, 32, cp2);
+  EXPECT_EQ(host_routed.ep_comm_time, 0.0);
+  // (It also keeps the whole micro-batch's outputs before the gates.)
+  EXPECT_GT(gathered.activation_bytes, host_routed.activation_bytes);
   ParallelConfig cp4 = cp2;
   cp4.cp = 4;
   EXPECT_GT(estimate(capped, selene(), 128, 32, cp4).ep_comm_time, gathered.ep_comm_time);
