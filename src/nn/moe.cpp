@@ -5,7 +5,6 @@
 #include <limits>
 #include <numeric>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -810,10 +809,11 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // outputs are gathered back. Nothing waits for the host, and the routing,
   // the drops and the counts are one process's.
   const bool across = padded && P > 1;
-  if (across && (!chunks_.gather_rows || chunks_.rank < 0 || chunks_.rank >= P)) {
+  if (across &&
+      (!chunks_.gather_rows || !chunks_.sequence_order || chunks_.rank < 0 || chunks_.rank >= P)) {
     throw ValueError(
         "MoeMlp: an expert capacity padded under context parallelism needs the "
-        "chunks' gather of rows and rank (" +
+        "chunks' gather of rows, their sequence order and the rank (" +
         std::to_string(chunks_.rank) + " of " + std::to_string(P) + ")");
   }
   // (The experts' adapters' dropout keys then number the whole micro-batch's
@@ -827,31 +827,13 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // every rank of the context group, in each sequence's order, and this
   // rank's tokens of such rows back (chunks_.runs).
   const int64_t Tx = x.dim() >= 3 ? x.size(-2) : N, Sx = N / Tx;
-  const auto runs_of = [&](int64_t r) {
-    return chunks_.runs ? chunks_.runs(P * Tx, r)
-                        : std::vector<std::pair<int64_t, int64_t>>{{r * Tx, Tx}};
-  };
   const auto gathered_in_order = [&](const Tensor& t) {  // (Sx, Tx, W) -> (Sx, P Tx, W)
-    const Tensor g = chunks_.gather_rows(t);
-    std::vector<std::tuple<int64_t, int64_t, int64_t>> pieces;  // (position, where, count)
-    for (int64_t r = 0; r < P; ++r) {
-      int64_t at = r * Tx;
-      for (const auto& [first, count] : runs_of(r)) {
-        pieces.emplace_back(first, at, count);
-        at += count;
-      }
-    }
-    std::sort(pieces.begin(), pieces.end());
-    bool in_place = true;
-    for (const auto& [first, at, count] : pieces) in_place = in_place && first == at;
-    if (in_place) return g;
-    std::vector<Tensor> parts;
-    for (const auto& [first, at, count] : pieces) parts.push_back(narrow(g, 1, at, count));
-    return concat(parts, 1);
+    return chunks_.sequence_order(chunks_.gather_rows(t));
   };
   const auto own_rows = [&](const Tensor& t) {  // (Sx, P Tx, W) -> (Sx, Tx, W)
+    if (!chunks_.runs) return narrow(t, 1, chunks_.rank * Tx, Tx);
     std::vector<Tensor> parts;
-    for (const auto& [first, count] : runs_of(chunks_.rank))
+    for (const auto& [first, count] : chunks_.runs(P * Tx, chunks_.rank))
       parts.push_back(narrow(t, 1, first, count));
     return parts.size() == 1 ? parts[0] : concat(parts, 1);
   };

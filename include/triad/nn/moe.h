@@ -279,6 +279,9 @@ class MoeMlp : public Module {
     // each rank running a P-th of every expert's slots. Unset: padding under
     // context parallelism is refused.
     std::function<Tensor(const Tensor&)> gather_rows = {};
+    // gather_rows' (A, P B, W) of the ranks' tokens (B each of a row of P B)
+    // -> the rows in their sequences' order (cp::to_sequence_order).
+    std::function<Tensor(const Tensor&)> sequence_order = {};
   };
   void set_chunks(Chunks chunks) { chunks_ = std::move(chunks); }
 

@@ -236,7 +236,8 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                return to_double_vector(all);
              },
              [layout = layout()](int64_t T, int64_t r) { return cp::chunk_runs(T, r, layout); },
-             [g = cp_](const Tensor& t) { return gather_from_sequence_region(t, g); }});
+             [g = cp_](const Tensor& t) { return gather_from_sequence_region(t, g); },
+             [layout = layout()](const Tensor& t) { return cp::to_sequence_order(t, 1, layout); }});
       }
     } else {
       auto mlp = block->add("mlp", std::make_shared<Container>());
