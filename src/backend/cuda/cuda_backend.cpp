@@ -1324,10 +1324,7 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
   // Inside a CUDA graph's capture the timing runs would be captured into
   // the graph, not run, and the wait for them is refused: nothing can be
   // decided there, and nothing is recorded.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s.stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
+  if (open_capture(s.index) != nullptr) {
     throw Error("attention_kernel auto: attention over B=" + std::to_string(shape.B) +
                 " T=" + std::to_string(shape.T) + " C=" + std::to_string(shape.C) +
                 " heads=" + std::to_string(shape.NH) + "/" + std::to_string(shape.kv_heads()) +
