@@ -324,24 +324,14 @@ __global__ void __launch_bounds__(kChunkThreads)
   }
 }
 
-// Block e keeps its listed assignments in its slots (keep_in_slots), and
-// counts each group's: a group's assignments are a run of its list, whose
-// first entry subtracts its place and whose last adds the place after it
-// (two passes, so no count has two writers at once).
-template <class S>
-__global__ void __launch_bounds__(kSlotThreads)
-    listed_slots_kernel(const int64_t* list, const int64_t* base, const S* scores, int64_t A, int K,
-                        int E, int64_t capacity, int64_t group_assignments, int64_t* slot_token,
-                        int64_t* slot_assignment, int64_t* counts) {
-  __shared__ int64_t scan[kSlotThreads];
-  __shared__ uint32_t histogram[256];
-  __shared__ int64_t digit_and_need[2];
-  const int e = blockIdx.x, t = threadIdx.x;
-  const int64_t* mine = list + base[e];
-  const int64_t load = base[e + 1] - base[e];
-  keep_in_slots(ListedAssignments{mine}, load, load, scores, A, K, capacity,
-                slot_token + e * capacity, slot_assignment + e * capacity, scan, histogram,
-                digit_and_need);
+// Expert e's listed assignments (`load` of them, in token order) counted by
+// group into counts (g, e), by the whole block: a group's assignments are
+// a run of the list, whose first entry subtracts its place and whose last
+// adds the place after it (two passes, so no count has two writers at
+// once).
+__device__ void count_listed(const int64_t* mine, int64_t load, int64_t A,
+                             int64_t group_assignments, int e, int E, int64_t* counts) {
+  const int t = threadIdx.x;
   const int64_t groups = A / group_assignments;
   for (int64_t g = t; g < groups; g += kSlotThreads) counts[g * E + e] = 0;
   __syncthreads();
@@ -351,6 +341,45 @@ __global__ void __launch_bounds__(kSlotThreads)
   __syncthreads();
   for (int64_t i = t; i < load; i += kSlotThreads)
     if (i + 1 == load || group_of(i + 1) != group_of(i)) counts[group_of(i) * E + e] += i + 1;
+}
+
+// Block e keeps its listed assignments in its slots (keep_in_slots), and
+// counts each group's (count_listed).
+template <class S>
+__global__ void __launch_bounds__(kSlotThreads)
+    listed_slots_kernel(const int64_t* list, const int64_t* base, const S* scores, int64_t A, int K,
+                        int E, int64_t capacity, int64_t group_assignments, int64_t* slot_token,
+                        int64_t* slot_assignment, int64_t* counts) {
+  __shared__ int64_t scan[kSlotThreads];
+  __shared__ uint32_t histogram[256];
+  __shared__ int64_t digit_and_need[2];
+  const int e = blockIdx.x;
+  const int64_t* mine = list + base[e];
+  const int64_t load = base[e + 1] - base[e];
+  keep_in_slots(ListedAssignments{mine}, load, load, scores, A, K, capacity,
+                slot_token + e * capacity, slot_assignment + e * capacity, scan, histogram,
+                digit_and_need);
+  count_listed(mine, load, A, group_assignments, e, E, counts);
+}
+
+// Block e: its rows' tokens, and its listed assignments (`load` of them,
+// in token order) counted by group into counts (g, e).
+__global__ void __launch_bounds__(kSlotThreads)
+    dropless_rows_kernel(const int64_t* base, int64_t A, int K, int E, int64_t group_assignments,
+                         int64_t* row_token, int64_t* row_assignment, int64_t* counts) {
+  const int e = blockIdx.x, t = threadIdx.x;
+  const int64_t* mine = row_assignment + base[e];
+  const int64_t load = base[e + 1] - base[e];
+  for (int64_t i = t; i < load; i += kSlotThreads) row_token[base[e] + i] = mine[i] / K;
+  // The last block also fills the rows no expert took (tokens that could
+  // not choose): token 0, the padding's assignment.
+  if (e == E - 1) {
+    for (int64_t r = base[E] + t; r < A; r += kSlotThreads) {
+      row_token[r] = 0;
+      row_assignment[r] = A;
+    }
+  }
+  count_listed(mine, load, A, group_assignments, e, E, counts);
 }
 
 bool is_float(ScalarType t) {
@@ -423,16 +452,24 @@ Status check_capacity_slots(const CapacityShape& s) {
   return Status::fine();
 }
 
-CapacityLists capacity_lists(const CapacityShape& s) {
+namespace {
+
+// The counting sort's chunks for any number of experts: at least 32
+// assignments each, more when E x chunks would pass 2^21 counts (16 MiB).
+CapacityLists capacity_lists_of(const CapacityShape& s) {
   CapacityLists l;
-  if (s.experts < kListedExperts) return l;
   const int64_t A = s.tokens * s.top_k;
-  // Chunks of at least 32 assignments, fewer when E x chunks would pass
-  // 2^21 counts (16 MiB).
   l.chunk = std::max<int64_t>(32, (A * s.experts + (int64_t{1} << 21) - 1) >> 21);
   l.chunks = (A + l.chunk - 1) / l.chunk;
   l.bytes = static_cast<size_t>(s.experts * l.chunks + s.experts + 1 + A) * sizeof(int64_t);
   return l;
+}
+
+}  // namespace
+
+CapacityLists capacity_lists(const CapacityShape& s) {
+  if (s.experts < kListedExperts) return {};
+  return capacity_lists_of(s);
 }
 
 void capacity_slots(const int64_t* choice, const void* scores, ScalarType scores_type,
@@ -488,6 +525,56 @@ void capacity_slots(const int64_t* choice, const void* scores, ScalarType scores
     run(float{});
   }
   check_launch("capacity_slots");
+}
+
+Status check_dropless_rows(const DroplessShape& s) {
+  if (s.tokens < 0 || s.top_k < 1 || s.experts < 1 || s.experts > (int64_t{1} << 30) ||
+      s.group < 1 || s.tokens % s.group != 0) {
+    return Status::fail(std::to_string(s.experts) + " experts, top_k " + std::to_string(s.top_k) +
+                        ", " + std::to_string(s.tokens) + " tokens in groups of " +
+                        std::to_string(s.group) +
+                        " (expected experts (at most 2^30) and top_k >= 1, and groups that "
+                        "divide the tokens)");
+  }
+  return Status::fine();
+}
+
+size_t dropless_workspace(const DroplessShape& s) {
+  const CapacityShape c{s.tokens, s.experts, s.top_k, 1, s.group};
+  const CapacityLists lists = capacity_lists_of(c);
+  return static_cast<size_t>(s.experts * lists.chunks) * sizeof(int64_t);
+}
+
+void dropless_rows(const int64_t* choice, const DroplessShape& s, int64_t* row_token,
+                   int64_t* row_assignment, int64_t* offsets, int64_t* picked, int64_t* counts,
+                   void* workspace, cudaStream_t stream) {
+  require(check_dropless_rows(s), "dropless_rows");
+  const CapacityLists lists = capacity_lists_of({s.tokens, s.experts, s.top_k, 1, s.group});
+  if (lists.chunks > 0 && workspace == nullptr) {
+    require(Status::fail("a workspace of " + std::to_string(dropless_workspace(s)) +
+                         " bytes is needed (dropless_workspace)"),
+            "dropless_rows");
+  }
+  const int64_t A = s.tokens * s.top_k;
+  const int K = static_cast<int>(s.top_k), E = static_cast<int>(s.experts);
+  // The lists of capacity_slots' many experts, written straight into the
+  // rows: offsets are the lists' starts, row_assignment the lists.
+  int64_t* at = static_cast<int64_t*>(workspace);
+  const unsigned chunk_blocks = grid_for(lists.chunks, kChunkThreads);
+  if (lists.chunks > 0) {
+    list_count_kernel<<<chunk_blocks, kChunkThreads, 0, stream>>>(choice, A, K, E, lists.chunk,
+                                                                  lists.chunks, at, picked);
+  }
+  list_offsets_kernel<<<static_cast<unsigned>(E), kSlotThreads, 0, stream>>>(lists.chunks, at,
+                                                                             offsets);
+  list_bases_kernel<<<1, kSlotThreads, 0, stream>>>(E, offsets);
+  if (lists.chunks > 0) {
+    list_fill_kernel<<<chunk_blocks, kChunkThreads, 0, stream>>>(
+        choice, A, E, lists.chunk, lists.chunks, offsets, at, row_assignment);
+  }
+  dropless_rows_kernel<<<static_cast<unsigned>(E), kSlotThreads, 0, stream>>>(
+      offsets, A, K, E, s.group * s.top_k, row_token, row_assignment, counts);
+  check_launch("dropless_rows");
 }
 
 }  // namespace triad::kernels

@@ -68,4 +68,28 @@ void capacity_slots(const int64_t* choice, const void* scores, ScalarType scores
                     const CapacityShape& shape, int64_t* slot_token, int64_t* slot_assignment,
                     int64_t* picked, int64_t* counts, void* workspace, cudaStream_t stream);
 
+// A dropless mixture's experts' batch (Backend::dropless_rows): every
+// assignment a row, grouped by expert, each group in token order, by the
+// counting sort capacity_slots' many experts list with, for any number of
+// experts.
+struct DroplessShape {
+  int64_t tokens = 0, experts = 1, top_k = 1, group = 1;
+};
+// Whether the kernels take this shape: 1 <= top_k and experts (at most
+// 2^30), and groups that divide the tokens.
+Status check_dropless_rows(const DroplessShape& shape);
+// The device memory dropless_rows needs beside its outputs (the chunks'
+// counts per expert), in bytes; 0 for no tokens.
+size_t dropless_workspace(const DroplessShape& shape);
+// choice (tokens, top_k) i64 (an expert, or -1 where a token could not
+// choose) into row_token and row_assignment (tokens * top_k), offsets
+// (experts + 1), picked (tokens * top_k) and counts (tokens / group,
+// experts), all i64, as Backend::dropless_rows describes. Five small
+// kernels: each chunk's counts per expert, a scan of each expert's, one
+// over the experts (the offsets), each chunk's rows written in order, and
+// each expert's tokens and counts by group.
+void dropless_rows(const int64_t* choice, const DroplessShape& shape, int64_t* row_token,
+                   int64_t* row_assignment, int64_t* offsets, int64_t* picked, int64_t* counts,
+                   void* workspace, cudaStream_t stream);
+
 }  // namespace triad::kernels

@@ -10,7 +10,8 @@ packed documents, recomputation, the weights' average, a batch-size ramp) and a 
 (sequence parallelism, schedule, virtual stages, stage balancing, ZeRO-1,
 small buckets, context parallelism's exchange, the mesh's rank order; on
 the simulator, --device sim, a captured step: train.cuda_graph, a mixture
-under a capacity padded to it; an attention kernel by name). Both start from the same
+under a capacity padded to it, a dropless one sized on the device; an
+attention kernel by name). Both start from the same
 weights; the layout's per-step losses and gradient norms must be one
 process's (fp32: relative --tolerance; bf16: losses within 0.5% and norms
 within 10%, as the CTest suites hold them). With --resume the layout
@@ -456,6 +457,14 @@ def main():
                 # the rest, which the seeds before drew uncaptured.)
                 layout["train.cuda_graph"] = "true"
                 layout["model.moe.pad_to_capacity"] = "true"
+            elif ("capacity_factor" not in model.get("model.moe", "")
+                  and layout["parallel.cp"] == 1 and layout.get("parallel.ep", 1) == 1
+                  and "mlp.c_fc" not in model.get("model.lora", "")):
+                # A dropless mixture, its rows grouped and its products
+                # sized on the device (from 2026-12-08; not under context
+                # or expert parallelism, nor with adapters on its experts,
+                # which the config refuses by name).
+                layout["train.cuda_graph"] = "true"
         if a.device == "sim" and more.random() < a.wide_heads and "model.mla" not in model:
             # Heads wider than the tensor cores' 128 (Gemma's 256, latent
             # attention's 192): the SIMT kernels with two lanes a row.

@@ -595,6 +595,75 @@ int main(int argc, char** argv) {
     }
   }
 
+  // A dropless mixture's experts' products sized on the device
+  // (Backend::grouped_gemm_rows and grouped_gemm_sums: Triad's WMMA
+  // kernels), GPT-2 124M's N tokens' top 2 of 8 experts (C x 4C each, bf16,
+  // the rows skewed as a router leaves them), beside cuBLASLt's products on
+  // each expert's rows (the host-routed path, which knows the counts): the
+  // forward, the input gradient, and the weights' gradients into f32.
+  {
+    const int64_t E = 8, M = N * 2, F = 4 * C;
+    std::vector<int64_t> at{0};
+    for (int64_t e = 0; e < E; ++e)
+      at.push_back(at.back() + (e + 1 == E ? M - at.back() : M * (6 + e % 4) / 72));
+    const Tensor offsets = triad::to_device(triad::from_vector(at, {E + 1}), gpu);
+    const Tensor x = triad::randn({M, C}, 17, 1, 1.0, DType::BF16, gpu),
+                 dy = triad::randn({M, F}, 17, 2, 1.0, DType::BF16, gpu);
+    std::vector<Tensor> w, gw;
+    for (int64_t e = 0; e < E; ++e) {
+      w.push_back(triad::randn({F, C}, 17, 10 + static_cast<uint64_t>(e), 0.02, DType::BF16, gpu));
+      gw.push_back(triad::empty({F, C}, DType::F32, gpu));
+    }
+    Tensor h = triad::empty({M, F}, DType::BF16, gpu), dx = triad::empty({M, C}, DType::BF16, gpu);
+    const double flops = 2.0 * static_cast<double>(M * C * F);
+    const auto piece = [](const Tensor& t, int64_t first, int64_t n) {
+      return triad::make_view(t, {n, t.size(1)}, {t.size(1), 1}, t.offset() + first * t.size(1));
+    };
+    const auto per_expert = [&](const std::function<void(int64_t, int64_t, int64_t)>& f) {
+      for (int64_t e = 0; e < E; ++e)
+        f(e, at[static_cast<size_t>(e)],
+          at[static_cast<size_t>(e + 1)] - at[static_cast<size_t>(e)]);
+    };
+    report("grouped_rows_moe_fc_forward",
+           time_ms([&] { be.grouped_gemm_rows(x, w, offsets, true, h); }, iters), 0, flops);
+    report("cublaslt_per_expert_moe_fc_forward",
+           time_ms(
+               [&] {
+                 per_expert([&](int64_t e, int64_t first, int64_t n) {
+                   Tensor out = piece(h, first, n);
+                   be.gemm(piece(x, first, n), w[static_cast<size_t>(e)], out, false, true, 1.0,
+                           0.0);
+                 });
+               },
+               iters),
+           0, flops);
+    report("grouped_rows_moe_fc_input_grad",
+           time_ms([&] { be.grouped_gemm_rows(dy, w, offsets, false, dx); }, iters), 0, flops);
+    report("cublaslt_per_expert_moe_fc_input_grad",
+           time_ms(
+               [&] {
+                 per_expert([&](int64_t e, int64_t first, int64_t n) {
+                   Tensor out = piece(dx, first, n);
+                   be.gemm(piece(dy, first, n), w[static_cast<size_t>(e)], out, false, false, 1.0,
+                           0.0);
+                 });
+               },
+               iters),
+           0, flops);
+    report("grouped_sums_moe_fc_weight_grad",
+           time_ms([&] { be.grouped_gemm_sums(dy, x, offsets, gw, 1.0); }, iters), 0, flops);
+    report("cublaslt_per_expert_moe_fc_weight_grad",
+           time_ms(
+               [&] {
+                 per_expert([&](int64_t e, int64_t first, int64_t n) {
+                   be.gemm(piece(dy, first, n), piece(x, first, n), gw[static_cast<size_t>(e)],
+                           true, false, 1.0, 1.0);
+                 });
+               },
+               iters),
+           0, flops);
+  }
+
   // The optimizer's step as the trainer runs it: bf16 parameters with f32
   // masters, gradients and moments, GPT-2 124M's tensors (per layer 4
   // matrices, 9 vectors; the two tables), all in one adamw_many; and the

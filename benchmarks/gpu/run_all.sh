@@ -474,13 +474,21 @@ done
 # train.grad_precision): the device memory they save and their speed.
 bench_train --preset 124m --batch "$batch" --moment-precision bf16 --grad-precision bf16
 # A mixture of 8 experts, top 2, in every layer (model.moe): tokens/s and
-# MFU against the dense model's at twice its MLP FLOPs per token (each
-# layer's routing waits for the host once).
+# MFU against the dense model's at twice its MLP FLOPs per token. Dropless:
+# its rows grouped and its experts' products sized on the device (Triad's
+# grouped kernels, no wait); then routed on the host, a wait a layer and
+# cuBLASLt's products on each expert's rows (--host-routing, the way before
+# 2026-12-08); then captured as a CUDA graph.
 bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --profile-steps 2
-# The same with SwiGLU experts (--activation swiglu): gated experts run as
-# two grouped products over their rows (grouped_linear), no split or concat.
+bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --host-routing --profile-steps 2
+bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --cuda-graph
+# The same with SwiGLU experts (--activation swiglu), on the device and
+# routed on the host (there two grouped products over their rows,
+# grouped_linear with host counts, no split or concat).
 bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --activation swiglu \
   --profile-steps 2
+bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --activation swiglu \
+  --host-routing --profile-steps 2
 # The same under an expert capacity (1.25 balanced shares) with the router
 # z-loss: both are chosen and computed on the device and read in the
 # layer's one copy (N x k scores and one value, not N x E matrices).
@@ -488,7 +496,7 @@ bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --capacity-fact
   --moe-z-loss 0.001 --profile-steps 2
 # The same padded to its capacity (model.moe.pad_to_capacity): routed on
 # the device with no wait, every expert's products one shape each step;
-# then captured as a CUDA graph, which only the padded mixture allows.
+# then captured as a CUDA graph.
 bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --capacity-factor 1.25 \
   --moe-z-loss 0.001 --pad-to-capacity --profile-steps 2
 bench_train --preset 124m --batch "$batch" --experts 8 --top-k 2 --capacity-factor 1.25 \

@@ -50,6 +50,8 @@ def label(run):
                 moe += f" capacity {run['capacity_factor']:g}"
             if run.get("pad_to_capacity"):
                 moe += " padded"
+            if run.get("host_routing"):
+                moe += " host-routed"
             if run.get("moe_z_loss"):
                 moe += f" z-loss {run['moe_z_loss']:g}"
             parts.append(moe)

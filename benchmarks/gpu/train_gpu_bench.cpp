@@ -122,6 +122,11 @@ int run(int argc, char** argv) {
                "clip on the device (AdamW::step_clipped) and read the loss only after the timed "
                "steps: no step waits for the device, as PyTorch's loop in train_gpu_torch.py "
                "(the default reads the norm and the loss each step, as triad-train does)");
+  bool host_routing = false;
+  app.add_flag("--host-routing", host_routing,
+               "steps without a cuda::DeviceChecks: a dropless mixture reads its routing on the "
+               "host once a layer and runs cuBLASLt's products on its experts' rows (the default "
+               "groups them and sizes Triad's grouped products on the device, no wait)");
   bool cuda_graph = false;
   app.add_flag("--cuda-graph", cuda_graph,
                "capture the forward and backward passes once after the warm-up "
@@ -145,13 +150,18 @@ int run(int argc, char** argv) {
                  static_cast<long long>(warmup));
     return 2;
   }
-  if (cuda_graph && experts > 0 && !pad_to_capacity) {
-    // (Each dropless mixture layer reads its routing's counts on the host.)
+  if (cuda_graph && experts > 0 && !pad_to_capacity && capacity_factor > 0) {
+    // (A capped mixture not padded reads its routing on the host.)
     std::fprintf(stderr,
-                 "--cuda-graph: a mixture of experts (--experts %lld) waits for its "
+                 "--cuda-graph: a mixture of experts capped by --capacity-factor waits for its "
                  "routing in every layer, which a CUDA graph cannot hold (--pad-to-capacity "
-                 "routes it on the device)\n",
-                 static_cast<long long>(experts));
+                 "routes it on the device)\n");
+    return 2;
+  }
+  if (host_routing && (cuda_graph || sync_free)) {
+    std::fprintf(stderr,
+                 "--host-routing waits for the device in every mixture layer: not with "
+                 "--cuda-graph or --sync-free\n");
     return 2;
   }
   if (pad_to_capacity && (experts == 0 || capacity_factor == 0)) {
@@ -284,8 +294,9 @@ int run(int argc, char** argv) {
     if (!graph.empty()) return replay_step();
     const auto h0 = std::chrono::steady_clock::now();
     const triad::DeviceTimer::Mark m0 = phases.mark();
-    auto checks =
-        device.is_cuda() ? std::make_unique<triad::cuda::DeviceChecks>(device.index) : nullptr;
+    auto checks = device.is_cuda() && !host_routing
+                      ? std::make_unique<triad::cuda::DeviceChecks>(device.index)
+                      : nullptr;
     triad::Tensor l = model.loss(ids, targets);
     const triad::DeviceTimer::Mark m1 = phases.mark();
     triad::autograd::backward({l});
@@ -399,6 +410,7 @@ int run(int argc, char** argv) {
       {"capacity_factor", experts > 0 ? capacity_factor : 0.0},
       {"moe_z_loss", experts > 0 ? moe_z_loss : 0.0},
       {"pad_to_capacity", pad_to_capacity},
+      {"host_routing", host_routing},
       {"active_params", cfg.active_parameter_count()},
       {"tokens_per_s", tokens_per_s},
       {"step_ms", secs * 1000.0 / static_cast<double>(steps)},

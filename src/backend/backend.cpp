@@ -569,4 +569,31 @@ void Backend::capacity_slots(const Tensor& choice, const Tensor& scores, int64_t
   copy(n, counts);
 }
 
+void Backend::dropless_rows(const Tensor& choice, int64_t experts, int64_t group, Tensor& row_token,
+                            Tensor& row_assignment, Tensor& offsets, Tensor& picked,
+                            Tensor& counts) {
+  detail::check_dropless_rows(choice, experts, group, row_token, row_assignment, offsets, picked,
+                              counts);
+  const bool here = choice.device().type == DeviceType::CPU;
+  Tensor c = choice;
+  if (!here) {
+    c = empty(choice.shape(), DType::I64, Device::cpu());
+    copy(choice, c);
+  }
+  const auto staged = [here](Tensor& t) {
+    return here ? t : empty(t.shape(), DType::I64, Device::cpu());
+  };
+  Tensor token = staged(row_token), assignment = staged(row_assignment), at = staged(offsets),
+         p = staged(picked), n = staged(counts);
+  detail::fill_dropless_rows(c.data<int64_t>(), choice.size(0), choice.size(1), experts, group,
+                             token.data<int64_t>(), assignment.data<int64_t>(), at.data<int64_t>(),
+                             p.data<int64_t>(), n.data<int64_t>());
+  if (here) return;
+  copy(token, row_token);
+  copy(assignment, row_assignment);
+  copy(at, offsets);
+  copy(p, picked);
+  copy(n, counts);
+}
+
 }  // namespace triad

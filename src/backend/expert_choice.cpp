@@ -220,4 +220,63 @@ void fill_capacity_slots(const int64_t* choice, const double* scores, int64_t N,
   }
 }
 
+void check_dropless_rows(const Tensor& choice, int64_t experts, int64_t group,
+                         const Tensor& row_token, const Tensor& row_assignment,
+                         const Tensor& offsets, const Tensor& picked, const Tensor& counts) {
+  if (choice.dtype() != DType::I64 || choice.dim() != 2 || !choice.is_contiguous()) {
+    throw ShapeError("dropless_rows: choice " + std::string(dtype_name(choice.dtype())) + " " +
+                     shape_str(choice.shape()) + " (expected contiguous i64 (tokens, top_k))");
+  }
+  const int64_t N = choice.size(0), k = choice.size(1);
+  if (experts < 1 || experts > (int64_t{1} << 30) || group < 1 || N % group != 0) {
+    throw ValueError("dropless_rows: " + std::to_string(experts) + " experts, " +
+                     std::to_string(N) + " tokens in groups of " + std::to_string(group) +
+                     " (expected 1 <= experts <= 2^30 and groups that divide the tokens)");
+  }
+  const auto expect = [&](const Tensor& t, const char* what, const Shape& shape) {
+    if (t.dtype() != DType::I64 || t.shape() != shape || !t.is_contiguous() ||
+        !(t.device() == choice.device())) {
+      throw ShapeError(std::string("dropless_rows: ") + what + " " + dtype_name(t.dtype()) + " " +
+                       shape_str(t.shape()) + " on " + t.device().str() +
+                       " (expected contiguous i64 " + shape_str(shape) + " on " +
+                       choice.device().str() + ")");
+    }
+  };
+  expect(row_token, "row_token", {N * k});
+  expect(row_assignment, "row_assignment", {N * k});
+  expect(offsets, "offsets", {experts + 1});
+  expect(picked, "picked", {N * k});
+  expect(counts, "counts", {N / group, experts});
+}
+
+void fill_dropless_rows(const int64_t* choice, int64_t N, int64_t k, int64_t E, int64_t group,
+                        int64_t* row_token, int64_t* row_assignment, int64_t* offsets,
+                        int64_t* picked, int64_t* counts) {
+  std::fill(counts, counts + (N / group) * E, int64_t{0});
+  std::fill(offsets, offsets + E + 1, int64_t{0});
+  // A counting sort: each expert's rows start where the loads before it
+  // end, its assignments placed in token order.
+  for (int64_t a = 0; a < N * k; ++a) {
+    const int64_t e = choice[a], n = a / k;
+    const bool valid = e >= 0 && e < E;
+    picked[a] = valid ? n * E + e : N * E;
+    if (!valid) continue;
+    ++counts[(n / group) * E + e];
+    ++offsets[e + 1];
+  }
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  std::vector<int64_t> next(offsets, offsets + E);
+  for (int64_t r = offsets[E]; r < N * k; ++r) {
+    row_token[r] = 0;
+    row_assignment[r] = N * k;
+  }
+  for (int64_t a = 0; a < N * k; ++a) {
+    const int64_t e = choice[a];
+    if (e < 0 || e >= E) continue;
+    const int64_t r = next[static_cast<size_t>(e)]++;
+    row_token[r] = a / k;
+    row_assignment[r] = a;
+  }
+}
+
 }  // namespace triad::detail

@@ -58,4 +58,17 @@ void fill_capacity_slots(const int64_t* choice, const double* scores, int64_t to
                          int64_t experts, int64_t capacity, int64_t group, int64_t* slot_token,
                          int64_t* slot_assignment, int64_t* picked, int64_t* counts);
 
+// Backend::dropless_rows's arguments checked (ShapeError or ValueError
+// naming the value, prefixed "dropless_rows: "): choice (N, k) i64 and the
+// outputs' shapes on its device, experts >= 1 and a group dividing N.
+void check_dropless_rows(const Tensor& choice, int64_t experts, int64_t group,
+                         const Tensor& row_token, const Tensor& row_assignment,
+                         const Tensor& offsets, const Tensor& picked, const Tensor& counts);
+
+// Backend::dropless_rows on the host, from choice (N * k) row-major into
+// the outputs' arrays.
+void fill_dropless_rows(const int64_t* choice, int64_t tokens, int64_t top_k, int64_t experts,
+                        int64_t group, int64_t* row_token, int64_t* row_assignment,
+                        int64_t* offsets, int64_t* picked, int64_t* counts);
+
 }  // namespace triad::detail

@@ -357,7 +357,7 @@ void MoeStats::record_counts(int64_t layer, const std::vector<double>& counts,
   int64_t busiest = 0, dropped = 0;
   for (const int64_t l : load) {
     busiest = std::max(busiest, l);
-    dropped += std::max<int64_t>(l - capacity, 0);
+    if (capacity > 0) dropped += std::max<int64_t>(l - capacity, 0);
   }
   const double assignments = static_cast<double>(std::max<int64_t>(S * sequence * top_k, 1));
   add_loads(layer, load);
@@ -623,9 +623,12 @@ Tensor MoeMlp::device_assignment_keys(const Tensor& slot_assignment, int64_t N,
 }
 
 bool MoeMlp::grouped_experts() const {
-  // GPT-2's GELU keeps its epilogues in each expert's products; adapters
-  // and biases are each expert's own.
-  if (activation_ == Activation::Gelu) return false;
+  // GPT-2's GELU keeps its epilogues in each expert's products.
+  return activation_ != Activation::Gelu && groupable();
+}
+
+bool MoeMlp::groupable() const {
+  // Adapters and biases are each expert's own.
   for (const Expert& e : experts_) {
     for (const auto* l : {e.c_fc.get(), e.c_proj.get()}) {
       if (l->has_lora() || l->bias().defined()) return false;
@@ -899,10 +902,59 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // or the device's inside a capture.
   Tensor picked_at, token_at, assignment_at;
   std::vector<int64_t> per_expert;
-  Tensor counts;  // pad_to_capacity: (S, E) i64, each sequence's assignments per expert
-  Tensor keys;    // the experts' adapters' dropout keys, formed on the device (padded)
+  Tensor counts;   // pad_to_capacity: (S, E) i64, each sequence's assignments per expert
+  Tensor keys;     // the experts' adapters' dropout keys, formed on the device (padded)
+  Tensor offsets;  // a dropless routing on the device: each expert's rows (E + 1)
   bool recorded = false;
-  if (padded) {
+  // A dropless mixture inside a capture, or a cuda::DeviceChecks (the
+  // trainer's uncaptured steps on a GPU): the rows grouped on the device
+  // and the experts' products sized there (grouped_linear's offsets), so
+  // the host reads nothing, as a padded mixture's. It needs this rank to
+  // hold every expert (the exchange's counts are read on the host), the
+  // micro-batch whole (context parallelism sums the balance's counts on
+  // the host) and experts without adapters or biases (each run on its own
+  // rows); inside a capture, without them, nothing can route.
+  const bool dropless = !padded && capacity == 0;
+  bool device_dropless = false;
+  if (dropless) {
+    Backend& backend = backend_for(probs);
+    const bool capturing = backend.capturing(probs.device());
+    if (capturing || backend.checks_indices_on_device(probs.device())) {
+      device_dropless = !placement_ && P == 1 && groupable();
+      if (capturing && !device_dropless) {
+        throw NotSupportedError(
+            "MoeMlp (layer " + std::to_string(layer_) +
+            "): a dropless mixture inside a CUDA graph needs every expert on this rank (no "
+            "expert parallelism), no context parallelism and experts without LoRA adapters "
+            "(this layer has " +
+            (placement_ ? "expert parallelism"
+             : P > 1    ? "context parallelism"
+                        : "adapters") +
+            "); model.moe.pad_to_capacity routes them on the device");
+      }
+    }
+  }
+  if (device_dropless) {
+    Backend& backend = backend_for(probs);
+    const Device dev = probs.device();
+    Tensor chosen = empty({N, k}, DType::I64, dev);
+    {
+      autograd::NoGradGuard no_grad;
+      const Tensor scored = probs.is_contiguous() ? probs : contiguous(probs);
+      backend.route_top_k(scored, expert_bias_, groups_, top_groups_, group_best_, chosen);
+    }
+    token_at = empty({N * k}, DType::I64, dev);
+    assignment_at = empty({N * k}, DType::I64, dev);
+    picked_at = empty({N * k}, DType::I64, dev);
+    offsets = empty({E + 1}, DType::I64, dev);
+    counts = empty({S, E}, DType::I64, dev);
+    backend.dropless_rows(chosen, E, T_local, token_at, assignment_at, offsets, picked_at, counts);
+    if (reporting) {
+      ctx.moe_stats->pending.push_back(
+          {layer_, T_local, k, 0, counts, p_summed, z.defined() ? z.detach() : Tensor{}});
+    }
+    recorded = true;
+  } else if (padded) {
     Backend& backend = backend_for(probs);
     const Device dev = probs.device();
     Tensor chosen = empty({N_all, k}, DType::I64, dev);
@@ -1010,11 +1062,12 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // The gates: each token's k chosen probabilities, renormalised over the k
   // if asked, then the padding's 0: (N k + 1, 1). (Padded, probs gain a 0
   // row where a token that could not choose points.)
-  Tensor g = embedding(padded ? concat({reshape(probs_all, {N_all * E, 1}),
-                                        zeros({1, 1}, probs.dtype(), probs.device())},
-                                       0)
-                              : reshape(probs, {N * E, 1}),
-                       picked_at);  // (N_all k, 1)
+  Tensor g =
+      embedding(padded || device_dropless ? concat({reshape(probs_all, {N_all * E, 1}),
+                                                    zeros({1, 1}, probs.dtype(), probs.device())},
+                                                   0)
+                                          : reshape(probs, {N * E, 1}),
+                picked_at);  // (N_all k, 1)
   if (normalize_) {
     // (Sigmoid scores may all underflow: the sum keeps off 0, as DeepSeek's.)
     const Tensor per_token = reshape(g, {N_all, k});
@@ -1072,6 +1125,18 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
           return expert_forward(experts_.at(static_cast<size_t>(i)), x, draw(k));
         },
         padded);
+  } else if (device_dropless) {
+    // The experts' products sized on the device (GPT-2's GELU between
+    // them unfused).
+    std::vector<Tensor> fc, proj;
+    for (const Expert& e : experts_) {
+      fc.push_back(e.c_fc->weight());
+      proj.push_back(e.c_proj->weight());
+    }
+    const Tensor h = grouped_linear(rows, fc, offsets);
+    outputs = grouped_linear(
+        activation_ == Activation::Gelu ? gelu(h) : unfused_activation(activation_, h), proj,
+        offsets);
   } else if (grouped_experts()) {
     // The experts' two layers as two grouped products over the rows as
     // they are: no split of the rows, no concat of the outputs.
@@ -1138,8 +1203,9 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     // of theirs). Under context parallelism f counts every chunk and P is
     // this rank's tokens' (Chunks).
     const int64_t T = T_local;
-    std::vector<double> share(static_cast<size_t>(padded ? 0 : S * E), 0.0);
-    if (padded) {
+    const bool counted = padded || device_dropless;
+    std::vector<double> share(static_cast<size_t>(counted ? 0 : S * E), 0.0);
+    if (counted) {
       // (The counts where they were made: a capture's replays count their own.)
     } else if (P > 1) {
       for (int64_t i = 0; i < S * E; ++i)
@@ -1154,7 +1220,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
         }
       }
     }
-    const Tensor f = padded
+    const Tensor f = counted
                          ? scale(cast(counts, probs.dtype()), 1.0 / static_cast<double>(T * Pw * k))
                          : from_vector(share, {S, E}, probs.dtype(), probs.device());
     const Tensor p = balanced_probs();

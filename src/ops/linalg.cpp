@@ -438,6 +438,87 @@ Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights,
   return y;
 }
 
+Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& offsets) {
+  const char* op = "grouped_linear";
+  detail::check_floating(x, op, "x");
+  if (weights.empty() || offsets.dtype() != DType::I64 || offsets.dim() != 1 ||
+      offsets.size(0) != static_cast<int64_t>(weights.size()) + 1 ||
+      !(offsets.device() == x.device())) {
+    throw ShapeError(std::string(op) + ": " + std::to_string(weights.size()) + " weights and " +
+                     dtype_name(offsets.dtype()) + " offsets " + shape_str(offsets.shape()) +
+                     " on " + offsets.device().str() + " (expected i64 (" +
+                     std::to_string(weights.size() + 1) + ") on " + x.device().str() + ")");
+  }
+  for (const Tensor& w : weights) {
+    detail::check_same(x, w, op);
+    detail::check_dim(w, 2, op, "weight");
+    if (w.shape() != weights[0].shape()) {
+      throw ShapeError(std::string(op) + ": weights " + shape_str(weights[0].shape()) + " and " +
+                       shape_str(w.shape()) + " (expected one shape)");
+    }
+  }
+  const int64_t out_f = weights[0].size(0), in_f = weights[0].size(1);
+  if (x.dim() != 2 || x.size(1) != in_f) {
+    throw ShapeError(std::string(op) + ": x " + shape_str(x.shape()) + " for weights " +
+                     shape_str(weights[0].shape()) + " (expected (rows, " + std::to_string(in_f) +
+                     "))");
+  }
+  const int64_t M = x.size(0);
+  const size_t E = weights.size();
+  const Tensor x2 = contiguous(x).detach();
+  const Tensor at = contiguous(offsets).detach();
+  std::vector<Tensor> w(E);
+  for (size_t e = 0; e < E; ++e) w[e] = contiguous(weights[e]).detach();
+  Tensor y = empty({M, out_f}, x.dtype(), x.device());
+  backend_for(x).grouped_gemm_rows(x2, w, at, true, y);
+  std::function<TensorList(const TensorList&)> input_grad;
+  if (!x.requires_grad()) {
+    input_grad = [E](const TensorList&) -> TensorList { return TensorList(E + 1); };
+  } else {
+    input_grad = [w, at, M, in_f, E](const TensorList& g) -> TensorList {
+      const Tensor g2 = contiguous(g[0]);
+      Tensor dx = empty({M, in_f}, g2.dtype(), g2.device());
+      backend_for(g2).grouped_gemm_rows(g2, w, at, false, dx);
+      TensorList grads(E + 1);
+      grads[0] = dx;
+      return grads;
+    };
+  }
+  // The weights' gradients in one call: straight into the leaves' buffers
+  // when every weight is a parameter that takes it there (as linear's
+  // does), else into fresh ones.
+  std::vector<Tensor> leaves(E);
+  bool all_leaves = true;
+  for (size_t e = 0; e < E; ++e) {
+    if (weights[e].requires_grad() && weights[e].is_leaf()) leaves[e] = weights[e];
+    all_leaves = all_leaves && leaves[e].defined();
+  }
+  auto weight_grad = [at, out_f, in_f, leaves, all_leaves, E](const Tensor& x2,
+                                                              const TensorList& g) -> TensorList {
+    const Tensor g2 = contiguous(g[0]);
+    TensorList grads(E + 1);
+    if (all_leaves &&
+        autograd::accumulate_into_leaf_grads(leaves, [&](std::vector<Tensor>& acc, double beta) {
+          backend_for(g2).grouped_gemm_sums(g2, x2, at, acc, beta);
+        })) {
+      return grads;
+    }
+    std::vector<Tensor> fresh(E);
+    for (Tensor& t : fresh) t = empty({out_f, in_f}, g2.dtype(), g2.device());
+    backend_for(g2).grouped_gemm_sums(g2, x2, at, fresh, 0.0);
+    for (size_t e = 0; e < E; ++e) grads[e + 1] = fresh[e];
+    return grads;
+  };
+  TensorList inputs{x};
+  std::vector<int> deferrable;
+  for (size_t e = 0; e < E; ++e) {
+    inputs.push_back(weights[e]);
+    deferrable.push_back(static_cast<int>(e + 1));
+  }
+  detail::record_layer(op, inputs, {y}, deferrable, input_grad, weight_grad, x2, nullptr);
+  return y;
+}
+
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return linear_core("linear_gelu", x, weight, bias, true, Tensor(), nullptr).y;
 }

@@ -640,10 +640,31 @@ void validate(const Config& c, bool min_lr_given) {
       throw ConfigError("train.cuda_graph: " + what);
     };
     if (c.device == "cpu") refuse("needs device: cuda (it is cpu)");
-    if (c.model.moe.experts > 0 && !c.model.moe.pad_to_capacity) {
-      refuse(
-          "a mixture of experts (model.moe) reads its routing on the host in every layer; "
-          "model.moe.pad_to_capacity (with a capacity_factor) routes it on the device");
+    // A dropless mixture is routed and sized on the device (grouped
+    // products); a capped one that is not padded reads its routing.
+    const nn::GptConfig::Moe& moe = c.model.moe;
+    if (moe.experts > 0 && !moe.pad_to_capacity) {
+      if (moe.capacity_factor > 0) {
+        refuse(
+            "a mixture of experts capped by model.moe.capacity_factor reads its routing on the "
+            "host in every layer; model.moe.pad_to_capacity routes it on the device");
+      }
+      if (c.parallel.cp > 1) {
+        refuse("a dropless mixture of experts (model.moe) under context parallelism (parallel.cp " +
+               std::to_string(c.parallel.cp) +
+               ") sums its routing's counts over the ranks on the host; model.moe.pad_to_capacity "
+               "(with a capacity_factor) routes it on the device");
+      }
+      for (const std::string& target : c.model.lora.targets) {
+        if (c.model.lora.rank > 0 && (target == "mlp.c_fc" || target == "mlp.c_proj")) {
+          refuse(
+              "a dropless mixture of experts (model.moe) with LoRA adapters on its experts "
+              "(model.lora.targets " +
+              target +
+              ") runs each expert on rows counted on the host; model.moe.pad_to_capacity (with "
+              "a capacity_factor) routes them on the device");
+        }
+      }
     }
   }
   // bf16 gradients are those of bf16 parameters (they are f32 under fp32,

@@ -2099,6 +2099,127 @@ TEST(CudaKernels, CapacitySlotsFillAsTheCpuDoes) {
   }
 }
 
+// A dropless mixture's rows formed on the device (Backend::dropless_rows):
+// the CPU's exactly, a token that could not choose (-1) included, with a
+// few experts and with many (DeepSeek-V3's 256), and with no tokens.
+TEST(CudaKernels, DroplessRowsFormAsTheCpuDoes) {
+  struct Case {
+    int64_t N, E, k, group;
+  };
+  const Case cases[] = {
+      {300, 8, 2, 100}, {77, 5, 3, 7}, {9, 70, 4, 9}, {1000, 256, 8, 125}, {0, 4, 2, 1}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("N " + std::to_string(c.N) + " E " + std::to_string(c.E));
+    std::vector<double> v(static_cast<size_t>(c.N * c.k));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<double>((i * 2654435761u >> 7) % static_cast<uint64_t>(c.E));
+    if (c.N > 3) {
+      for (int64_t j = 0; j < c.k; ++j) v[static_cast<size_t>(3 * c.k + j)] = -1;  // token 3
+    }
+    const Tensor choice = from_vector(v, {c.N, c.k}, DType::I64);
+    const auto fill = [&](const Device& device) {
+      std::vector<Tensor> out{
+          empty({c.N * c.k}, DType::I64, device), empty({c.N * c.k}, DType::I64, device),
+          empty({c.E + 1}, DType::I64, device), empty({c.N * c.k}, DType::I64, device),
+          empty({c.N / c.group, c.E}, DType::I64, device)};
+      backend_for(device.type)
+          .dropless_rows(to_device(choice, device), c.E, c.group, out[0], out[1], out[2], out[3],
+                         out[4]);
+      std::vector<std::vector<double>> host;
+      for (const Tensor& t : out) host.push_back(to_double_vector(t));
+      return host;
+    };
+    const auto cpu = fill(Device::cpu()), gpu = fill(kGpu);
+    EXPECT_EQ(gpu, cpu);
+    // (Every token but the one that could not choose has a row.)
+    EXPECT_EQ(cpu[2].back(), static_cast<double>(c.N > 3 ? (c.N - 1) * c.k : c.N * c.k));
+  }
+}
+
+// The products a dropless mixture's experts run, sized on the device
+// (Backend::grouped_gemm_rows and grouped_gemm_sums): the CPU's within
+// rounding in every dtype, over groups of one tile, of several and ragged
+// ones, an empty group, rows past the last group (zeroed), the sums'
+// beta (added to what is there, or not read), the sums into f32 under
+// bf16/f16, and more groups than one launch takes (300).
+TEST(CudaKernels, GroupedProductsSizedOnTheDeviceMatchTheCpu) {
+  struct Case {
+    int64_t M, K, N;
+    std::vector<int64_t> offsets;
+  };
+  std::vector<int64_t> many{0};
+  for (int64_t g = 0; g < 300; ++g) many.push_back(many.back() + (g * 7) % 5);
+  const Case cases[] = {{300, 70, 136, {0, 130, 130, 290, 290}},
+                        {40, 16, 24, {0, 40}},
+                        {many.back() + 3, 16, 20, many}};
+  for (const Case& c : cases) {
+    const int64_t G = static_cast<int64_t>(c.offsets.size()) - 1;
+    for (const DType dtype : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
+      SCOPED_TRACE("M " + std::to_string(c.M) + " groups " + std::to_string(G) + " " +
+                   dtype_name(dtype));
+      const Tensor offsets = from_vector(c.offsets, {G + 1});
+      const Tensor a = randn({c.M, c.K}, 5, 1, 1.0, dtype),
+                   dy = randn({c.M, c.N}, 5, 2, 1.0, dtype);
+      std::vector<Tensor> w, wt;
+      for (int64_t g = 0; g < G; ++g) {
+        w.push_back(randn({c.N, c.K}, 5, 10 + static_cast<uint64_t>(g), 0.5, dtype));
+        wt.push_back(randn({c.K, c.N}, 5, 1000 + static_cast<uint64_t>(g), 0.5, dtype));
+      }
+      const bool half = dtype == DType::BF16 || dtype == DType::F16;
+      const double tol = half ? 1e-2 : dtype == DType::F32 ? 1e-5 : 1e-12;
+      const auto near = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+        const std::vector<double> g = to_double_vector(got), e = to_double_vector(want);
+        ASSERT_EQ(g.size(), e.size()) << what;
+        for (size_t i = 0; i < g.size(); ++i) {
+          ASSERT_NEAR(g[i], e[i], tol * (1 + std::fabs(e[i]))) << what << " element " << i;
+        }
+      };
+      const auto on = [](const std::vector<Tensor>& ts, const Device& d) {
+        std::vector<Tensor> out;
+        for (const Tensor& t : ts) out.push_back(to_device(t, d));
+        return out;
+      };
+      for (const bool trans_b : {true, false}) {
+        const std::vector<Tensor>& b = trans_b ? w : wt;
+        Tensor want = full({c.M, c.N}, 7.0, dtype), got = full({c.M, c.N}, 7.0, dtype, kGpu);
+        backend_for(DeviceType::CPU).grouped_gemm_rows(a, b, offsets, trans_b, want);
+        backend_for(DeviceType::CUDA)
+            .grouped_gemm_rows(to_device(a, kGpu), on(b, kGpu), to_device(offsets, kGpu), trans_b,
+                               got);
+        near(got, want, trans_b ? "a @ b^T" : "a @ b");
+        // (Rows past the last group: zeros, not what was there.)
+        const std::vector<double> tail =
+            to_double_vector(narrow(got, 0, c.offsets.back(), c.M - c.offsets.back()));
+        EXPECT_TRUE(std::all_of(tail.begin(), tail.end(), [](double x) { return x == 0.0; }));
+      }
+      for (const DType out :
+           half ? std::vector<DType>{dtype, DType::F32} : std::vector<DType>{dtype}) {
+        for (const double beta : {0.0, 1.0}) {
+          SCOPED_TRACE(std::string("sums into ") + dtype_name(out) + " beta " +
+                       std::to_string(beta));
+          std::vector<Tensor> want, got;
+          for (int64_t g = 0; g < G; ++g) {
+            // (beta 0 must not read what is there: NaN on the GPU.)
+            const auto start = [&](double unread) {
+              return beta == 0.0 ? full({c.N, c.K}, unread, out)
+                                 : randn({c.N, c.K}, 5, 500 + static_cast<uint64_t>(g), 1.0, out);
+            };
+            want.push_back(start(0.0));
+            got.push_back(to_device(start(std::nan("")), kGpu));
+          }
+          backend_for(DeviceType::CPU).grouped_gemm_sums(dy, a, offsets, want, beta);
+          backend_for(DeviceType::CUDA)
+              .grouped_gemm_sums(to_device(dy, kGpu), to_device(a, kGpu), to_device(offsets, kGpu),
+                                 got, beta);
+          for (int64_t g = 0; g < G; ++g)
+            near(got[static_cast<size_t>(g)], want[static_cast<size_t>(g)],
+                 "dy_g^T a_g of group " + std::to_string(g));
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, LayerNormBackwardIsDeterministic) {
   // The column sums run in a fixed order (warp slices, then blocks), with
   // no float atomics: the same bits every run, at a width the fused
@@ -4959,8 +5080,93 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
   EXPECT_EQ(triad_sim::counters().host_waits - moe_before, 1);
   EXPECT_GT(metrics.moe_balance, 0.0);
   EXPECT_GT(metrics.moe_z_loss, 0.0);
+  // A dropless one too: its rows grouped and its products sized on the
+  // device (it waited once a layer and micro-batch before).
+  const std::string dropless =
+      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0, moe: "
+      "{experts: 4, top_k: 2, z_loss_coef: 0.001}}";
+  train::Trainer d(train_config(dir, dropless, "cuda", "bf16", 3, 4, 97, "_dropless", 2));
+  d.step(0);
+  const int64_t dropless_before = triad_sim::counters().host_waits;
+  const train::StepMetrics dropless_metrics = d.step(1);
+  EXPECT_EQ(triad_sim::counters().host_waits - dropless_before, 1);
+  EXPECT_GT(dropless_metrics.moe_balance, 0.0);
+  EXPECT_EQ(dropless_metrics.moe_dropped, -1.0);  // (dropless: none to report)
 }
 #endif
+
+// A dropless mixture under a cuda::DeviceChecks groups its rows on the
+// device and sizes its experts' products there (grouped_linear's offsets):
+// no wait, its statistics pending until settled. The statistics equal
+// those of the layer that reads its routing on the host (the same
+// choices), and the loss and every gradient equal its within f32's
+// rounding (Triad's grouped kernels beside cuBLASLt's products), with the
+// experts' own activation (SwiGLU) and GPT-2's GELU between the products,
+// a shared expert, and an expert no token chose (whose weights' gradients
+// are zeros).
+TEST(CudaModel, ADroplessMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) {
+  for (const bool swiglu : {false, true}) {
+    SCOPED_TRACE(swiglu ? "swiglu" : "gelu");
+    nn::GptConfig cfg{
+        .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
+    if (swiglu) cfg.activation = nn::Activation::SwiGlu;
+    cfg.moe.experts = swiglu ? 16 : 4;  // (16 for 32 tokens' top-1: some expert without any)
+    cfg.moe.top_k = swiglu ? 1 : 2;
+    cfg.moe.z_loss_coef = 0.001;
+    cfg.moe.shared_ffn_hidden_size = swiglu ? 16 : 0;
+    cfg.moe.aux_loss_scope = nn::GptConfig::Moe::BalanceScope::Sequence;
+    nn::Gpt host_read(cfg, 9), on_device(cfg, 9);
+    for (nn::Gpt* m : {&host_read, &on_device}) m->to(kGpu);
+    const auto [ids, tg] = token_batch(2, 16);
+    auto run = [&](nn::Gpt& m, nn::MoeStats& stats) {
+      nn::ForwardContext ctx{.training = true};
+      ctx.moe_stats = std::shared_ptr<nn::MoeStats>(&stats, [](nn::MoeStats*) {});
+      Tensor loss = m.loss(ids, tg, ctx);
+      autograd::backward({loss});
+      return loss;
+    };
+    nn::MoeStats read_stats, device_stats;
+    const Tensor expected = run(host_read, read_stats);
+    EXPECT_EQ(read_stats.records, 2);
+    Tensor got;
+    {
+#ifdef TRIAD_CUDA_SIM
+      const int64_t waits = triad_sim::counters().host_waits;
+#endif
+      cuda::DeviceChecks checks(0);
+      got = run(on_device, device_stats);
+      checks.close();
+#ifdef TRIAD_CUDA_SIM
+      EXPECT_EQ(triad_sim::counters().host_waits, waits);
+#endif
+      EXPECT_EQ(device_stats.pending.size(), 2u);
+      checks.check();
+    }
+    device_stats.settle();
+    EXPECT_NEAR(to_double_vector(got)[0], to_double_vector(expected)[0], 1e-5);
+    EXPECT_EQ(device_stats.records, read_stats.records);
+    EXPECT_NEAR(device_stats.balance_sum, read_stats.balance_sum, 1e-6);
+    EXPECT_EQ(device_stats.max_load, read_stats.max_load);
+    EXPECT_EQ(device_stats.dropped_sum, 0.0);
+    EXPECT_NEAR(device_stats.z_loss_sum, read_stats.z_loss_sum, 1e-6);
+    EXPECT_EQ(device_stats.loads, read_stats.loads);
+    bool idle_expert = false;
+    for (const auto& [layer, load] : read_stats.loads)
+      idle_expert = idle_expert || std::count(load.begin(), load.end(), 0.0) > 0;
+    EXPECT_EQ(idle_expert, swiglu);
+    const auto a = host_read.named_parameters(), b = on_device.named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(b[i].second.grad().defined()) << a[i].first;
+      const std::vector<double> want = to_double_vector(a[i].second.grad()),
+                                have = to_double_vector(b[i].second.grad());
+      double scale = 1e-3;
+      for (const double v : want) scale = std::max(scale, std::fabs(v));
+      for (size_t j = 0; j < want.size(); ++j)
+        ASSERT_NEAR(have[j], want[j], 1e-4 * scale) << a[i].first << " element " << j;
+    }
+  }
+}
 
 // A mixture padded to its capacity under a cuda::DeviceChecks leaves its
 // routing on the device (no wait; its statistics pending until settled):
@@ -5085,7 +5291,14 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
        "mlp.c_proj]}, moe: {experts: 4, top_k: 2, capacity_factor: 1.0, pad_to_capacity: true}"},
       {"fp32 tokens moe swiglu",
        "dropout: 0.0, activation: swiglu, moe: {experts: 4, top_k: 1, capacity_factor: 1.5, "
-       "drop_policy: position, pad_to_capacity: true, shared_ffn_hidden_size: 16}"}};
+       "drop_policy: position, pad_to_capacity: true, shared_ffn_hidden_size: 16}"},
+      // Dropless: its rows grouped and its experts' products sized on the
+      // device inside the capture (GPT-2's GELU between them; SwiGLU).
+      {"bf16 dropless moe",
+       "dropout: 0.0, moe: {experts: 4, top_k: 2, z_loss_coef: 0.001, aux_loss_scope: sequence}"},
+      {"fp32 tokens dropless moe swiglu",
+       "dropout: 0.0, activation: swiglu, moe: {experts: 8, top_k: 1, shared_ffn_hidden_size: "
+       "16}"}};
   for (const auto& [run, settings] : runs) {
     SCOPED_TRACE(run);
     const std::string precision = run.substr(0, 4);

@@ -5,6 +5,7 @@
 // not finite chooses -1, and bad arguments are refused naming the value.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -210,6 +211,102 @@ TEST(ExpertChoice, TheBalanceOfSummedProbabilitiesIsTheBalanceLoss) {
     EXPECT_DOUBLE_EQ(nn::balance_loss_of_sums(r, sums, sequence), nn::balance_loss(r, p, sequence));
   }
   EXPECT_THROW((void)nn::balance_loss_of_sums(r, std::vector<double>(3), 0), ValueError);
+}
+
+// A dropless mixture's rows formed by the backend (Backend::dropless_rows):
+// every assignment a row, grouped by expert in token order, as the host's
+// dropless routing groups them (without its padding rows for experts no
+// token chose), the offsets each expert's first row, and the tokens that
+// could not choose (-1) left past the last group; picked and the counts
+// per run of tokens as capacity_slots gives them.
+TEST(ExpertChoice, DroplessRowsAreTheHostsDroplessRouting) {
+  for (const auto& [N, E, k, group] : std::vector<std::array<int64_t, 4>>{
+           {12, 4, 2, 4}, {7, 3, 1, 7}, {30, 8, 3, 10}, {5, 40, 2, 1}}) {
+    SCOPED_TRACE(std::to_string(N) + " tokens, " + std::to_string(E) + " experts, top " +
+                 std::to_string(k) + ", groups of " + std::to_string(group));
+    const ChoiceCase c{N, E, k, 1, 1, 2, false};
+    std::vector<int64_t> choice = cpu_choice(tied_scores(N, E, 7 + N), {}, c, DType::F64);
+    // Token 1 could not choose (its scores not finite).
+    for (int64_t j = 0; j < k; ++j) choice[static_cast<size_t>(k + j)] = -1;
+    std::vector<int64_t> valid = choice;
+    for (int64_t j = 0; j < k; ++j) valid[static_cast<size_t>(k + j)] = choice[0 + j];
+    Tensor token = empty({N * k}, DType::I64), assignment = empty({N * k}, DType::I64),
+           offsets = empty({E + 1}, DType::I64), picked = empty({N * k}, DType::I64),
+           counts = empty({N / group, E}, DType::I64);
+    backend_for(DeviceType::CPU)
+        .dropless_rows(from_vector(choice, {N, k}), E, group, token, assignment, offsets, picked,
+                       counts);
+    const auto v = [](const Tensor& t) {
+      return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+    };
+    // The host's routing of the tokens that chose, token 1 left out.
+    std::vector<int64_t> want_token, want_assignment, want_offsets{0},
+        want_counts(static_cast<size_t>(N / group * E));
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t a = 0; a < N * k; ++a) {
+        if (choice[static_cast<size_t>(a)] != e) continue;
+        want_token.push_back(a / k);
+        want_assignment.push_back(a);
+        ++want_counts[static_cast<size_t>((a / k / group) * E + e)];
+      }
+      want_offsets.push_back(static_cast<int64_t>(want_token.size()));
+    }
+    const nn::Routing host = nn::route_chosen(valid, N, E, k);
+    int64_t rows = 0;
+    for (int64_t e = 0; e < E; ++e) rows += host.load[static_cast<size_t>(e)];
+    EXPECT_EQ(rows, N * k);  // (every token chose in `valid`)
+    for (int64_t j = 0; j < k; ++j) {
+      want_token.push_back(0);
+      want_assignment.push_back(N * k);
+    }
+    EXPECT_EQ(v(token), want_token);
+    EXPECT_EQ(v(assignment), want_assignment);
+    EXPECT_EQ(v(offsets), want_offsets);
+    EXPECT_EQ(v(counts), want_counts);
+    std::vector<int64_t> want_picked;
+    for (int64_t a = 0; a < N * k; ++a) {
+      const int64_t e = choice[static_cast<size_t>(a)];
+      want_picked.push_back(e < 0 ? N * E : (a / k) * E + e);
+    }
+    EXPECT_EQ(v(picked), want_picked);
+    // The host's grouping of the same rows: its rows for experts that took
+    // any, in the same order.
+    std::vector<int64_t> host_rows;
+    for (size_t r = 0; r < host.token.size(); ++r) {
+      if (host.assignment[r] < N * k && host.assignment[r] / k != 1)
+        host_rows.push_back(host.assignment[r]);
+    }
+    EXPECT_EQ(std::vector<int64_t>(want_assignment.begin(), want_assignment.end() - k), host_rows);
+  }
+}
+
+TEST(ExpertChoice, DroplessRowsRefuseWhatDoesNotGroup) {
+  Tensor choice = zeros({6, 2}, DType::I64), token = empty({12}, DType::I64),
+         assignment = empty({12}, DType::I64), offsets = empty({4}, DType::I64),
+         picked = empty({12}, DType::I64), counts = empty({2, 3}, DType::I64);
+  Backend& cpu = backend_for(DeviceType::CPU);
+  EXPECT_THROW(
+      {
+        try {
+          cpu.dropless_rows(choice, 3, 4, token, assignment, offsets, picked, counts);
+        } catch (const ValueError& e) {
+          EXPECT_NE(std::string(e.what()).find("6 tokens in groups of 4"), std::string::npos);
+          throw;
+        }
+      },
+      ValueError);
+  Tensor short_offsets = empty({3}, DType::I64);
+  EXPECT_THROW(
+      {
+        try {
+          cpu.dropless_rows(choice, 3, 3, token, assignment, short_offsets, picked, counts);
+        } catch (const ShapeError& e) {
+          EXPECT_NE(std::string(e.what()).find("dropless_rows: offsets i64 [3]"),
+                    std::string::npos);
+          throw;
+        }
+      },
+      ShapeError);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ line = [l for l in run.stdout.splitlines() if l.startswith("{")][-1]
 result = json.loads(line)
 help_text = subprocess.run([bench, "--help"], capture_output=True, text=True, check=True).stdout
 
-IN_THE_MIXTURE_LABEL = {"pad_to_capacity"}
+IN_THE_MIXTURE_LABEL = {"pad_to_capacity", "host_routing"}
 settings = [k for k, v in result.items() if isinstance(v, bool)]
 problems = []
 for key in settings:

@@ -2,7 +2,8 @@
 // give what splitting the rows, one linear each and a concat give, bit for
 // bit on the CPU (its backend makes the same calls on the same rows); the
 // weights' gradients defer as linear's (zero-bubble W); a group of no rows
-// gives its weight a zero gradient; bad shapes are refused naming them.
+// gives its weight a zero gradient; bad shapes are refused naming them. So
+// with the groups given as offsets where the rows are.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -120,6 +121,84 @@ TEST(GroupedLinear, RefusesShapesThatDoNotGroup) {
         (void)grouped_linear(randn({9, 5}, 3, 4), {w}, {9});
       },
       {"x [9, 5] for 9 rows", "(expected (9, 6))"});
+}
+
+// Offsets as an i64 tensor (where a dropless mixture's routing leaves
+// them, on the device).
+Tensor offsets_of(const std::vector<int64_t>& at) {
+  std::vector<double> v(at.begin(), at.end());
+  return from_vector(v, {static_cast<int64_t>(at.size())}, DType::I64);
+}
+
+// With the groups given as offsets (a tensor the host need not read), the
+// same values and gradients as with row counts: bit for bit on the CPU,
+// deferred or not, a group of no rows included (its weight's gradient
+// zero).
+TEST(GroupedLinear, OffsetsGiveWhatRowCountsGive) {
+  for (const std::vector<int64_t>& rows :
+       std::vector<std::vector<int64_t>>{{4, 2, 3}, {4, 0, 5}, {0, 9, 0}}) {
+    std::vector<int64_t> at{0};
+    for (const int64_t r : rows) at.push_back(at.back() + r);
+    for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
+      for (bool defer : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + (defer ? " deferred" : "") + " rows " +
+                     std::to_string(rows[0]) + "," + std::to_string(rows[1]) + "," +
+                     std::to_string(rows[2]));
+        const GroupedOutcome want = run_grouped(dtype, false, [&](const Tensor& x, const auto& w) {
+          return grouped_linear(x, w, rows);
+        });
+        const GroupedOutcome got = run_grouped(dtype, defer, [&](const Tensor& x, const auto& w) {
+          return grouped_linear(x, w, offsets_of(at));
+        });
+        EXPECT_EQ(got.y, want.y);
+        ASSERT_EQ(got.grads.size(), want.grads.size());
+        for (size_t i = 0; i < got.grads.size(); ++i)
+          EXPECT_EQ(got.grads[i], want.grads[i]) << "gradient " << i;
+      }
+    }
+  }
+}
+
+// Rows past the last group (tokens that chose no expert) give zeros and
+// send no gradient back; the groups' rows are as without them.
+TEST(GroupedLinear, RowsPastTheLastOffsetGiveZerosAndNoGradient) {
+  const GroupedOutcome tail = run_grouped(DType::F64, false, [](const Tensor& x, const auto& w) {
+    return grouped_linear(x, w, offsets_of({0, 3, 3, 6}));
+  });
+  const GroupedOutcome head = run_grouped(DType::F64, false, [](const Tensor& x, const auto& w) {
+    return concat({grouped_linear(narrow(x, 0, 0, 6), w, {3, 0, 3}), zeros({3, 7}, DType::F64)}, 0);
+  });
+  EXPECT_EQ(tail.y, head.y);
+  for (size_t i = 0; i < tail.grads.size(); ++i) EXPECT_EQ(tail.grads[i], head.grads[i]) << i;
+  EXPECT_EQ(std::vector<double>(tail.y.end() - 21, tail.y.end()), std::vector<double>(21, 0.0));
+  EXPECT_EQ(std::vector<double>(tail.grads[0].end() - 18, tail.grads[0].end()),
+            std::vector<double>(18, 0.0));
+}
+
+TEST(GroupedLinear, RefusesOffsetsThatDoNotGroup) {
+  const Tensor x = randn({9, 6}, 3, 1), w = randn({7, 6}, 3, 2);
+  testing::expect_error<ShapeError>(
+      [&] {
+        (void)grouped_linear(x, {w, w}, offsets_of({0, 9}));
+      },
+      {"2 weights and i64 offsets [2]", "(expected i64 (3)"});
+  testing::expect_error<ShapeError>([&] { (void)grouped_linear(x, {w}, zeros({2}, DType::F32)); },
+                                    {"f32 offsets [2]"});
+  testing::expect_error<ValueError>(
+      [&] {
+        (void)grouped_linear(x, {w, w}, offsets_of({0, 5, 4}));
+      },
+      {"offsets [0, 5, 4] for 9 rows", "offsets[0] <= ... <= offsets[groups] <= rows"});
+  testing::expect_error<ValueError>(
+      [&] {
+        (void)grouped_linear(x, {w, w}, offsets_of({0, 5, 10}));
+      },
+      {"offsets [0, 5, 10] for 9 rows"});
+  testing::expect_error<ShapeError>(
+      [&] {
+        (void)grouped_linear(randn({9, 5}, 3, 4), {w}, offsets_of({0, 9}));
+      },
+      {"x [9, 5] for weights [7, 6]", "(expected (rows, 6))"});
 }
 
 }  // namespace

@@ -16,7 +16,9 @@
 # (model.moe.pad_to_capacity) routes on the device inside the capture, and
 # reports the same balance, loads and drops, under expert parallelism too
 # (with LoRA dropout on the experts, whose rows' keys travel and regroup on
-# the device); a dropless mixture is refused by name.
+# the device); so does a dropless one (its rows grouped and its experts'
+# products sized on the device), but under expert parallelism, which is
+# refused by name.
 # Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
 # LAYOUTS.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
@@ -72,7 +74,8 @@ foreach(entry IN LISTS layouts)
   message(STATUS "${layout}: the same losses and norms captured (${losses})")
   math(EXPR i "${i} + 1")
 endforeach()
-# Expert parallelism's routing is read on the host: refused by name.
-run_expecting_error("captured ep 2" "train.cuda_graph: a mixture of experts \\(model.moe\\) reads its routing on the host"
+# A dropless mixture under expert parallelism exchanges its rows by counts
+# read on the host: refused by name.
+run_expecting_error("captured ep 2" "train.cuda_graph: expert parallelism \\(this run has ep 2\\) routes its tokens by counts read on the host"
                     ${MPIRUN} -np 2 ${TRAIN} ${common} --set parallel.ep=2 --set model.moe.experts=2
                     --set train.cuda_graph=true --set output.dir=${WORK}/ep)

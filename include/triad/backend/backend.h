@@ -536,6 +536,40 @@ class Backend {
   virtual void capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts,
                               int64_t capacity, int64_t group, Tensor& slot_token,
                               Tensor& slot_assignment, Tensor& picked, Tensor& counts);
+  // A dropless mixture's experts' batch formed where the choices are, so
+  // that nothing about it waits for the host: from choice (N, k) i64
+  // (route_top_k's; -1 where a token could not choose), every assignment
+  // (a = n * k + j) gets a row, the rows grouped by expert (expert 0's
+  // first), each group in token order. row_token and row_assignment
+  // (N * k, i64): row r's token and assignment; rows past the last group
+  // (one for each assignment of a token that could not choose) token 0
+  // and assignment N * k (the padding's gate, 0). offsets (E + 1, i64):
+  // expert e's rows are [offsets[e], offsets[e + 1]), offsets[0] = 0.
+  // picked and counts as capacity_slots's. The default forms them on the
+  // host (copying through it when the tensors are elsewhere); the CUDA
+  // backend on the device. Throws ShapeError/ValueError naming the value
+  // for shapes, dtypes or a group that does not divide N.
+  virtual void dropless_rows(const Tensor& choice, int64_t experts, int64_t group,
+                             Tensor& row_token, Tensor& row_assignment, Tensor& offsets,
+                             Tensor& picked, Tensor& counts);
+  // Products over rows grouped where the group sizes are not known to the
+  // host (a dropless mixture's experts inside a CUDA graph): offsets
+  // (G + 1, i64, contiguous, on a's device; 0 = offsets[0] <= ... <=
+  // offsets[G] <= M) gives group g the rows [offsets[g], offsets[g + 1]).
+  // grouped_gemm_rows: c (M, N) = a (M, K) @ op(b[g]) on group g's rows,
+  // op(b) = b^T for b (N, K) with trans_b, else b (K, N); rows past
+  // offsets[G] are zeros. grouped_gemm_sums: c[g] = a_g^T @ b_g + beta *
+  // c[g] for a (M, K1) and b (M, K2), a_g and b_g group g's rows, c[g]
+  // (K1, K2) (a group of no rows: beta * c[g]). The b's (c's) share one
+  // shape; a, b and c share a dtype, or c is f32 under bf16/f16 a and b
+  // (grouped_gemm_sums). Every matrix contiguous. Offsets out of order or
+  // past M: ValueError on the host (the default reads them there); the
+  // CUDA backend, which does not, clamps them into [0, M] and treats a
+  // group that would end before it begins as empty.
+  virtual void grouped_gemm_rows(const Tensor& a, const std::vector<Tensor>& b,
+                                 const Tensor& offsets, bool trans_b, Tensor& c);
+  virtual void grouped_gemm_sums(const Tensor& a, const Tensor& b, const Tensor& offsets,
+                                 std::vector<Tensor>& c, double beta);
 };
 
 // Throws ShapeError unless sum_sq (AdamWStep::clip_sum_sq) is one f64

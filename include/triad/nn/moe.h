@@ -135,7 +135,7 @@ struct MoeStats {
   // A layer's routing counted where it ran (model.moe.pad_to_capacity):
   // counts (S, E) of `sequence` tokens each choosing top_k, the summed
   // probabilities (S, E) and the z-loss (0 without one), recorded as the
-  // layer records a routing it read.
+  // layer records a routing it read; capacity 0: dropless.
   void record_counts(int64_t layer, const std::vector<double>& counts,
                      const std::vector<double>& sums, double z_loss, int64_t sequence,
                      int64_t top_k, int64_t experts, int64_t capacity);
@@ -294,6 +294,9 @@ class MoeMlp : public Module {
   // (grouped_linear) over their rows: without adapters or biases, and an
   // activation other than GPT-2's GELU (whose products fuse it in).
   bool grouped_experts() const;
+  // Whether every expert of this rank is its two weights alone (no
+  // adapters, no biases): what grouped products need.
+  bool groupable() const;
   // The routing of the N tokens whose scores are probs (N, E) under
   // `capacity` (0: dropless): chosen on probs' device (the expert biases
   // and groups as configured), the host reading only the choices (and,

@@ -28,6 +28,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // >= 0) add up to M.
 Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights,
                       const std::vector<int64_t>& rows);
+// The same with the groups given where the rows are, not on the host (a
+// dropless mixture's experts inside a CUDA graph, whose group sizes the
+// host never reads): offsets (E + 1, i64, contiguous, on x's device), the
+// rows of weights[e] [offsets[e], offsets[e + 1]), 0 = offsets[0] <= ... <=
+// offsets[E] <= M; rows past offsets[E] give zeros and take no gradient.
+// Values and gradients as the row counts' version (Backend::
+// grouped_gemm_rows and grouped_gemm_sums; a backend that reads the
+// offsets refuses them out of order). Throws ShapeError as that version
+// does, and for offsets of another shape, dtype or device.
+Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& offsets);
 
 // gelu(linear(x, weight, bias)) in one backend call (on CUDA, a cuBLASLt
 // GEMM with a bias-and-GELU epilogue instead of three passes). Same values,

@@ -19,6 +19,7 @@
 
 #include "backend/embedding_order.h"
 #include "backend/expert_choice.h"
+#include "backend/grouped_gemm.h"
 #include "capture_safe_malloc.h"
 #include "cublaslt_gemm.h"
 #include "cudnn_attention.h"
@@ -34,6 +35,7 @@
 #include "kernels/documents.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/grouped_gemm.h"
 #include "kernels/layernorm.h"
 #include "kernels/rotary.h"
 #include "kernels/routing.h"
@@ -2195,6 +2197,52 @@ void CudaBackend::capacity_slots(const Tensor& choice, const Tensor& scores, int
                       slot_token.data<int64_t>(), slot_assignment.data<int64_t>(),
                       picked.data<int64_t>(), counts.data<int64_t>(), ws ? ws->get() : nullptr,
                       s.stream);
+  });
+}
+
+void CudaBackend::dropless_rows(const Tensor& choice, int64_t experts, int64_t group,
+                                Tensor& row_token, Tensor& row_assignment, Tensor& offsets,
+                                Tensor& picked, Tensor& counts) {
+  check_dropless_rows(choice, experts, group, row_token, row_assignment, offsets, picked, counts);
+  const k::DroplessShape shape{choice.size(0), experts, choice.size(1), group};
+  DeviceState& s = state(choice.device().index);
+  DeviceGuard g(s.index);
+  const size_t bytes = k::dropless_workspace(shape);
+  std::optional<Scratch> ws;
+  if (bytes > 0) ws.emplace(s.allocator, bytes);
+  launch(s.index, s.stream, "dropless_rows", [&] {
+    k::dropless_rows(choice.data<int64_t>(), shape, row_token.data<int64_t>(),
+                     row_assignment.data<int64_t>(), offsets.data<int64_t>(),
+                     picked.data<int64_t>(), counts.data<int64_t>(), ws ? ws->get() : nullptr,
+                     s.stream);
+  });
+}
+
+void CudaBackend::grouped_gemm_rows(const Tensor& a, const std::vector<Tensor>& b,
+                                    const Tensor& offsets, bool trans_b, Tensor& c) {
+  const GroupedGemmSizes sizes = check_grouped_gemm_rows(a, b, offsets, trans_b, c);
+  const k::GroupedGemmShape shape{sizes.M, sizes.N, sizes.K, sizes.groups};
+  std::vector<const void*> bs;
+  for (const Tensor& t : b) bs.push_back(t.raw_data());
+  DeviceState& s = state(a.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "grouped_gemm_rows", [&] {
+    k::grouped_gemm_rows(scalar(a.dtype()), shape, a.raw_data(), bs.data(), offsets.data<int64_t>(),
+                         trans_b, c.raw_data(), s.stream);
+  });
+}
+
+void CudaBackend::grouped_gemm_sums(const Tensor& a, const Tensor& b, const Tensor& offsets,
+                                    std::vector<Tensor>& c, double beta) {
+  const GroupedGemmSizes sizes = check_grouped_gemm_sums(a, b, offsets, c);
+  const k::GroupedGemmShape shape{sizes.M, sizes.N, sizes.K, sizes.groups};
+  std::vector<void*> cs;
+  for (Tensor& t : c) cs.push_back(t.raw_data());
+  DeviceState& s = state(a.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "grouped_gemm_sums", [&] {
+    k::grouped_gemm_sums(scalar(a.dtype()), scalar(c.front().dtype()), shape, a.raw_data(),
+                         b.raw_data(), offsets.data<int64_t>(), cs.data(), beta, s.stream);
   });
 }
 

@@ -179,6 +179,13 @@ class CudaBackend final : public Backend {
   void capacity_slots(const Tensor& choice, const Tensor& scores, int64_t experts, int64_t capacity,
                       int64_t group, Tensor& slot_token, Tensor& slot_assignment, Tensor& picked,
                       Tensor& counts) override;
+  void dropless_rows(const Tensor& choice, int64_t experts, int64_t group, Tensor& row_token,
+                     Tensor& row_assignment, Tensor& offsets, Tensor& picked,
+                     Tensor& counts) override;
+  void grouped_gemm_rows(const Tensor& a, const std::vector<Tensor>& b, const Tensor& offsets,
+                         bool trans_b, Tensor& c) override;
+  void grouped_gemm_sums(const Tensor& a, const Tensor& b, const Tensor& offsets,
+                         std::vector<Tensor>& c, double beta) override;
 
   // Per-device state, created on first use of the device.
   struct DeviceState;
