@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "ops/op_cases.h"
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "support/tiny_deepseek.h"
 #ifdef TRIAD_CUDA_SIM
@@ -5150,6 +5151,24 @@ TEST(CudaModel, ADroplessMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) 
     EXPECT_EQ(device_stats.dropped_sum, 0.0);
     EXPECT_NEAR(device_stats.z_loss_sum, read_stats.z_loss_sum, 1e-6);
     EXPECT_EQ(device_stats.loads, read_stats.loads);
+    if (swiglu) {
+      // Inside a capture, experts with adapters (each run on rows counted
+      // on the host) cannot route: refused naming the layer and why.
+      nn::GptConfig with_adapters = cfg;
+      with_adapters.lora = {.rank = 2, .targets = {"mlp.c_fc"}};
+      nn::Gpt adapted(with_adapters, 9);
+      adapted.to(kGpu);
+      const Tensor ids_there = to_device(ids, kGpu), tg_there = to_device(tg, kGpu);
+      testing::expect_error<Error>(
+          [&] {
+            cuda::capture(0, [&] {
+              nn::ForwardContext ctx{.training = true};
+              (void)adapted.loss(ids_there, tg_there, ctx);
+            });
+          },
+          {"MoeMlp (layer 0): a dropless mixture inside a CUDA graph needs",
+           "(this layer has adapters)", "pad_to_capacity"});
+    }
     bool idle_expert = false;
     for (const auto& [layer, load] : read_stats.loads)
       idle_expert = idle_expert || std::count(load.begin(), load.end(), 0.0) > 0;

@@ -142,7 +142,8 @@ Graph capture(int device, const std::function<void()>& record);
 // and sums through indices already on that device (embedding's forward and
 // backward, index_add_rows) check the indices in their kernels instead of
 // reading them to the host, and a mixture of experts padded to its capacity
-// (model.moe.pad_to_capacity) keeps its routing on the device: its step
+// (model.moe.pad_to_capacity), or a dropless one, keeps its routing on the
+// device: its step
 // queues without the host waiting for the device (the trainer opens one
 // around each uncaptured step and reads its words with the gradient norm).
 // A bad index reads no memory, but what is computed from it is wrong:

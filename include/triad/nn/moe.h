@@ -212,6 +212,17 @@ class ExpertPlacement {
 // parallelism (`placement`) the rank holds only its block of the experts
 // (under their global names) and runs them on every rank's rows for them.
 //
+// Where the routing runs: on the scores' device, the host reading back the
+// choices once a layer (the rows' counts size the experts' products);
+// inside a CUDA graph's capture or a cuda::DeviceChecks (the trainer's
+// uncaptured steps on a GPU), nothing is read: a mixture padded to its
+// capacity fills fixed slots (Backend::capacity_slots), a dropless one
+// groups its rows on the device (Backend::dropless_rows) and sizes its
+// experts' products there (grouped_linear's offsets), its statistics left
+// in MoeStats::pending. The dropless one needs every expert here, no
+// context parallelism and experts without adapters; inside a capture,
+// without them, experts() throws NotSupportedError naming what it has.
+//
 // LoRA (model.lora.targets mlp.c_fc, mlp.c_proj; GptConfig::lora_modules):
 // each expert's layers and the shared expert's carry adapters of their own,
 // split with them over the `shards` ranks (c_fc's B by rows, c_proj's A by
