@@ -31,15 +31,22 @@ struct Tile {
 };
 
 // A block's shared memory: on tensor cores the tiles of A (BM x BK) and B
-// (BK x BN) with rows padded by 8 elements (a leading dimension of a
-// multiple of 16 bytes, each fragment 32-byte aligned) and each warp's
-// 16 x 16 f32 staging tile; as SIMT A's tile transposed (BK x BM, a
-// column of padding) and B's.
+// (BK x BN), each laid out as it lies in memory (rows along the side that
+// is not contiguous there, so that a tile is copied without transposing,
+// 16 bytes at a time where it can be), rows padded by 8 elements (a
+// leading dimension of a multiple of 16 bytes, each fragment 32-byte
+// aligned), and each warp's 16 x 16 f32 staging tile; as SIMT A's tile
+// transposed (BK x BM, a column of padding) and B's.
 template <class T>
 struct alignas(128) HalfTiles {
-  static constexpr int lda = Tile<T>::K + 8, ldb = Tile<T>::N + 8;
-  T a[Tile<T>::M * lda];
-  T b[Tile<T>::K * ldb];
+  static constexpr int BM = Tile<T>::M, BN = Tile<T>::N, BK = Tile<T>::K;
+  // Leading dimensions: A as (m, k) rows or (k, m) rows, B as (k, n) or
+  // (n, k) rows.
+  static constexpr int lda_mk = BK + 8, lda_km = BM + 8, ldb_kn = BN + 8, ldb_nk = BK + 8;
+  static constexpr int a_size = BM * lda_mk > BK* lda_km ? BM* lda_mk : BK* lda_km;
+  static constexpr int b_size = BK * ldb_kn > BN* ldb_nk ? BK* ldb_kn : BN* ldb_nk;
+  T a[a_size];
+  T b[b_size];
   float stage[kThreads / 32][16 * 16];
 };
 template <class T>
@@ -79,6 +86,39 @@ __device__ __forceinline__ void load_tile(const Operand<T>& op, int64_t r0, int6
   }
 }
 
+// Copies the (R x C) tile at (r0, c0) of a matrix whose element (r, c) is
+// base[r * stride + c] (c its contiguous side), present where r < r_lim
+// and c < c_lim (zero elsewhere), into shared memory as dst[r * ld + c]:
+// 16 bytes a thread at a time where the base, the stride and c_lim keep
+// every 8 elements together and aligned (a pack is then wholly inside or
+// outside, C and c0 being multiples of 8), else element by element.
+template <int R, int C, class T>
+__device__ __forceinline__ void load_rows(const T* base, int64_t stride, int64_t r0, int64_t c0,
+                                          int64_t r_lim, int64_t c_lim, T* dst, int ld) {
+  static_assert(C % 8 == 0, "whole packs a row");
+  const bool packed =
+      reinterpret_cast<uintptr_t>(base) % 16 == 0 && stride % 8 == 0 && c_lim % 8 == 0;
+  if (packed) {
+    for (int i = threadIdx.x; i < R * C / 8; i += kThreads) {
+      const int r = i / (C / 8), c = (i % (C / 8)) * 8;
+      const int64_t gr = r0 + r, gc = c0 + c;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (gr < r_lim && gc < c_lim) v = *reinterpret_cast<const uint4*>(base + gr * stride + gc);
+      *reinterpret_cast<uint4*>(dst + r * ld + c) = v;
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < R * C; i += kThreads) {
+    const int r = i / C, c = i % C;
+    const int64_t gr = r0 + r, gc = c0 + c;
+    if (gr < r_lim && gc < c_lim) {
+      dst[r * ld + c] = base[gr * stride + gc];
+    } else {
+      store(dst, r * ld + c, compute_t<T>(0));
+    }
+  }
+}
+
 // acc + beta * out into out[i * ldc + j] for the tile's (i, j) inside
 // (ni, nj), in out's type.
 template <class TC, class V>
@@ -101,7 +141,12 @@ __device__ void tile_product(const Operand<T>& a, const Operand<T>& b, int64_t K
     // 8 warps, 2 x 4, each 64 x 32 of the tile: 4 x 2 accumulators.
     using Smem = HalfTiles<T>;
     __shared__ Smem smem[1];
-    constexpr int lda = Smem::lda, ldb = Smem::ldb;
+    // Each tile kept as it lies: A by (m, k) rows when k is contiguous,
+    // else (k, m) rows, read as a column-major fragment; B likewise.
+    constexpr int lda = A_K ? Smem::lda_mk : Smem::lda_km;
+    constexpr int ldb = B_N ? Smem::ldb_kn : Smem::ldb_nk;
+    using LayoutA = std::conditional_t<A_K, wmma::row_major, wmma::col_major>;
+    using LayoutB = std::conditional_t<B_N, wmma::row_major, wmma::col_major>;
     T* as = smem[0].a;
     T* bs = smem[0].b;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -112,22 +157,31 @@ __device__ void tile_product(const Operand<T>& a, const Operand<T>& b, int64_t K
 #pragma unroll
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
-      load_tile<BM, BK, A_K>(a, 0, k0, as, lda);
-      if constexpr (B_N) {
-        load_tile<BK, BN, true>(b, k0, 0, bs, ldb);
+      // (A's (i, j) = (m, k) at base[m si + k sj]: one of si, sj is 1.)
+      if constexpr (A_K) {
+        load_rows<BM, BK>(a.base, a.si, 0, k0, a.ni, a.nj, as, lda);
       } else {
-        load_tile<BK, BN, false>(b, k0, 0, bs, ldb);
+        load_rows<BK, BM>(a.base, a.sj, k0, 0, a.nj, a.ni, as, lda);
+      }
+      if constexpr (B_N) {
+        load_rows<BK, BN>(b.base, b.si, k0, 0, b.ni, b.nj, bs, ldb);
+      } else {
+        load_rows<BN, BK>(b.base, b.sj, 0, k0, b.nj, b.ni, bs, ldb);
       }
       __syncthreads();
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LayoutB> fb[2];
 #pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], bs + kk * ldb + wn + j * 16, ldb);
+        for (int j = 0; j < 2; ++j) {
+          const int n = wn + j * 16;
+          wmma::load_matrix_sync(fb[j], B_N ? bs + kk * ldb + n : bs + n * ldb + kk, ldb);
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-          wmma::load_matrix_sync(fa, as + (wm + i * 16) * lda + kk, lda);
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LayoutA> fa;
+          const int m = wm + i * 16;
+          wmma::load_matrix_sync(fa, A_K ? as + m * lda + kk : as + kk * lda + m, lda);
 #pragma unroll
           for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa, fb[j], acc[i][j]);
         }

@@ -909,27 +909,28 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // A dropless mixture inside a capture, or a cuda::DeviceChecks (the
   // trainer's uncaptured steps on a GPU): the rows grouped on the device
   // and the experts' products sized there (grouped_linear's offsets), so
-  // the host reads nothing, as a padded mixture's. It needs this rank to
-  // hold every expert (the exchange's counts are read on the host), the
-  // micro-batch whole (context parallelism sums the balance's counts on
-  // the host) and experts without adapters or biases (each run on its own
-  // rows); inside a capture, without them, nothing can route.
+  // the host reads nothing, as a padded mixture's; under context
+  // parallelism the balance's counts and summed probabilities are added
+  // over the group there too (chunks_.gather_rows). It needs this rank to
+  // hold every expert (the exchange's counts are read on the host) and
+  // experts without adapters or biases (each run on its own rows); inside
+  // a capture, without them, nothing can route.
   const bool dropless = !padded && capacity == 0;
   bool device_dropless = false;
   if (dropless) {
     Backend& backend = backend_for(probs);
     const bool capturing = backend.capturing(probs.device());
     if (capturing || backend.checks_indices_on_device(probs.device())) {
-      device_dropless = !placement_ && P == 1 && groupable();
+      device_dropless = !placement_ && (P == 1 || chunks_.gather_rows) && groupable();
       if (capturing && !device_dropless) {
         throw NotSupportedError(
             "MoeMlp (layer " + std::to_string(layer_) +
             "): a dropless mixture inside a CUDA graph needs every expert on this rank (no "
-            "expert parallelism), no context parallelism and experts without LoRA adapters "
-            "(this layer has " +
-            (placement_ ? "expert parallelism"
-             : P > 1    ? "context parallelism"
-                        : "adapters") +
+            "expert parallelism), the context group's gather of rows under context parallelism "
+            "and experts without LoRA adapters (this layer has " +
+            (placement_     ? "expert parallelism"
+             : !groupable() ? "adapters"
+                            : "no gather") +
             "); model.moe.pad_to_capacity routes them on the device");
       }
     }
@@ -949,9 +950,22 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     offsets = empty({E + 1}, DType::I64, dev);
     counts = empty({S, E}, DType::I64, dev);
     backend.dropless_rows(chosen, E, T_local, token_at, assignment_at, offsets, picked_at, counts);
+    Tensor sums = p_summed;
+    if (P > 1) {
+      // The whole micro-batch's counts and summed probabilities, every
+      // rank's added over the context group on the device (the host path's
+      // chunks_.sum).
+      autograd::NoGradGuard no_grad;
+      std::vector<Tensor> parts{cast(counts, DType::F64)};
+      if (p_summed.defined()) parts.push_back(cast(p_summed, DType::F64));
+      const int64_t width = p_summed.defined() ? 2 * E : E;
+      const Tensor all = sum(chunks_.gather_rows(reshape(concat(parts, 1), {S, 1, width})), 1);
+      counts = contiguous(narrow(all, 1, 0, E));
+      if (p_summed.defined()) sums = contiguous(narrow(all, 1, E, E));
+    }
     if (reporting) {
       ctx.moe_stats->pending.push_back(
-          {layer_, T_local, k, 0, counts, p_summed, z.defined() ? z.detach() : Tensor{}});
+          {layer_, T_local * P, k, 0, counts, sums, z.defined() ? z.detach() : Tensor{}});
     }
     recorded = true;
   } else if (padded) {
@@ -1186,7 +1200,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // probabilities of each expert, per sequence (over every rank's chunk of
   // it) or for all of them: S x E of each, summed over the ranks once.
   std::vector<double> whole;
-  if (P > 1 && !across && (balancing || reporting)) {
+  if (P > 1 && !across && !device_dropless && (balancing || reporting)) {
     whole.assign(static_cast<size_t>(2 * S * E), 0.0);
     for (int64_t n = 0; n < N; ++n) {
       const int64_t s = n / T_local;
@@ -1220,8 +1234,10 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
         }
       }
     }
+    // (Counted where the routing ran: the whole micro-batch's, over every
+    // rank of a context group.)
     const Tensor f = counted
-                         ? scale(cast(counts, probs.dtype()), 1.0 / static_cast<double>(T * Pw * k))
+                         ? scale(cast(counts, probs.dtype()), 1.0 / static_cast<double>(T * P * k))
                          : from_vector(share, {S, E}, probs.dtype(), probs.device());
     const Tensor p = balanced_probs();
     const Tensor aux = scale(sum(mul(f, mean(reshape(p, {S, T, E}), 1))),

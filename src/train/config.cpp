@@ -649,12 +649,6 @@ void validate(const Config& c, bool min_lr_given) {
             "a mixture of experts capped by model.moe.capacity_factor reads its routing on the "
             "host in every layer; model.moe.pad_to_capacity routes it on the device");
       }
-      if (c.parallel.cp > 1) {
-        refuse("a dropless mixture of experts (model.moe) under context parallelism (parallel.cp " +
-               std::to_string(c.parallel.cp) +
-               ") sums its routing's counts over the ranks on the host; model.moe.pad_to_capacity "
-               "(with a capacity_factor) routes it on the device");
-      }
       for (const std::string& target : c.model.lora.targets) {
         if (c.model.lora.rank > 0 && (target == "mlp.c_fc" || target == "mlp.c_proj")) {
           refuse(

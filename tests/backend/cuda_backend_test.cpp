@@ -2150,7 +2150,10 @@ TEST(CudaKernels, GroupedProductsSizedOnTheDeviceMatchTheCpu) {
   };
   std::vector<int64_t> many{0};
   for (int64_t g = 0; g < 300; ++g) many.push_back(many.back() + (g * 7) % 5);
+  // (Widths of a multiple of 8 take 16-byte loads, the others element by
+  // element.)
   const Case cases[] = {{300, 70, 136, {0, 130, 130, 290, 290}},
+                        {260, 72, 136, {0, 5, 200, 250}},
                         {40, 16, 24, {0, 40}},
                         {many.back() + 3, 16, 20, many}};
   for (const Case& c : cases) {

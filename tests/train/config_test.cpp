@@ -1136,9 +1136,10 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
     overrides.insert(overrides.end(), captured.begin(), captured.end());
     EXPECT_TRUE(parse_config(kValid, overrides).train.cuda_graph);
   }
-  // A dropless mixture is captured (routed and sized on the device), but
-  // not under context parallelism or with adapters on its experts (each
-  // sized on the host); a capped one only padded to its capacity.
+  // A dropless mixture is captured (routed and sized on the device; under
+  // context parallelism its counts added over the group there too), but
+  // not with adapters on its experts (each sized on the host); a capped one
+  // only padded to its capacity.
   EXPECT_TRUE(parse_config(kValid, {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4"})
                   .train.cuda_graph);
   EXPECT_TRUE(parse_config(kValid, {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4",
@@ -1148,9 +1149,9 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4",
                        "model.moe.capacity_factor=1.25"},
                       "train.cuda_graph: a mixture of experts capped by model.moe.capacity_factor");
-  expect_config_error(
-      kValid, {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4", "parallel.cp=2"},
-      "under context parallelism (parallel.cp 2)");
+  EXPECT_TRUE(parse_config(kValid, {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4",
+                                    "parallel.cp=2"})
+                  .train.cuda_graph);
   expect_config_error(kValid,
                       {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4",
                        "model.lora.rank=2", "model.lora.targets=[mlp.c_proj]"},

@@ -219,9 +219,10 @@ class ExpertPlacement {
 // capacity fills fixed slots (Backend::capacity_slots), a dropless one
 // groups its rows on the device (Backend::dropless_rows) and sizes its
 // experts' products there (grouped_linear's offsets), its statistics left
-// in MoeStats::pending. The dropless one needs every expert here, no
-// context parallelism and experts without adapters; inside a capture,
-// without them, experts() throws NotSupportedError naming what it has.
+// in MoeStats::pending (under context parallelism its counts added over the
+// group there, Chunks::gather_rows). The dropless one needs every expert
+// here and experts without adapters; inside a capture, without them,
+// experts() throws NotSupportedError naming what it has.
 //
 // LoRA (model.lora.targets mlp.c_fc, mlp.c_proj; GptConfig::lora_modules):
 // each expert's layers and the shared expert's carry adapters of their own,
