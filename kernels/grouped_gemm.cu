@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "device_utils.cuh"
 #include "grouped_gemm.h"
@@ -92,13 +93,45 @@ __device__ __forceinline__ void load_tile(const Operand<T>& op, int64_t r0, int6
 // 16 bytes a thread at a time where the base, the stride and c_lim keep
 // every 8 elements together and aligned (a pack is then wholly inside or
 // outside, C and c0 being multiples of 8), else element by element.
+template <class T>
+__device__ __forceinline__ bool packable(const T* base, int64_t stride, int64_t c_lim) {
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && stride % 8 == 0 && c_lim % 8 == 0;
+}
+
+// load_rows' packed copy in two halves, so that a tile's loads are in
+// flight while the block multiplies the one before: each thread's
+// R * C / 8 / kThreads packs into registers, then into shared memory.
+template <int R, int C>
+constexpr int kPacksPerThread = R* C / 8 / kThreads;
+template <int R, int C, class T>
+__device__ __forceinline__ void fetch_rows(const T* base, int64_t stride, int64_t r0, int64_t c0,
+                                           int64_t r_lim, int64_t c_lim,
+                                           uint4 (&regs)[kPacksPerThread<R, C>]) {
+  static_assert(R * C % (8 * kThreads) == 0, "whole packs a thread");
+#pragma unroll
+  for (int v = 0; v < kPacksPerThread<R, C>; ++v) {
+    const int i = threadIdx.x + v * kThreads, r = i / (C / 8), c = (i % (C / 8)) * 8;
+    const int64_t gr = r0 + r, gc = c0 + c;
+    regs[v] = make_uint4(0, 0, 0, 0);
+    if (gr < r_lim && gc < c_lim)
+      regs[v] = *reinterpret_cast<const uint4*>(base + gr * stride + gc);
+  }
+}
+template <int R, int C, class T>
+__device__ __forceinline__ void put_rows(const uint4 (&regs)[kPacksPerThread<R, C>], T* dst,
+                                         int ld) {
+#pragma unroll
+  for (int v = 0; v < kPacksPerThread<R, C>; ++v) {
+    const int i = threadIdx.x + v * kThreads, r = i / (C / 8), c = (i % (C / 8)) * 8;
+    *reinterpret_cast<uint4*>(dst + r * ld + c) = regs[v];
+  }
+}
+
 template <int R, int C, class T>
 __device__ __forceinline__ void load_rows(const T* base, int64_t stride, int64_t r0, int64_t c0,
                                           int64_t r_lim, int64_t c_lim, T* dst, int ld) {
   static_assert(C % 8 == 0, "whole packs a row");
-  const bool packed =
-      reinterpret_cast<uintptr_t>(base) % 16 == 0 && stride % 8 == 0 && c_lim % 8 == 0;
-  if (packed) {
+  if (packable(base, stride, c_lim)) {
     for (int i = threadIdx.x; i < R * C / 8; i += kThreads) {
       const int r = i / (C / 8), c = (i % (C / 8)) * 8;
       const int64_t gr = r0 + r, gc = c0 + c;
@@ -156,19 +189,8 @@ __device__ void tile_product(const Operand<T>& a, const Operand<T>& b, int64_t K
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-    for (int64_t k0 = 0; k0 < K; k0 += BK) {
-      // (A's (i, j) = (m, k) at base[m si + k sj]: one of si, sj is 1.)
-      if constexpr (A_K) {
-        load_rows<BM, BK>(a.base, a.si, 0, k0, a.ni, a.nj, as, lda);
-      } else {
-        load_rows<BK, BM>(a.base, a.sj, k0, 0, a.nj, a.ni, as, lda);
-      }
-      if constexpr (B_N) {
-        load_rows<BK, BN>(b.base, b.si, k0, 0, b.ni, b.nj, bs, ldb);
-      } else {
-        load_rows<BN, BK>(b.base, b.sj, 0, k0, b.nj, b.ni, bs, ldb);
-      }
-      __syncthreads();
+    // One tile of A and B in shared memory into the accumulators.
+    const auto multiply = [&] {
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LayoutB> fb[2];
@@ -186,7 +208,52 @@ __device__ void tile_product(const Operand<T>& a, const Operand<T>& b, int64_t K
           for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa, fb[j], acc[i][j]);
         }
       }
-      __syncthreads();
+    };
+    // A's (i, j) = (m, k) at base[m si + k sj], one of si and sj 1: its
+    // tile kept as (m, k) rows (A_K) or (k, m) rows; B's (k, n) likewise.
+    // So each tile is (R x C) rows of (stride, first row, first column,
+    // rows, columns) in memory.
+    constexpr int AR = A_K ? BM : BK, AC = A_K ? BK : BM;
+    constexpr int BR = B_N ? BK : BN, BC = B_N ? BN : BK;
+    const int64_t a_stride = A_K ? a.si : a.sj, a_rows = A_K ? a.ni : a.nj,
+                  a_cols = A_K ? a.nj : a.ni;
+    const int64_t b_stride = B_N ? b.si : b.sj, b_rows = B_N ? b.ni : b.nj,
+                  b_cols = B_N ? b.nj : b.ni;
+    // The k-th tile's first row and column of each (k moves A's columns
+    // under A_K, else its rows; B's rows under B_N, else its columns).
+    const auto a_at = [&](int64_t k0) {
+      return A_K ? std::pair{int64_t{0}, k0} : std::pair{k0, int64_t{0}};
+    };
+    const auto b_at = [&](int64_t k0) {
+      return B_N ? std::pair{k0, int64_t{0}} : std::pair{int64_t{0}, k0};
+    };
+    if (packable(a.base, a_stride, a_cols) && packable(b.base, b_stride, b_cols)) {
+      // The next tile's loads in flight while this one is multiplied
+      // (registers, then shared memory after the block has read it).
+      uint4 ra[kPacksPerThread<AR, AC>], rb[kPacksPerThread<BR, BC>];
+      const auto fetch = [&](int64_t k0) {
+        fetch_rows<AR, AC>(a.base, a_stride, a_at(k0).first, a_at(k0).second, a_rows, a_cols, ra);
+        fetch_rows<BR, BC>(b.base, b_stride, b_at(k0).first, b_at(k0).second, b_rows, b_cols, rb);
+      };
+      fetch(0);
+      for (int64_t k0 = 0; k0 < K; k0 += BK) {
+        put_rows<AR, AC>(ra, as, lda);
+        put_rows<BR, BC>(rb, bs, ldb);
+        __syncthreads();
+        if (k0 + BK < K) fetch(k0 + BK);
+        multiply();
+        __syncthreads();
+      }
+    } else {
+      for (int64_t k0 = 0; k0 < K; k0 += BK) {
+        load_rows<AR, AC>(a.base, a_stride, a_at(k0).first, a_at(k0).second, a_rows, a_cols, as,
+                          lda);
+        load_rows<BR, BC>(b.base, b_stride, b_at(k0).first, b_at(k0).second, b_rows, b_cols, bs,
+                          ldb);
+        __syncthreads();
+        multiply();
+        __syncthreads();
+      }
     }
     // Each accumulator through the warp's staging tile, then out.
     float* mine = smem[0].stage[warp];
