@@ -42,17 +42,23 @@ void check_a(const Tensor& a, const char* op) {
   }
 }
 
-}  // namespace
-
-GroupedGemmSizes check_grouped_gemm_rows(const Tensor& a, const std::vector<Tensor>& b,
-                                         const Tensor& offsets, bool trans_b, const Tensor& c) {
-  const char* op = "grouped_gemm_rows";
+// a and the offsets checked: the rows, columns and groups they give.
+GroupedGemmSizes sizes_of(const Tensor& a, const Tensor& offsets, const char* op) {
   check_a(a, op);
   check_offsets(offsets, a, op);
   GroupedGemmSizes s;
   s.M = a.size(0);
   s.K = a.size(1);
   s.groups = offsets.size(0) - 1;
+  return s;
+}
+
+}  // namespace
+
+GroupedGemmSizes check_grouped_gemm_rows(const Tensor& a, const std::vector<Tensor>& b,
+                                         const Tensor& offsets, bool trans_b, const Tensor& c) {
+  const char* op = "grouped_gemm_rows";
+  GroupedGemmSizes s = sizes_of(a, offsets, op);
   if (static_cast<int64_t>(b.size()) != s.groups || b.front().dim() != 2) {
     throw ShapeError(std::string(op) + ": " + std::to_string(b.size()) + " matrices b for " +
                      std::to_string(s.groups) + " groups (expected one matrix a group)");
@@ -67,12 +73,7 @@ GroupedGemmSizes check_grouped_gemm_rows(const Tensor& a, const std::vector<Tens
 GroupedGemmSizes check_grouped_gemm_sums(const Tensor& a, const Tensor& b, const Tensor& offsets,
                                          const std::vector<Tensor>& c) {
   const char* op = "grouped_gemm_sums";
-  check_a(a, op);
-  check_offsets(offsets, a, op);
-  GroupedGemmSizes s;
-  s.M = a.size(0);
-  s.K = a.size(1);
-  s.groups = offsets.size(0) - 1;
+  GroupedGemmSizes s = sizes_of(a, offsets, op);
   if (b.dim() != 2 || b.size(0) != s.M) {
     throw ShapeError(std::string(op) + ": b " + shape_str(b.shape()) + " beside a " +
                      shape_str(a.shape()) + " (expected (" + std::to_string(s.M) + ", columns))");

@@ -22,6 +22,34 @@ Tensor gemm_new(const Tensor& a, const Tensor& b, Shape out_shape, bool ta, bool
   return c;
 }
 
+// grouped_linear's weights checked against x: one shape, x's dtype and
+// device, two dimensions.
+void check_grouped_weights(const Tensor& x, const std::vector<Tensor>& weights, const char* op) {
+  for (const Tensor& w : weights) {
+    detail::check_same(x, w, op);
+    detail::check_dim(w, 2, op, "weight");
+    if (w.shape() != weights[0].shape()) {
+      throw ShapeError(std::string(op) + ": weights " + shape_str(weights[0].shape()) + " and " +
+                       shape_str(w.shape()) + " (expected one shape)");
+    }
+  }
+}
+
+// grouped_linear's node: x and every weight its inputs, each weight's
+// gradient deferrable.
+void record_grouped(const char* op, const Tensor& x, const std::vector<Tensor>& weights,
+                    const Tensor& y, autograd::BackwardFn input_grad,
+                    detail::WeightGradFn weight_grad, const Tensor& saved) {
+  TensorList inputs{x};
+  std::vector<int> deferrable;
+  for (size_t e = 0; e < weights.size(); ++e) {
+    inputs.push_back(weights[e]);
+    deferrable.push_back(static_cast<int>(e + 1));
+  }
+  detail::record_layer(op, inputs, {y}, deferrable, std::move(input_grad), std::move(weight_grad),
+                       saved, nullptr);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -348,14 +376,7 @@ Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights,
     throw ShapeError(std::string(op) + ": " + std::to_string(weights.size()) + " weights and " +
                      std::to_string(rows.size()) + " row counts (expected one count per weight)");
   }
-  for (const Tensor& w : weights) {
-    detail::check_same(x, w, op);
-    detail::check_dim(w, 2, op, "weight");
-    if (w.shape() != weights[0].shape()) {
-      throw ShapeError(std::string(op) + ": weights " + shape_str(weights[0].shape()) + " and " +
-                       shape_str(w.shape()) + " (expected one shape)");
-    }
-  }
+  check_grouped_weights(x, weights, op);
   const int64_t out_f = weights[0].size(0), in_f = weights[0].size(1);
   int64_t M = 0;
   for (const int64_t r : rows) {
@@ -428,13 +449,7 @@ Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights,
     }
     return grads;
   };
-  TensorList inputs{x};
-  std::vector<int> deferrable;
-  for (size_t e = 0; e < E; ++e) {
-    inputs.push_back(weights[e]);
-    deferrable.push_back(static_cast<int>(e + 1));
-  }
-  detail::record_layer(op, inputs, {y}, deferrable, input_grad, weight_grad, x2, nullptr);
+  record_grouped(op, x, weights, y, input_grad, weight_grad, x2);
   return y;
 }
 
@@ -449,14 +464,7 @@ Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const
                      " on " + offsets.device().str() + " (expected i64 (" +
                      std::to_string(weights.size() + 1) + ") on " + x.device().str() + ")");
   }
-  for (const Tensor& w : weights) {
-    detail::check_same(x, w, op);
-    detail::check_dim(w, 2, op, "weight");
-    if (w.shape() != weights[0].shape()) {
-      throw ShapeError(std::string(op) + ": weights " + shape_str(weights[0].shape()) + " and " +
-                       shape_str(w.shape()) + " (expected one shape)");
-    }
-  }
+  check_grouped_weights(x, weights, op);
   const int64_t out_f = weights[0].size(0), in_f = weights[0].size(1);
   if (x.dim() != 2 || x.size(1) != in_f) {
     throw ShapeError(std::string(op) + ": x " + shape_str(x.shape()) + " for weights " +
@@ -509,13 +517,7 @@ Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const
     for (size_t e = 0; e < E; ++e) grads[e + 1] = fresh[e];
     return grads;
   };
-  TensorList inputs{x};
-  std::vector<int> deferrable;
-  for (size_t e = 0; e < E; ++e) {
-    inputs.push_back(weights[e]);
-    deferrable.push_back(static_cast<int>(e + 1));
-  }
-  detail::record_layer(op, inputs, {y}, deferrable, input_grad, weight_grad, x2, nullptr);
+  record_grouped(op, x, weights, y, input_grad, weight_grad, x2);
   return y;
 }
 
