@@ -5099,6 +5099,36 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
 }
 #endif
 
+// One training pass of `m` on (ids, targets), its mixture's statistics
+// into `stats`: the host-routed layer's (without `checks`), or the
+// layer's under a cuda::DeviceChecks, which must not wait for the device
+// (on the simulator, its host waits counted), leave one record pending per
+// layer and pass its checks.
+Tensor moe_pass(nn::Gpt& m, const Tensor& ids, const Tensor& tg, nn::MoeStats& stats,
+                bool checks_on_device, size_t layers = 2) {
+  const auto run = [&] {
+    nn::ForwardContext ctx{.training = true};
+    ctx.moe_stats = std::shared_ptr<nn::MoeStats>(&stats, [](nn::MoeStats*) {});
+    Tensor loss = m.loss(ids, tg, ctx);
+    autograd::backward({loss});
+    return loss;
+  };
+  if (!checks_on_device) return run();
+#ifdef TRIAD_CUDA_SIM
+  const int64_t waits = triad_sim::counters().host_waits;
+#endif
+  cuda::DeviceChecks checks(0);
+  Tensor loss = run();
+  checks.close();
+#ifdef TRIAD_CUDA_SIM
+  EXPECT_EQ(triad_sim::counters().host_waits, waits);
+#endif
+  EXPECT_EQ(stats.pending.size(), layers);
+  EXPECT_FALSE(checks.words().empty());
+  checks.check();
+  return loss;
+}
+
 // A dropless mixture under a cuda::DeviceChecks groups its rows on the
 // device and sizes its experts' products there (grouped_linear's offsets):
 // no wait, its statistics pending until settled. The statistics equal
@@ -5122,30 +5152,10 @@ TEST(CudaModel, ADroplessMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) 
     nn::Gpt host_read(cfg, 9), on_device(cfg, 9);
     for (nn::Gpt* m : {&host_read, &on_device}) m->to(kGpu);
     const auto [ids, tg] = token_batch(2, 16);
-    auto run = [&](nn::Gpt& m, nn::MoeStats& stats) {
-      nn::ForwardContext ctx{.training = true};
-      ctx.moe_stats = std::shared_ptr<nn::MoeStats>(&stats, [](nn::MoeStats*) {});
-      Tensor loss = m.loss(ids, tg, ctx);
-      autograd::backward({loss});
-      return loss;
-    };
     nn::MoeStats read_stats, device_stats;
-    const Tensor expected = run(host_read, read_stats);
+    const Tensor expected = moe_pass(host_read, ids, tg, read_stats, false);
     EXPECT_EQ(read_stats.records, 2);
-    Tensor got;
-    {
-#ifdef TRIAD_CUDA_SIM
-      const int64_t waits = triad_sim::counters().host_waits;
-#endif
-      cuda::DeviceChecks checks(0);
-      got = run(on_device, device_stats);
-      checks.close();
-#ifdef TRIAD_CUDA_SIM
-      EXPECT_EQ(triad_sim::counters().host_waits, waits);
-#endif
-      EXPECT_EQ(device_stats.pending.size(), 2u);
-      checks.check();
-    }
+    const Tensor got = moe_pass(on_device, ids, tg, device_stats, true);
     device_stats.settle();
     EXPECT_NEAR(to_double_vector(got)[0], to_double_vector(expected)[0], 1e-5);
     EXPECT_EQ(device_stats.records, read_stats.records);
@@ -5218,31 +5228,10 @@ TEST(CudaModel, APaddedMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) {
       m->to(DType::BF16);
     }
     const auto [ids, tg] = token_batch(2, 16);
-    auto run = [&](nn::Gpt& m, nn::MoeStats& stats) {
-      nn::ForwardContext ctx{.training = true};
-      ctx.moe_stats = std::shared_ptr<nn::MoeStats>(&stats, [](nn::MoeStats*) {});
-      Tensor loss = m.loss(ids, tg, ctx);
-      autograd::backward({loss});
-      return loss;
-    };
     nn::MoeStats read_stats, device_stats;
-    const Tensor expected = run(host_read, read_stats);
+    const Tensor expected = moe_pass(host_read, ids, tg, read_stats, false);
     EXPECT_EQ(read_stats.records, 2);
-    Tensor got;
-    {
-#ifdef TRIAD_CUDA_SIM
-      const int64_t waits = triad_sim::counters().host_waits;
-#endif
-      cuda::DeviceChecks checks(0);
-      got = run(on_device, device_stats);
-      checks.close();
-#ifdef TRIAD_CUDA_SIM
-      EXPECT_EQ(triad_sim::counters().host_waits, waits);
-#endif
-      EXPECT_EQ(device_stats.pending.size(), 2u);
-      EXPECT_FALSE(checks.words().empty());
-      checks.check();
-    }
+    const Tensor got = moe_pass(on_device, ids, tg, device_stats, true);
     device_stats.settle();
     EXPECT_TRUE(same_bytes(got, expected));
     EXPECT_EQ(device_stats.records, read_stats.records);
