@@ -5073,29 +5073,29 @@ TEST(CudaTraining, TheTrainerWaitsOncePerStepWhateverTheMicroBatches) {
   EXPECT_EQ(triad_sim::counters().host_waits - before, 1);
   EXPECT_TRUE(std::isfinite(loss));
   // A mixture padded to its capacity too: its routing stays on the device
-  // (cuda::DeviceChecks), its statistics read with the norm.
-  const std::string moe =
-      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0, moe: "
-      "{experts: 4, top_k: 2, capacity_factor: 1.0, pad_to_capacity: true, z_loss_coef: 0.001}}";
-  train::Trainer m(train_config(dir, moe, "cuda", "bf16", 3, 4, 97, "_moe", 2));
-  m.step(0);
-  const int64_t moe_before = triad_sim::counters().host_waits;
-  const train::StepMetrics metrics = m.step(1);
-  EXPECT_EQ(triad_sim::counters().host_waits - moe_before, 1);
-  EXPECT_GT(metrics.moe_balance, 0.0);
-  EXPECT_GT(metrics.moe_z_loss, 0.0);
-  // A dropless one too: its rows grouped and its products sized on the
-  // device (it waited once a layer and micro-batch before).
-  const std::string dropless =
-      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0, moe: "
-      "{experts: 4, top_k: 2, z_loss_coef: 0.001}}";
-  train::Trainer d(train_config(dir, dropless, "cuda", "bf16", 3, 4, 97, "_dropless", 2));
-  d.step(0);
-  const int64_t dropless_before = triad_sim::counters().host_waits;
-  const train::StepMetrics dropless_metrics = d.step(1);
-  EXPECT_EQ(triad_sim::counters().host_waits - dropless_before, 1);
-  EXPECT_GT(dropless_metrics.moe_balance, 0.0);
-  EXPECT_EQ(dropless_metrics.moe_dropped, -1.0);  // (dropless: none to report)
+  // (cuda::DeviceChecks), its statistics read with the norm; and a
+  // dropless one, its rows grouped and its products sized on the device
+  // (it waited once a layer and micro-batch before).
+  const auto mixture_step = [&](const std::string& moe, const std::string& tag) {
+    const std::string model =
+        "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0, moe: " +
+        moe + "}";
+    train::Trainer m(train_config(dir, model, "cuda", "bf16", 3, 4, 97, tag, 2));
+    m.step(0);
+    const int64_t moe_before = triad_sim::counters().host_waits;
+    const train::StepMetrics metrics = m.step(1);
+    EXPECT_EQ(triad_sim::counters().host_waits - moe_before, 1) << moe;
+    EXPECT_GT(metrics.moe_balance, 0.0) << moe;
+    EXPECT_GT(metrics.moe_z_loss, 0.0) << moe;
+    return metrics;
+  };
+  EXPECT_GE(mixture_step("{experts: 4, top_k: 2, capacity_factor: 1.0, pad_to_capacity: true, "
+                         "z_loss_coef: 0.001}",
+                         "_moe")
+                .moe_dropped,
+            0.0);
+  EXPECT_EQ(mixture_step("{experts: 4, top_k: 2, z_loss_coef: 0.001}", "_dropless").moe_dropped,
+            -1.0);  // (dropless: none to report)
 }
 #endif
 
