@@ -459,11 +459,12 @@ def main():
                 layout["model.moe.pad_to_capacity"] = "true"
             elif ("capacity_factor" not in model.get("model.moe", "")
                   and layout.get("parallel.ep", 1) == 1
-                  and "mlp.c_fc" not in model.get("model.lora", "")):
+                  and ("mlp.c_fc" not in model.get("model.lora", "")
+                       or "dropout: 0.0" in model.get("model.lora", ""))):
                 # A dropless mixture, its rows grouped and its products
                 # sized on the device (from 2026-12-08; not under expert
-                # parallelism, nor with adapters on its experts, which the
-                # config refuses by name).
+                # parallelism, nor with LoRA dropout on its experts, which
+                # the config refuses by name).
                 layout["train.cuda_graph"] = "true"
         if a.device == "sim" and more.random() < a.wide_heads and "model.mla" not in model:
             # Heads wider than the tensor cores' 128 (Gemma's 256, latent

@@ -637,6 +637,17 @@ bool MoeMlp::groupable() const {
   return true;
 }
 
+bool MoeMlp::device_groupable(bool training) const {
+  for (const Expert& e : experts_) {
+    for (const auto* l : {e.c_fc.get(), e.c_proj.get()}) {
+      if (l->bias().defined() || (l->has_lora() && training && l->lora_dropout_p() > 0)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const {
   if (activation_ == Activation::Gelu)
     return e.c_proj->forward_after_gelu(e.c_fc->forward_gelu(x, draw), draw);
@@ -913,24 +924,26 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // parallelism the balance's counts and summed probabilities are added
   // over the group there too (chunks_.gather_rows). It needs this rank to
   // hold every expert (the exchange's counts are read on the host) and
-  // experts without adapters or biases (each run on its own rows); inside
-  // a capture, without them, nothing can route.
+  // experts without biases whose adapters drop nothing out (each expert
+  // draws its own masks, so it runs on its own rows); inside a capture,
+  // without them, nothing can route.
   const bool dropless = !padded && capacity == 0;
   bool device_dropless = false;
   if (dropless) {
     Backend& backend = backend_for(probs);
     const bool capturing = backend.capturing(probs.device());
     if (capturing || backend.checks_indices_on_device(probs.device())) {
-      device_dropless = !placement_ && (P == 1 || chunks_.gather_rows) && groupable();
+      device_dropless =
+          !placement_ && (P == 1 || chunks_.gather_rows) && device_groupable(ctx.training);
       if (capturing && !device_dropless) {
         throw NotSupportedError(
             "MoeMlp (layer " + std::to_string(layer_) +
             "): a dropless mixture inside a CUDA graph needs every expert on this rank (no "
             "expert parallelism), the context group's gather of rows under context parallelism "
-            "and experts without LoRA adapters (this layer has " +
-            (placement_     ? "expert parallelism"
-             : !groupable() ? "adapters"
-                            : "no gather") +
+            "and experts without LoRA dropout on their adapters (this layer has " +
+            (placement_                        ? "expert parallelism"
+             : !device_groupable(ctx.training) ? "LoRA dropout on its experts' adapters"
+                                               : "no gather") +
             "); model.moe.pad_to_capacity routes them on the device");
       }
     }
@@ -1141,16 +1154,27 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
         padded);
   } else if (device_dropless) {
     // The experts' products sized on the device (GPT-2's GELU between
-    // them unfused).
-    std::vector<Tensor> fc, proj;
-    for (const Expert& e : experts_) {
-      fc.push_back(e.c_fc->weight());
-      proj.push_back(e.c_proj->weight());
-    }
-    const Tensor h = grouped_linear(rows, fc, offsets);
-    outputs = grouped_linear(
-        activation_ == Activation::Gelu ? gelu(h) : unfused_activation(activation_, h), proj,
-        offsets);
+    // them unfused), each layer's adapters as two more: y = x W^T + s (x
+    // A^T) B^T.
+    const auto layer = [&](const std::function<const Linear&(const Expert&)>& which,
+                           const Tensor& in) {
+      std::vector<Tensor> w, a, b;
+      for (const Expert& e : experts_) {
+        const Linear& l = which(e);
+        w.push_back(l.weight());
+        if (l.has_lora()) {
+          a.push_back(l.lora_a());
+          b.push_back(l.lora_b());
+        }
+      }
+      Tensor y = grouped_linear(in, w, offsets);
+      if (a.empty()) return y;
+      const double s = which(experts_.front()).lora_scale();
+      return add(y, scale(grouped_linear(grouped_linear(in, a, offsets), b, offsets), s));
+    };
+    const Tensor h = layer([](const Expert& e) -> const Linear& { return *e.c_fc; }, rows);
+    outputs = layer([](const Expert& e) -> const Linear& { return *e.c_proj; },
+                    activation_ == Activation::Gelu ? gelu(h) : unfused_activation(activation_, h));
   } else if (grouped_experts()) {
     // The experts' two layers as two grouped products over the rows as
     // they are: no split of the rows, no concat of the outputs.

@@ -650,13 +650,16 @@ void validate(const Config& c, bool min_lr_given) {
             "host in every layer; model.moe.pad_to_capacity routes it on the device");
       }
       for (const std::string& target : c.model.lora.targets) {
-        if (c.model.lora.rank > 0 && (target == "mlp.c_fc" || target == "mlp.c_proj")) {
-          refuse(
-              "a dropless mixture of experts (model.moe) with LoRA adapters on its experts "
-              "(model.lora.targets " +
-              target +
-              ") runs each expert on rows counted on the host; model.moe.pad_to_capacity (with "
-              "a capacity_factor) routes them on the device");
+        if (c.model.lora.rank > 0 && c.model.lora.dropout > 0 &&
+            (target == "mlp.c_fc" || target == "mlp.c_proj")) {
+          // (Each expert draws its own masks: its adapters run apart, on
+          // rows counted on the host.)
+          std::ostringstream os;
+          os << "a dropless mixture of experts (model.moe) with LoRA dropout (model.lora.dropout "
+             << c.model.lora.dropout << ") on its experts' adapters (model.lora.targets " << target
+             << ") runs each expert on rows counted on the host; model.lora.dropout 0, or "
+                "model.moe.pad_to_capacity (with a capacity_factor), routes them on the device";
+          refuse(os.str());
         }
       }
     }

@@ -5139,11 +5139,14 @@ Tensor moe_pass(nn::Gpt& m, const Tensor& ids, const Tensor& tg, nn::MoeStats& s
 // a shared expert, and an expert no token chose (whose weights' gradients
 // are zeros).
 TEST(CudaModel, ADroplessMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) {
-  for (const bool swiglu : {false, true}) {
-    SCOPED_TRACE(swiglu ? "swiglu" : "gelu");
+  for (const std::string run : {"gelu", "swiglu", "lora"}) {
+    SCOPED_TRACE(run);
+    const bool swiglu = run == "swiglu", lora = run == "lora";
     nn::GptConfig cfg{
         .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
     if (swiglu) cfg.activation = nn::Activation::SwiGlu;
+    // (LoRA without dropout: the experts' adapters as grouped products too.)
+    if (lora) cfg.lora = {.rank = 2, .targets = {"attn.c_attn", "mlp.c_fc", "mlp.c_proj"}};
     cfg.moe.experts = swiglu ? 16 : 4;  // (16 for 32 tokens' top-1: some expert without any)
     cfg.moe.top_k = swiglu ? 1 : 2;
     cfg.moe.z_loss_coef = 0.001;
@@ -5164,11 +5167,12 @@ TEST(CudaModel, ADroplessMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) 
     EXPECT_EQ(device_stats.dropped_sum, 0.0);
     EXPECT_NEAR(device_stats.z_loss_sum, read_stats.z_loss_sum, 1e-6);
     EXPECT_EQ(device_stats.loads, read_stats.loads);
-    if (swiglu) {
-      // Inside a capture, experts with adapters (each run on rows counted
-      // on the host) cannot route: refused naming the layer and why.
+    if (run == "gelu") {
+      // Inside a capture, experts whose adapters drop their input out (each
+      // expert's masks its own, run on rows counted on the host) cannot
+      // route: refused naming the layer and why.
       nn::GptConfig with_adapters = cfg;
-      with_adapters.lora = {.rank = 2, .targets = {"mlp.c_fc"}};
+      with_adapters.lora = {.rank = 2, .targets = {"mlp.c_fc"}, .dropout = 0.1};
       nn::Gpt adapted(with_adapters, 9);
       adapted.to(kGpu);
       const Tensor ids_there = to_device(ids, kGpu), tg_there = to_device(tg, kGpu);
@@ -5180,7 +5184,7 @@ TEST(CudaModel, ADroplessMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) 
             });
           },
           {"MoeMlp (layer 0): a dropless mixture inside a CUDA graph needs",
-           "(this layer has adapters)", "pad_to_capacity"});
+           "(this layer has LoRA dropout on its experts' adapters)", "pad_to_capacity"});
     }
     bool idle_expert = false;
     for (const auto& [layer, load] : read_stats.loads)
@@ -5188,15 +5192,23 @@ TEST(CudaModel, ADroplessMixtureUnderDeviceChecksEqualsTheRoutingReadOnTheHost) 
     EXPECT_EQ(idle_expert, swiglu);
     const auto a = host_read.named_parameters(), b = on_device.named_parameters();
     ASSERT_EQ(a.size(), b.size());
+    int64_t adapters = 0;
     for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_TRUE(b[i].second.grad().defined()) << a[i].first;
+      ASSERT_EQ(b[i].second.grad().defined(), a[i].second.grad().defined()) << a[i].first;
+      if (!a[i].second.grad().defined()) continue;  // (frozen under LoRA)
       const std::vector<double> want = to_double_vector(a[i].second.grad()),
                                 have = to_double_vector(b[i].second.grad());
       double scale = 1e-3;
       for (const double v : want) scale = std::max(scale, std::fabs(v));
       for (size_t j = 0; j < want.size(); ++j)
         ASSERT_NEAR(have[j], want[j], 1e-4 * scale) << a[i].first << " element " << j;
+      if (a[i].first.find("experts.") != std::string::npos &&
+          a[i].first.find("lora_b") != std::string::npos &&
+          std::any_of(want.begin(), want.end(), [](double v) { return v != 0.0; })) {
+        ++adapters;
+      }
     }
+    EXPECT_EQ(adapters, lora ? 2 * 4 * 2 : 0);  // (2 layers' 4 experts' 2 layers)
   }
 }
 
@@ -5309,7 +5321,11 @@ TEST(CudaTraining, ACapturedTrainerStepTrainsAsTheUncapturedOne) {
        "dropout: 0.0, moe: {experts: 4, top_k: 2, z_loss_coef: 0.001, aux_loss_scope: sequence}"},
       {"fp32 tokens dropless moe swiglu",
        "dropout: 0.0, activation: swiglu, moe: {experts: 8, top_k: 1, shared_ffn_hidden_size: "
-       "16}"}};
+       "16}"},
+      // Its experts' adapters (no dropout) as grouped products too.
+      {"bf16 dropless lora moe",
+       "dropout: 0.0, lora: {rank: 2, targets: [attn.c_attn, mlp.c_fc, mlp.c_proj]}, moe: "
+       "{experts: 4, top_k: 2}"}};
   for (const auto& [run, settings] : runs) {
     SCOPED_TRACE(run);
     const std::string precision = run.substr(0, 4);

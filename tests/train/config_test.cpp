@@ -1137,8 +1137,9 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
     EXPECT_TRUE(parse_config(kValid, overrides).train.cuda_graph);
   }
   // A dropless mixture is captured (routed and sized on the device; under
-  // context parallelism its counts added over the group there too), but
-  // not with adapters on its experts (each sized on the host); a capped one
+  // context parallelism its counts added over the group there too; its
+  // experts' adapters too), but not with LoRA dropout on its experts (each
+  // expert's masks its own, run on rows counted on the host); a capped one
   // only padded to its capacity.
   EXPECT_TRUE(parse_config(kValid, {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4"})
                   .train.cuda_graph);
@@ -1152,10 +1153,15 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   EXPECT_TRUE(parse_config(kValid, {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4",
                                     "parallel.cp=2"})
                   .train.cuda_graph);
-  expect_config_error(kValid,
-                      {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4",
-                       "model.lora.rank=2", "model.lora.targets=[mlp.c_proj]"},
-                      "LoRA adapters on its experts (model.lora.targets mlp.c_proj)");
+  EXPECT_TRUE(parse_config(kValid, {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4",
+                                    "model.lora.rank=2", "model.lora.targets=[mlp.c_proj]"})
+                  .train.cuda_graph);
+  expect_config_error(
+      kValid,
+      {"train.cuda_graph=true", "device=cuda", "model.moe.experts=4", "model.lora.rank=2",
+       "model.lora.dropout=0.1", "model.lora.targets=[mlp.c_proj]"},
+      "LoRA dropout (model.lora.dropout 0.1) on its experts' adapters "
+      "(model.lora.targets mlp.c_proj)");
   const std::vector<std::string> padded{"model.moe.experts=4", "model.moe.capacity_factor=1.25",
                                         "model.moe.pad_to_capacity=true"};
   std::vector<std::string> graphed = padded;

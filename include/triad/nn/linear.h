@@ -40,6 +40,13 @@ class LinearBase : public Module {
     lora_in_offset_ = offset;
     lora_in_full_ = full;
   }
+  // The adapters (undefined without), their scale and the probability of
+  // their input's dropout: for a caller that runs many layers' adapters in
+  // grouped products (a dropless mixture's experts on the device).
+  const Tensor& lora_a() const { return lora_a_; }
+  const Tensor& lora_b() const { return lora_b_; }
+  double lora_scale() const { return lora_scale_; }
+  double lora_dropout_p() const { return lora_dropout_.p; }
 
  protected:
   // y + scale * B (A dropout(x)); y itself without adapters. The mask

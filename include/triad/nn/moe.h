@@ -221,8 +221,9 @@ class ExpertPlacement {
 // experts' products there (grouped_linear's offsets), its statistics left
 // in MoeStats::pending (under context parallelism its counts added over the
 // group there, Chunks::gather_rows). The dropless one needs every expert
-// here and experts without adapters; inside a capture, without them,
-// experts() throws NotSupportedError naming what it has.
+// here and experts whose adapters drop nothing out (each expert draws its
+// own masks); inside a capture, without them, experts() throws
+// NotSupportedError naming what it has.
 //
 // LoRA (model.lora.targets mlp.c_fc, mlp.c_proj; GptConfig::lora_modules):
 // each expert's layers and the shared expert's carry adapters of their own,
@@ -309,6 +310,11 @@ class MoeMlp : public Module {
   // Whether every expert of this rank is its two weights alone (no
   // adapters, no biases): what grouped products need.
   bool groupable() const;
+  // Whether this rank's experts run as grouped products sized on the
+  // device (a dropless mixture's there): no biases, and adapters only
+  // where they drop nothing out (their dropout, drawn by expert, is not
+  // grouped), as while `training` they would.
+  bool device_groupable(bool training) const;
   // The routing of the N tokens whose scores are probs (N, E) under
   // `capacity` (0: dropless): chosen on probs' device (the expert biases
   // and groups as configured), the host reading only the choices (and,
